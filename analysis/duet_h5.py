@@ -1,0 +1,136 @@
+"""Reads duet's HDF5 run files into pandas. The schema is in analysis/README.md.
+
+    import duet_h5
+    run = duet_h5.load_run("run.h5")
+    run["engines"]["llm"]["steps"]         # DataFrame, one row per engine step
+    run["engines"]["llm"]["attrs"]         # the engine's summary (ttft_s_p50, ...)
+    duet_h5.list_runs("sweep.h5")          # ["/points/0000", "/points/0001", ...]
+
+    python3 analysis/duet_h5.py run.h5     # prints a summary of every run in the file
+
+Needs only h5py, numpy and pandas (Debian: python3-h5py python3-pandas).
+"""
+import json
+import sys
+
+import h5py
+import numpy as np
+import pandas as pd
+
+SCHEMA_VERSION = 1
+VERSION_ATTR = "duet_schema_version"
+
+
+def _plain(value):
+    # numpy scalars and bytes as plain Python values, so that attrs print and compare simply.
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _attrs(obj):
+    return {name: _plain(value) for name, value in obj.attrs.items()}
+
+
+def list_runs(path):
+    """Every group of the file that holds a run, depth first in name order ("/" for one run)."""
+    runs = []
+
+    def visit(group, name):
+        if VERSION_ATTR in group.attrs:
+            runs.append(name)
+        for child in sorted(group):
+            if isinstance(group.get(child), h5py.Group):
+                visit(group[child], name.rstrip("/") + "/" + child)
+
+    with h5py.File(path, "r") as f:
+        visit(f, "/")
+    return runs
+
+
+def _engine(engine, tables):
+    out = {"attrs": _attrs(engine)}
+    if tables:
+        for table in ("steps", "requests"):
+            out[table] = pd.DataFrame(engine[table][()])
+    out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in ("steps", "requests")}
+    out["enums"] = json.loads(engine["requests"].attrs["enums"])
+    return out
+
+
+def load_run(path, group="/", tables=True):
+    """One run as a dict:
+
+    attrs    the run group's attributes: configuration, duet_schema_version (and created_utc at /)
+    summary  makespan_s, wall_s
+    engines  {name: {"attrs": summary attributes, "steps": DataFrame, "requests": DataFrame,
+                     "units": {"steps": {...}, "requests": {...}}, "enums": {...}}}
+
+    tables=False skips the DataFrames (quick when only summaries of a large sweep are needed).
+    """
+    with h5py.File(path, "r") as f:
+        if group not in f or not isinstance(f[group], h5py.Group):
+            raise KeyError(f"{path}: {group}: no such group")
+        run = f[group]
+        version = run.attrs.get(VERSION_ATTR)
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"{path}: {group}: not a duet run of schema version {SCHEMA_VERSION} "
+                             f"({VERSION_ATTR} = {version})")
+        return {
+            "path": path,
+            "group": group,
+            "attrs": _attrs(run),
+            "summary": _attrs(run["summary"]),
+            "engines": {name: _engine(engine, tables) for name, engine in run["engines"].items()},
+        }
+
+
+def with_enum_names(requests, enums):
+    """A copy of a requests DataFrame with kind and finish_reason as names ("Generate", "Stop")."""
+    out = requests.copy()
+    for column, names in enums.items():
+        out[column] = out[column].map({int(code): name for code, name in names.items()}).astype("category")
+    return out
+
+
+def summary_table(run):
+    """The engines' summary attributes, one column per engine."""
+    engines = run["engines"]
+    # From a list of dicts, pandas keeps the attributes in the order the file gives them.
+    return pd.DataFrame([engine["attrs"] for engine in engines.values()], index=list(engines)).T
+
+
+def _print_run(run):
+    summary = run["summary"]
+    print(f"run {run['group']}: makespan {summary['makespan_s']:.6g} s, wall {summary['wall_s']:.6g} s")
+    for name, value in run["attrs"].items():
+        # Long texts (the Lua script, config_json) would drown the table.
+        if not isinstance(value, str) or (len(value) <= 60 and "\n" not in value):
+            print(f"  {name} = {value}")
+    if run["engines"]:
+        with pd.option_context("display.max_rows", None, "display.width", 200):
+            print(summary_table(run).to_string())
+    print()
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} RUN.h5", file=sys.stderr)
+        return 2
+    try:
+        runs = list_runs(argv[1])
+        if not runs:
+            print(f"{argv[1]}: holds no duet run", file=sys.stderr)
+            return 1
+        for group in runs:
+            _print_run(load_run(argv[1], group, tables=False))
+    except (OSError, KeyError, ValueError) as error:
+        print(f"{argv[1]}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

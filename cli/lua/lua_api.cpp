@@ -1,0 +1,444 @@
+#include "cli/lua/lua_api.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/lua/lua_experiment.hpp"
+#include "cli/lua/lua_types.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "cli/lua/lua_workload.hpp"
+#include "cli/report.hpp"
+#include "core/error.hpp"
+#include "core/gpu_spec.hpp"
+#include "core/mix.hpp"
+#include "core/model_spec.hpp"
+#include "io/hdf5_run.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+constexpr const char* kContextKey = "duet.script";
+
+// Everything a script run shares across its duet.run and duet.sweep calls.
+struct ScriptContext {
+  ScriptOptions opt;
+  std::string script_text;
+  std::string out_path;
+  std::unique_ptr<RunFileWriter> writer;
+  int runs = 0;
+  int sweeps = 0;
+};
+
+ScriptContext& context(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kContextKey);
+  auto* ctx = static_cast<ScriptContext*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (!ctx) throw Error("duet: no script context");
+  return *ctx;
+}
+
+ExperimentDefaults defaults_of(const ScriptContext& ctx) {
+  ExperimentDefaults d;
+  d.backend = ctx.opt.backend;
+  d.source_dir = ctx.opt.source_dir;
+  d.script_text = ctx.script_text;
+  d.command_line = "duet run " + ctx.opt.script;
+  for (const auto& a : ctx.opt.args) d.command_line += " " + a;
+  d.progress = ctx.opt.progress;
+  return d;
+}
+
+RunFileWriter& writer(ScriptContext& ctx) {
+  if (!ctx.writer) ctx.writer = std::make_unique<RunFileWriter>(ctx.out_path);
+  return *ctx.writer;
+}
+
+std::string group_name(const char* prefix, int n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s/%04d", prefix, n);
+  return buf;
+}
+
+// ---- duet.run ----
+
+int l_run(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return guarded(L, [&] {
+    ScriptContext& ctx = context(L);
+    const bool write = wants_output(L, 1);
+    ExperimentResult r = run_experiment(L, 1, defaults_of(ctx));
+    if (write) {
+      const std::string group = group_name("/runs", ctx.runs);
+      writer(ctx).write_run(group, r.metadata, *r.records, r.summary, &r.problems);
+    }
+    ++ctx.runs;
+    push_result(L, r);
+    return 1;
+  });
+}
+
+// ---- small helpers for workloads ----
+
+std::uint64_t key_of(lua_State* L, int first) {
+  std::uint64_t h = 0x6b6579ULL;
+  for (int i = first; i <= lua_gettop(L); ++i) {
+    std::uint64_t v;
+    if (lua_isinteger(L, i)) v = std::uint64_t(lua_tointeger(L, i));
+    else if (lua_type(L, i) == LUA_TNUMBER) {
+      const double d = lua_tonumber(L, i);
+      std::memcpy(&v, &d, sizeof v);
+    } else if (lua_type(L, i) == LUA_TSTRING) {
+      std::size_t n;
+      const char* s = lua_tolstring(L, i, &n);
+      v = std::hash<std::string_view>{}(std::string_view(s, n));
+    } else {
+      luaL_argerror(L, i, "keys must be numbers or strings");
+      return 0;
+    }
+    h = mix64(h ^ v);
+  }
+  return h;
+}
+
+double unit(std::uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
+
+// duet.uniform(k1, k2, ...): a number in (0, 1) that depends only on the keys, so that a search's
+// random choices do not depend on the order in which the simulation interleaves problems.
+int l_uniform(lua_State* L) {
+  lua_pushnumber(L, unit(key_of(L, 1)));
+  return 1;
+}
+
+// duet.normal(k1, ...): a standard normal from the keys (Box-Muller over two keyed uniforms).
+int l_normal(lua_State* L) {
+  const std::uint64_t h = key_of(L, 1);
+  const double u1 = unit(mix64(h ^ 1)), u2 = unit(mix64(h ^ 2));
+  lua_pushnumber(L, std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  return 1;
+}
+
+int l_await(lua_State* L) {
+  int r = 0;
+  const int status = guarded(L, [&] {
+    r = LuaWorkload::from(L).lua_await(L);
+    return 0;
+  });
+  (void)status;
+  if (r < 0) return lua_yield(L, 0);  // outside every C++ scope
+  return r;
+}
+
+int l_now(lua_State* L) {
+  return guarded(L, [&] {
+    lua_pushnumber(L, LuaWorkload::from(L).runtime().now());
+    return 1;
+  });
+}
+
+int l_synthetic(lua_State* L) {  // duet.synthetic(n, key...) -> TokenList
+  const lua_Integer n = luaL_checkinteger(L, 1);
+  const lua_Integer vocab = luaL_optinteger(L, 3, 128256);
+  luaL_argcheck(L, n >= 0 && n <= (1 << 24), 1, "token count out of range");
+  const std::uint64_t key = std::uint64_t(luaL_optinteger(L, 2, 0));
+  return guarded(L, [&] {
+    push_token_list(L, synthetic_tokens(int(n), key, int(vocab), kNoToken, kNoToken));
+    return 1;
+  });
+}
+
+int l_token_list(lua_State* L) {  // duet.token_list{ids}
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const lua_Integer n = luaL_len(L, 1);
+  std::vector<TokenId>* ids = nullptr;
+  TokenList& list = push_token_list(L, {});
+  ids = &list.ids;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const lua_Integer v = luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    ids->push_back(TokenId(v));
+  }
+  return 1;
+}
+
+// ---- JSON files into Lua tables (problem sets, fitted models) ----
+
+void push_json(lua_State* L, const nlohmann::json& j) {
+  luaL_checkstack(L, 4, "JSON nesting too deep");
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: lua_pushnil(L); break;
+    case nlohmann::json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: lua_pushinteger(L, j.get<lua_Integer>()); break;
+    case nlohmann::json::value_t::number_float: lua_pushnumber(L, j.get<double>()); break;
+    case nlohmann::json::value_t::string: lua_pushstring(L, j.get_ref<const std::string&>().c_str()); break;
+    case nlohmann::json::value_t::array: {
+      lua_createtable(L, int(j.size()), 0);
+      lua_Integer i = 0;
+      for (const auto& v : j) {
+        push_json(L, v);
+        lua_rawseti(L, -2, ++i);
+      }
+      break;
+    }
+    case nlohmann::json::value_t::object: {
+      lua_createtable(L, 0, int(j.size()));
+      for (const auto& [k, v] : j.items()) {
+        push_json(L, v);
+        lua_setfield(L, -2, k.c_str());
+      }
+      break;
+    }
+    default: lua_pushnil(L);
+  }
+}
+
+std::string resolve_path(lua_State* L, const std::string& path) {
+  if (std::filesystem::exists(path)) return path;
+  const std::string in_repo = context(L).opt.source_dir + "/" + path;
+  return std::filesystem::exists(in_repo) ? in_repo : path;
+}
+
+int l_read_json(lua_State* L) {
+  const std::string path = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const std::string p = resolve_path(L, path);
+    std::ifstream in(p);
+    if (!in) throw Error(p + ": cannot open");
+    try {
+      push_json(L, nlohmann::json::parse(in));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(p + ": not valid JSON (" + e.what() + ")");
+    }
+    return 1;
+  });
+}
+
+int l_read_jsonl(lua_State* L) {  // duet.read_jsonl(path [, limit])
+  const std::string path = luaL_checkstring(L, 1);
+  const lua_Integer limit = luaL_optinteger(L, 2, 0);
+  return guarded(L, [&] {
+    const std::string p = resolve_path(L, path);
+    std::ifstream in(p);
+    if (!in) throw Error(p + ": cannot open");
+    lua_newtable(L);
+    std::string line;
+    lua_Integer n = 0;
+    for (int lineno = 1; std::getline(in, line) && (limit <= 0 || n < limit); ++lineno) {
+      if (line.empty() || line == "\r") continue;
+      try {
+        push_json(L, nlohmann::json::parse(line));
+      } catch (const nlohmann::json::parse_error& e) {
+        throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
+      }
+      lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+  });
+}
+
+// ---- models and GPUs ----
+
+int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and derived figures
+  const std::string name = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const ModelSpec m = resolve_model(name);
+    lua_createtable(L, 0, 12);
+    auto num = [&](const char* k, double v) {
+      lua_pushnumber(L, v);
+      lua_setfield(L, -2, k);
+    };
+    lua_pushstring(L, m.name.c_str());
+    lua_setfield(L, -2, "name");
+    num("num_layers", m.num_layers);
+    num("hidden_size", m.hidden_size);
+    num("num_heads", m.num_heads);
+    num("num_kv_heads", m.num_kv_heads);
+    num("head_dim", m.head_dim);
+    num("intermediate_size", m.intermediate_size);
+    num("vocab_size", m.vocab_size);
+    num("num_parameters", double(m.num_parameters()));
+    num("weight_bytes", double(m.weight_bytes()));
+    num("kv_bytes_per_token", double(m.kv_bytes_per_token()));
+    num("linear_flops_per_token", m.linear_flops_per_token());
+    return 1;
+  });
+}
+
+int l_gpu(lua_State* L) {
+  const std::string name = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const GpuSpec g = gpu_by_name(name);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, g.name.c_str());
+    lua_setfield(L, -2, "name");
+    lua_pushnumber(L, double(g.hbm_bytes));
+    lua_setfield(L, -2, "hbm_bytes");
+    lua_pushnumber(L, g.hbm_bandwidth);
+    lua_setfield(L, -2, "hbm_bandwidth");
+    lua_pushnumber(L, g.bf16_flops);
+    lua_setfield(L, -2, "bf16_flops");
+    lua_pushinteger(L, g.sm_count);
+    lua_setfield(L, -2, "sm_count");
+    return 1;
+  });
+}
+
+void push_strings(lua_State* L, const std::vector<std::string>& v) {
+  lua_createtable(L, int(v.size()), 0);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    lua_pushstring(L, v[i].c_str());
+    lua_rawseti(L, -2, lua_Integer(i + 1));
+  }
+}
+
+int l_models(lua_State* L) {
+  push_strings(L, builtin_model_names());
+  return 1;
+}
+
+int l_gpus(lua_State* L) {
+  push_strings(L, builtin_gpu_names());
+  return 1;
+}
+
+// duet.args{defaults}: the script's arguments after `--`, as --name value or --flag, checked
+// against the defaults' names and types.
+int l_args(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return guarded(L, [&] {
+    const auto& args = context(L).opt.args;
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, 1) != 0) {  // copy the defaults
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_settable(L, -4);
+    }
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a.rfind("--", 0) != 0) throw Error("script argument '" + a + "': expected --name [value]");
+      std::string name = a.substr(2);
+      std::string value;
+      const auto eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+      for (char& c : name)
+        if (c == '-') c = '_';
+      const int t = lua_getfield(L, 1, name.c_str());
+      lua_pop(L, 1);
+      if (t == LUA_TNIL) {
+        std::string valid;
+        lua_pushnil(L);
+        while (lua_next(L, 1) != 0) {
+          lua_pop(L, 1);
+          valid += std::string(valid.empty() ? "" : ", ") + "--" + lua_tostring(L, -1);
+        }
+        throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
+      }
+      if (t == LUA_TBOOLEAN && eq == std::string::npos) {
+        lua_pushboolean(L, 1);
+      } else {
+        if (eq == std::string::npos) {
+          if (i + 1 >= args.size()) throw Error("script argument '--" + name + "' needs a value");
+          value = args[++i];
+        }
+        if (t == LUA_TNUMBER) {
+          char* end = nullptr;
+          const double v = std::strtod(value.c_str(), &end);
+          if (value.empty() || *end) throw Error("script argument '--" + name + "': '" + value + "' is not a number");
+          if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
+          else lua_pushnumber(L, v);
+        } else if (t == LUA_TBOOLEAN) {
+          if (value != "true" && value != "false")
+            throw Error("script argument '--" + name + "': expected true or false");
+          lua_pushboolean(L, value == "true");
+        } else {
+          lua_pushstring(L, value.c_str());
+        }
+      }
+      lua_setfield(L, -2, name.c_str());
+    }
+    return 1;
+  });
+}
+
+int l_print_summary(lua_State* L);
+
+const luaL_Reg kFunctions[] = {
+    {"run", l_run},
+    {"await", l_await},
+    {"now", l_now},
+    {"uniform", l_uniform},
+    {"normal", l_normal},
+    {"synthetic", l_synthetic},
+    {"token_list", l_token_list},
+    {"read_json", l_read_json},
+    {"read_jsonl", l_read_jsonl},
+    {"model", l_model},
+    {"gpu", l_gpu},
+    {"models", l_models},
+    {"gpus", l_gpus},
+    {"args", l_args},
+    {nullptr, nullptr},
+};
+
+void open_duet(lua_State* L, ScriptContext& ctx) {
+  register_types(L);
+  lua_pushlightuserdata(L, &ctx);
+  lua_setfield(L, LUA_REGISTRYINDEX, kContextKey);
+  luaL_newlib(L, kFunctions);
+  lua_pushstring(L, ctx.opt.backend.c_str());
+  lua_setfield(L, -2, "backend");
+  lua_pushstring(L, ctx.opt.source_dir.c_str());
+  lua_setfield(L, -2, "source_dir");
+  lua_pushstring(L, ctx.out_path.c_str());
+  lua_setfield(L, -2, "out");
+  // require("duet") and the global `duet` are the same table.
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "duet");
+  lua_pop(L, 1);
+  // Workload modules load from the repository: require("workloads.beam_search").
+  lua_getfield(L, -1, "path");
+  const std::string path = ctx.opt.source_dir + "/?.lua;" + ctx.opt.source_dir + "/?/init.lua;" +
+                           std::filesystem::path(ctx.opt.script).parent_path().string() + "/?.lua;" +
+                           lua_tostring(L, -1);
+  lua_pop(L, 1);
+  lua_pushstring(L, path.c_str());
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+  lua_setglobal(L, "duet");
+}
+
+}  // namespace
+
+void run_script(const ScriptOptions& options) {
+  ScriptContext ctx;
+  ctx.opt = options;
+  std::ifstream in(options.script);
+  if (!in) throw Error(options.script + ": cannot open script");
+  std::stringstream text;
+  text << in.rdbuf();
+  ctx.script_text = text.str();
+  ctx.out_path = options.out.empty() ? std::filesystem::path(options.script).stem().string() + ".h5" : options.out;
+  State state;
+  lua_State* L = state.get();
+  open_duet(L, ctx);
+  load_file(L, options.script);
+  pcall(L, 0, 0);
+  if (ctx.writer) {
+    ctx.writer->close();
+    std::printf("wrote %s\n", ctx.out_path.c_str());
+  }
+}
+
+}  // namespace duet::lua

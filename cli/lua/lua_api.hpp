@@ -1,0 +1,31 @@
+#pragma once
+// The `duet` Lua module, and running a script with it.
+#include <lua.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace duet {
+class RunFileWriter;
+}
+
+namespace duet::lua {
+
+struct ScriptOptions {
+  std::string script;                 // path of the Lua script
+  std::string backend = "sim";        // sim or cpu
+  std::string out;                    // HDF5 file; empty: <script stem>.h5
+  std::vector<std::string> args;      // after --
+  std::string source_dir;             // repository root: workloads/, traces/, models/
+  int threads = 0;                    // sweep threads; 0: every core
+  bool progress = true;               // draw progress bars when stderr is a terminal
+};
+
+// Runs a script to completion; errors (Lua or duet) throw duet::Error with file:line and a
+// traceback.
+void run_script(const ScriptOptions& options);
+
+}  // namespace duet::lua

@@ -1,0 +1,500 @@
+#include "cli/lua/lua_experiment.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "cli/backend.hpp"
+#include "cli/progress.hpp"
+#include "cli/run_metadata.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "core/error.hpp"
+#include "core/runtime.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+// A registry reference to a Lua function, released with the experiment.
+struct FunctionRef {
+  lua_State* L = nullptr;
+  int ref = LUA_NOREF;
+  FunctionRef() = default;
+  FunctionRef(const FunctionRef&) = delete;
+  FunctionRef& operator=(const FunctionRef&) = delete;
+  FunctionRef(FunctionRef&& o) noexcept : L(o.L), ref(o.ref) {
+    o.L = nullptr;
+    o.ref = LUA_NOREF;
+  }
+  ~FunctionRef() {
+    if (L) luaL_unref(L, LUA_REGISTRYINDEX, ref);
+  }
+  explicit operator bool() const { return ref != LUA_NOREF; }
+  void push() const { lua_rawgeti(L, LUA_REGISTRYINDEX, ref); }
+};
+
+// Reads an optional function field into a FunctionRef.
+void read_function(lua_State* L, TableReader& t, const char* key, FunctionRef& out) {
+  const int type = t.push(key);
+  if (type == LUA_TFUNCTION) {
+    out.L = L;
+    out.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return;
+  }
+  lua_pop(L, 1);
+  if (type != LUA_TNIL) t.fail(key, "expected a function");
+}
+
+struct EnginePolicies {
+  FunctionRef order, admit, victim;
+};
+
+struct Experiment {
+  GpuSpec gpu;
+  std::string backend;
+  std::vector<EngineConfig> engines;
+  std::vector<std::string> cost_models;
+  std::vector<std::string> load_formats;
+  std::vector<std::unique_ptr<EnginePolicies>> policies;
+  ArbiterKind arbiter = ArbiterKind::Alternate;
+  std::vector<std::string> arbiter_priority;
+  FunctionRef arbiter_fn, memory_split;
+  LuaWorkloadOptions workload;
+  std::string label;
+  bool progress = true;
+};
+
+EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::string& default_cost) {
+  TableReader t(L, index, "engines[" + std::to_string(ex.engines.size() + 1) + "]");
+  EngineConfig c;
+  c.name = t.string("name").value_or("");
+  if (c.name.empty()) t.fail("name", "every engine needs a name (e.g. 'llm', 'prm')");
+  for (const auto& e : ex.engines)
+    if (e.name == c.name) t.fail("name", "engine name '" + c.name + "' is used twice");
+  const auto model = t.string("model");
+  if (!model) t.fail("model", "missing: a built-in model name or a HuggingFace config.json path");
+  c.model = resolve_model(*model);
+  if (auto u = t.number("gpu_memory_utilization")) c.gpu_memory_utilization = *u;
+  if (auto g = t.number("budget_gib")) {
+    c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
+    c.gpu_memory_utilization.reset();
+  }
+  c.block_size = int(t.integer("block_size").value_or(c.block_size));
+  c.max_num_seqs = int(t.integer("max_num_seqs").value_or(c.max_num_seqs));
+  c.max_num_batched_tokens = int(t.integer("max_num_batched_tokens").value_or(c.max_num_batched_tokens));
+  c.max_model_len = int(t.integer("max_model_len").value_or(c.max_model_len));
+  c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
+  c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
+  c.allocator = allocator_kind_from_name(t.string("allocator").value_or("paged"));
+  if (auto n = t.integer("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
+  ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
+  ex.load_formats.push_back(t.string("load_format").value_or("dummy"));
+  auto policies = std::make_unique<EnginePolicies>();
+  if (t.push("policy") == LUA_TTABLE) {
+    TableReader p(L, -1, "engines." + c.name + ".policy");
+    read_function(L, p, "order", policies->order);
+    read_function(L, p, "admit", policies->admit);
+    read_function(L, p, "victim", policies->victim);
+    p.finish();
+  } else if (!lua_isnil(L, -1)) {
+    t.fail("policy", "expected a table {order = f, admit = f, victim = f}");
+  }
+  lua_pop(L, 1);
+  ex.policies.push_back(std::move(policies));
+  t.finish();
+  return c;
+}
+
+Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
+  TableReader t(L, index, "duet.run");
+  Experiment ex;
+  ex.gpu = gpu_by_name(t.string("gpu").value_or("h100"));
+  ex.backend = t.string("backend").value_or(d.backend);
+  const std::string cost = t.string("cost_model").value_or("roofline");
+  if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
+  const lua_Integer n = luaL_len(L, -1);
+  if (n < 1) t.fail("engines", "needs at least one engine");
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, -1, i);
+    ex.engines.push_back(read_engine(L, -1, ex, cost));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  const int arb = t.push("arbiter");
+  if (arb == LUA_TFUNCTION) {
+    ex.arbiter = ArbiterKind::Callback;
+    ex.arbiter_fn.L = L;
+    ex.arbiter_fn.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  } else {
+    if (arb == LUA_TSTRING) ex.arbiter = arbiter_kind_from_name(lua_tostring(L, -1));
+    else if (arb != LUA_TNIL) t.fail("arbiter", "expected a name (alternate, priority, oldest) or a function");
+    lua_pop(L, 1);
+  }
+  if (t.push("arbiter_priority") == LUA_TTABLE) {
+    for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) == LUA_TSTRING) ex.arbiter_priority.push_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  read_function(L, t, "memory_split", ex.memory_split);
+  ex.workload.concurrency = int(t.integer("concurrency").value_or(64));
+  const std::string batching = t.string("batching").value_or("continuous");
+  if (batching == "fixed") ex.workload.batching = ProblemBatching::Fixed;
+  else if (batching != "continuous") t.fail("batching", "must be 'continuous' or 'fixed'");
+  ex.workload.min_batch = int(t.integer("min_batch").value_or(ex.workload.concurrency));
+  ex.workload.seed = std::uint64_t(t.integer("seed").value_or(0));
+  ex.label = t.string("label").value_or("");
+  ex.progress = t.boolean("progress").value_or(d.progress);
+  if (!t.has("workload")) t.fail("workload", "missing: a workload table {problems = ..., solve = ...}");
+  t.has("out");
+  t.finish();
+  return ex;
+}
+
+// memory_split(info) -> {engine name = gpu_memory_utilization, ...}
+void apply_memory_split(lua_State* L, Experiment& ex) {
+  if (!ex.memory_split) return;
+  ex.memory_split.push();
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, ex.gpu.name.c_str());
+  lua_setfield(L, -2, "gpu");
+  lua_pushnumber(L, double(ex.gpu.hbm_bytes));
+  lua_setfield(L, -2, "hbm_bytes");
+  lua_createtable(L, 0, int(ex.engines.size()));
+  for (const EngineConfig& c : ex.engines) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, c.model.name.c_str());
+    lua_setfield(L, -2, "model");
+    lua_pushnumber(L, double(c.model.weight_bytes()));
+    lua_setfield(L, -2, "weight_bytes");
+    lua_pushnumber(L, double(c.model.kv_bytes_per_token()));
+    lua_setfield(L, -2, "kv_bytes_per_token");
+    lua_setfield(L, -2, c.name.c_str());
+  }
+  lua_setfield(L, -2, "engines");
+  pcall(L, 1, 1);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    throw Error("duet.run: memory_split must return a table {engine name = gpu_memory_utilization}");
+  }
+  TableReader split(L, -1, "memory_split()");
+  for (EngineConfig& c : ex.engines)
+    if (auto u = split.number(c.name.c_str())) {
+      c.gpu_memory_utilization = *u;
+      c.budget_bytes.reset();
+    }
+  split.finish();
+  lua_pop(L, 1);
+}
+
+// The scheduler policies of one engine as std::functions that call into Lua.
+SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p) {
+  SchedulerPolicy policy;
+  if (p.order)
+    policy.order_key = [L, &p](const Sequence& s) {
+      p.order.push();
+      lua_pushinteger(L, lua_Integer(s.id));
+      lua_pushinteger(L, s.num_tokens());
+      lua_pushinteger(L, lua_Integer(s.owner) + 1);
+      lua_pushstring(L, s.kind == SeqKind::Score ? "score" : "generate");
+      pcall(L, 4, 1);
+      const double key = lua_tonumber(L, -1);
+      lua_pop(L, 1);
+      return key;
+    };
+  if (p.admit)
+    policy.admit = [L, &p](const Sequence& s, const SchedulerView& v) {
+      p.admit.push();
+      lua_pushinteger(L, lua_Integer(s.id));
+      lua_pushinteger(L, s.num_tokens());
+      lua_pushinteger(L, lua_Integer(s.owner) + 1);
+      lua_pushinteger(L, lua_Integer(v.num_running));
+      lua_pushinteger(L, lua_Integer(v.num_waiting));
+      lua_pushnumber(L, v.kv.block_utilisation());
+      pcall(L, 6, 1);
+      const bool ok = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      return ok;
+    };
+  if (p.victim)
+    policy.victim = [L, &p](std::span<Sequence* const> c) {
+      p.victim.push();
+      lua_createtable(L, int(c.size()), 0);
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, lua_Integer(c[i]->id));
+        lua_setfield(L, -2, "id");
+        lua_pushinteger(L, c[i]->num_tokens());
+        lua_setfield(L, -2, "num_tokens");
+        lua_pushinteger(L, lua_Integer(c[i]->owner) + 1);
+        lua_setfield(L, -2, "problem");
+        lua_rawseti(L, -2, lua_Integer(i + 1));
+      }
+      pcall(L, 1, 1);
+      const lua_Integer pick = lua_tointeger(L, -1);
+      lua_pop(L, 1);
+      return std::size_t(pick - 1);  // Lua is 1-based; out of range is reported by the scheduler
+    };
+  return policy;
+}
+
+Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
+  Arbiter a;
+  a.kind = ex.arbiter;
+  for (const std::string& name : ex.arbiter_priority) {
+    int found = -1;
+    for (std::size_t i = 0; i < ex.engines.size(); ++i)
+      if (ex.engines[i].name == name) found = int(i);
+    if (found < 0) throw Error("duet.run: arbiter_priority names unknown engine '" + name + "'");
+    a.priority.push_back(found);
+  }
+  if (ex.arbiter == ArbiterKind::Callback) {
+    const FunctionRef* fn = &ex.arbiter_fn;
+    std::vector<std::string> names;
+    for (const auto& c : ex.engines) names.push_back(c.name);
+    a.pick = [L, fn, names](const std::vector<EngineStatus>& statuses) {
+      fn->push();
+      lua_createtable(L, int(statuses.size()), 0);
+      for (const EngineStatus& s : statuses) {
+        lua_createtable(L, 0, 6);
+        lua_pushstring(L, names[std::size_t(s.index)].c_str());
+        lua_setfield(L, -2, "name");
+        lua_pushboolean(L, s.has_work);
+        lua_setfield(L, -2, "has_work");
+        lua_pushinteger(L, lua_Integer(s.num_waiting));
+        lua_setfield(L, -2, "waiting");
+        lua_pushinteger(L, lua_Integer(s.num_running));
+        lua_setfield(L, -2, "running");
+        lua_pushnumber(L, s.ready_since);
+        lua_setfield(L, -2, "ready_since");
+        lua_pushnumber(L, s.kv.block_utilisation());
+        lua_setfield(L, -2, "kv_used");
+        lua_rawseti(L, -2, s.index + 1);
+      }
+      pcall(L, 1, 1);
+      int pick = -1;
+      if (lua_isinteger(L, -1)) pick = int(lua_tointeger(L, -1)) - 1;
+      else if (lua_type(L, -1) == LUA_TSTRING)
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (names[i] == lua_tostring(L, -1)) pick = int(i);
+      lua_pop(L, 1);
+      return pick;
+    };
+  }
+  return a;
+}
+
+}  // namespace
+
+// The vocabulary facts a workload needs: Llama 3's tokenizer has "\n\n" as id 271 and ends a turn
+// with <|eot_id|> 128009 (meta-llama/Llama-3.2-1B-Instruct tokenizer.json); other vocabularies
+// (the tiny model) use the repository's sentencepiece model, whose ids the caller passes.
+EngineVocab engine_vocab(const EngineConfig& c, TokenId small_step, TokenId small_eos) {
+  EngineVocab v;
+  v.name = c.name;
+  v.vocab_size = c.model.vocab_size;
+  const bool llama3 = c.model.vocab_size == 128256;
+  v.step_id = llama3 ? 271 : small_step;
+  v.eos_id = llama3 ? 128009 : small_eos;
+  if (v.step_id >= v.vocab_size || v.eos_id >= v.vocab_size)
+    throw Error("engine '" + c.name + "': vocabulary of " + std::to_string(v.vocab_size) +
+                " tokens is too small for the step and end-of-sequence ids");
+  return v;
+}
+
+bool wants_output(lua_State* L, int index) {
+  const int t = lua_getfield(L, index, "out");
+  const bool no = t == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return !no;
+}
+
+ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
+  index = lua_absindex(L, index);
+  const auto wall0 = std::chrono::steady_clock::now();
+  Experiment ex = read_experiment(L, index, d);
+  apply_memory_split(L, ex);
+  std::vector<EngineMemoryRequest> requests;
+  for (const EngineConfig& c : ex.engines) requests.push_back(memory_request(c));
+  const MemoryPlan plan = plan_memory(ex.gpu, requests);
+
+  std::vector<std::unique_ptr<BuiltEngine>> built;
+  std::vector<EngineVocab> vocabs;
+  for (std::size_t i = 0; i < ex.engines.size(); ++i) {
+    BackendOptions b{ex.backend, ex.cost_models[i], ex.load_formats[i], ex.workload.seed};
+    built.push_back(build_engine(b, ex.gpu, ex.engines[i], plan.engine(ex.engines[i].name), std::uint32_t(i),
+                                 make_policy(L, *ex.policies[i])));
+    vocabs.push_back(engine_vocab(ex.engines[i], 4, 2));
+  }
+  std::unique_ptr<Clock> clock = make_clock(ex.backend);
+  Runtime rt(*clock, make_arbiter(L, ex));
+  for (std::size_t i = 0; i < built.size(); ++i) rt.add_engine(built[i]->engine(), ex.engines[i].model.name);
+
+  lua_getfield(L, index, "workload");
+  LuaWorkload workload(L, -1, vocabs, ex.workload);
+  lua_pop(L, 1);
+  ProgressBar bar(ex.label.empty() ? "duet.run" : ex.label);
+  if (ex.progress && bar.enabled()) {
+    rt.progress_every = 256;
+    rt.on_progress = [&](const Runtime& r) {
+      char detail[64];
+      std::snprintf(detail, sizeof detail, "problems, simulated %.0f s", r.now());
+      bar.update(double(workload.done()), double(workload.total()), detail);
+    };
+  }
+  rt.run(workload);
+  bar.finish();
+
+  ExperimentResult r;
+  r.label = ex.label;
+  r.summary = rt.summary();
+  r.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.records = std::make_shared<std::vector<EngineRecords>>(rt.records());
+  r.problems = workload.results();
+  r.problems_per_s = r.summary.makespan_s > 0 ? double(r.problems.size()) / r.summary.makespan_s : 0;
+  r.metadata = run_metadata(ex.backend, d.command_line, ex.gpu, plan, ex.engines);
+  r.metadata.text.emplace_back("script", d.script_text);
+  if (!ex.label.empty()) r.metadata.text.emplace_back("label", ex.label);
+  std::string arbiter = ex.arbiter == ArbiterKind::Alternate ? "alternate"
+                        : ex.arbiter == ArbiterKind::Priority ? "priority"
+                        : ex.arbiter == ArbiterKind::OldestReady ? "oldest"
+                                                                 : "callback";
+  r.metadata.text.emplace_back("arbiter", arbiter);
+  r.metadata.numbers.emplace_back("seed", double(ex.workload.seed));
+  r.metadata.numbers.emplace_back("concurrency", ex.workload.concurrency);
+  r.metadata.numbers.emplace_back("problems", double(workload.total()));
+  r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
+  for (std::size_t i = 0; i < built.size(); ++i)
+    r.metadata.text.emplace_back(ex.engines[i].name + ".cost_model", built[i]->describe());
+  return r;
+}
+
+}  // namespace duet::lua
+
+namespace duet::lua {
+
+namespace {
+
+constexpr const char* kRecordsMeta = "duet.RunRecords";
+
+using RecordsPtr = std::shared_ptr<std::vector<EngineRecords>>;
+
+int records_gc(lua_State* L) {
+  static_cast<RecordsPtr*>(luaL_checkudata(L, 1, kRecordsMeta))->~RecordsPtr();
+  return 0;
+}
+
+template <typename T>
+void push_column(lua_State* L, const std::vector<StepRecord>& steps, T StepRecord::*field, const char* name) {
+  lua_createtable(L, int(steps.size()), 0);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    lua_pushnumber(L, double(steps[i].*field));
+    lua_rawseti(L, -2, lua_Integer(i + 1));
+  }
+  lua_setfield(L, -2, name);
+}
+
+// result.timeline(engine name) -> {start_s = {...}, duration_s = {...}, ...}: the per-step
+// timeline as columns, for quick prints and plots from Lua.
+int timeline(lua_State* L) {
+  auto* records = static_cast<RecordsPtr*>(luaL_checkudata(L, lua_upvalueindex(1), kRecordsMeta));
+  const std::string name = luaL_checkstring(L, 1);
+  for (const EngineRecords& r : **records) {
+    if (r.name != name) continue;
+    const auto& s = r.steps;
+    lua_createtable(L, 0, 16);
+    push_column(L, s, &StepRecord::start_s, "start_s");
+    push_column(L, s, &StepRecord::duration_s, "duration_s");
+    push_column(L, s, &StepRecord::prefill_tokens, "prefill_tokens");
+    push_column(L, s, &StepRecord::decode_tokens, "decode_tokens");
+    push_column(L, s, &StepRecord::num_seqs, "num_seqs");
+    push_column(L, s, &StepRecord::num_running, "num_running");
+    push_column(L, s, &StepRecord::num_waiting, "num_waiting");
+    push_column(L, s, &StepRecord::kv_blocks_used, "kv_blocks_used");
+    push_column(L, s, &StepRecord::kv_blocks_free, "kv_blocks_free");
+    push_column(L, s, &StepRecord::kv_blocks_cached, "kv_blocks_cached");
+    push_column(L, s, &StepRecord::prefix_hit_tokens, "prefix_hit_tokens");
+    push_column(L, s, &StepRecord::evictions, "evictions");
+    push_column(L, s, &StepRecord::preemptions, "preemptions");
+    push_column(L, s, &StepRecord::cow_copies, "cow_copies");
+    lua_pushinteger(L, r.total_blocks);
+    lua_setfield(L, -2, "total_blocks");
+    return 1;
+  }
+  return luaL_error(L, "timeline: no engine '%s' in this run", name.c_str());
+}
+
+void set_number(lua_State* L, const char* key, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+
+void push_percentiles(lua_State* L, const char* key, const Percentiles& p) {
+  lua_createtable(L, 0, 4);
+  set_number(L, "mean", p.mean);
+  set_number(L, "p50", p.p50);
+  set_number(L, "p90", p.p90);
+  set_number(L, "p99", p.p99);
+  lua_setfield(L, -2, key);
+}
+
+}  // namespace
+
+void push_result(lua_State* L, const ExperimentResult& r) {
+  lua_createtable(L, 0, 10);
+  set_number(L, "makespan_s", r.summary.makespan_s);
+  set_number(L, "wall_s", r.summary.wall_s);
+  set_number(L, "problems", double(r.problems.size()));
+  set_number(L, "problems_per_s", r.problems_per_s);
+  set_number(L, "problems_per_hour", 3600.0 * r.problems_per_s);
+  int correct = 0, known = 0;
+  double score = 0;
+  for (const ProblemRecord& p : r.problems) {
+    known += p.correct >= 0;
+    correct += p.correct == 1;
+    score += p.score;
+  }
+  set_number(L, "accuracy", known ? double(correct) / known : 0.0);
+  set_number(L, "mean_score", r.problems.empty() ? 0.0 : score / double(r.problems.size()));
+  lua_createtable(L, 0, int(r.summary.engines.size()));
+  for (const EngineSummary& e : r.summary.engines) {
+    lua_createtable(L, 0, 20);
+    lua_pushstring(L, e.model.c_str());
+    lua_setfield(L, -2, "model");
+    set_number(L, "steps", double(e.steps));
+    set_number(L, "requests", double(e.requests));
+    set_number(L, "prompt_tokens", double(e.prompt_tokens));
+    set_number(L, "generated_tokens", double(e.generated_tokens));
+    set_number(L, "generated_tokens_per_s", e.generated_tokens_per_s);
+    set_number(L, "prompt_tokens_per_s", r.summary.makespan_s > 0 ? double(e.prompt_tokens) / r.summary.makespan_s : 0);
+    set_number(L, "requests_per_s", e.requests_per_s);
+    set_number(L, "prefix_hit_rate", e.prefix_hit_rate);
+    set_number(L, "peak_kv_utilisation", e.peak_kv_utilisation);
+    set_number(L, "mean_kv_utilisation", e.mean_kv_utilisation);
+    set_number(L, "preemptions", double(e.preemptions));
+    set_number(L, "evictions", double(e.evictions));
+    set_number(L, "cow_copies", double(e.cow_copies));
+    set_number(L, "busy_s", e.busy_s);
+    push_percentiles(L, "ttft_s", e.ttft_s);
+    push_percentiles(L, "tpot_s", e.tpot_s);
+    push_percentiles(L, "e2e_s", e.e2e_s);
+    for (const EngineRecords& rec : *r.records)
+      if (rec.name == e.name) set_number(L, "total_blocks", rec.total_blocks);
+    lua_setfield(L, -2, e.name.c_str());
+  }
+  lua_setfield(L, -2, "engines");
+  // The timeline closure keeps the records alive as long as Lua holds the result.
+  void* mem = lua_newuserdatauv(L, sizeof(RecordsPtr), 0);
+  new (mem) RecordsPtr(r.records);
+  if (luaL_newmetatable(L, kRecordsMeta)) {
+    lua_pushcfunction(L, records_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  lua_pushcclosure(L, timeline, 1);
+  lua_setfield(L, -2, "timeline");
+}
+
+}  // namespace duet::lua

@@ -1,0 +1,158 @@
+#include "cli/lua/lua_types.hpp"
+
+#include <new>
+
+#include "cli/lua/lua_util.hpp"
+#include "cli/lua/lua_workload.hpp"
+#include "core/mix.hpp"
+
+namespace duet::lua {
+
+TokenList& push_token_list(lua_State* L, std::vector<TokenId> ids) {
+  void* mem = lua_newuserdatauv(L, sizeof(TokenList), 0);
+  auto* list = new (mem) TokenList{std::move(ids)};
+  luaL_setmetatable(L, kTokenListMeta);
+  return *list;
+}
+
+TokenList* test_token_list(lua_State* L, int index) {
+  return static_cast<TokenList*>(luaL_testudata(L, index, kTokenListMeta));
+}
+
+std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1, TokenId avoid2) {
+  std::vector<TokenId> out(std::size_t(std::max(0, n)));
+  for (int i = 0; i < n; ++i) {
+    TokenId t = TokenId(mix64(key * 0x9e3779b97f4a7c15ULL + std::uint64_t(i)) % std::uint64_t(vocab_size));
+    while (t == avoid1 || t == avoid2) t = (t + 1) % vocab_size;
+    out[std::size_t(i)] = t;
+  }
+  return out;
+}
+
+namespace {
+
+int token_list_gc(lua_State* L) {
+  static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta))->~TokenList();
+  return 0;
+}
+
+int token_list_len(lua_State* L) {
+  lua_pushinteger(L, lua_Integer(static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta))->ids.size()));
+  return 1;
+}
+
+int token_list_get(lua_State* L) {  // list:get(i), 1-based
+  auto* list = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
+  const lua_Integer i = luaL_checkinteger(L, 2);
+  if (i < 1 || i > lua_Integer(list->ids.size())) return luaL_error(L, "TokenList index %d out of range", int(i));
+  lua_pushinteger(L, list->ids[std::size_t(i - 1)]);
+  return 1;
+}
+
+int token_list_concat(lua_State* L) {  // a .. b
+  auto* a = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
+  auto* b = static_cast<TokenList*>(luaL_checkudata(L, 2, kTokenListMeta));
+  return guarded(L, [&] {
+    std::vector<TokenId> ids = a->ids;
+    ids.insert(ids.end(), b->ids.begin(), b->ids.end());
+    push_token_list(L, std::move(ids));
+    return 1;
+  });
+}
+
+int token_list_tostring(lua_State* L) {
+  auto* list = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
+  lua_pushfstring(L, "TokenList(%d tokens)", int(list->ids.size()));
+  return 1;
+}
+
+EngineRef& check_engine(lua_State* L, int index) { return *static_cast<EngineRef*>(luaL_checkudata(L, index, kEngineRefMeta)); }
+
+int engine_submit(lua_State* L) {
+  const int engine = check_engine(L, 1).index;
+  return guarded(L, [&] {
+    const int id = LuaWorkload::from(L).lua_submit(L, engine, 2);
+    lua_pushinteger(L, id);
+    return 1;
+  });
+}
+
+int engine_release(lua_State* L) {
+  const int engine = check_engine(L, 1).index;
+  const lua_Integer id = luaL_checkinteger(L, 2);
+  return guarded(L, [&] { return LuaWorkload::from(L).lua_release(L, engine, SeqId(id)); });
+}
+
+int engine_tokens(lua_State* L) {
+  const int engine = check_engine(L, 1).index;
+  const lua_Integer id = luaL_checkinteger(L, 2);
+  const lua_Integer from = luaL_optinteger(L, 3, 0);
+  return guarded(L, [&] { return LuaWorkload::from(L).lua_tokens(L, engine, SeqId(id), int(from)); });
+}
+
+int engine_set_priority(lua_State* L) {
+  const int engine = check_engine(L, 1).index;
+  const lua_Integer id = luaL_checkinteger(L, 2);
+  const lua_Integer p = luaL_checkinteger(L, 3);
+  const bool shared = lua_toboolean(L, 4);
+  return guarded(L, [&] { return LuaWorkload::from(L).lua_set_priority(L, engine, SeqId(id), int(p), shared); });
+}
+
+int engine_index(lua_State* L) {  // fields and methods
+  const int engine = check_engine(L, 1).index;
+  const char* key = luaL_checkstring(L, 2);
+  if (luaL_getmetafield(L, 1, "__methods") != LUA_TNIL) {
+    lua_getfield(L, -1, key);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 2);
+  }
+  return guarded(L, [&] {
+    const EngineVocab& v = LuaWorkload::from(L).engines().at(std::size_t(engine));
+    const std::string k = key;
+    if (k == "name") lua_pushstring(L, v.name.c_str());
+    else if (k == "vocab_size") lua_pushinteger(L, v.vocab_size);
+    else if (k == "step_id") lua_pushinteger(L, v.step_id);
+    else if (k == "eos_id") lua_pushinteger(L, v.eos_id);
+    else if (k == "index") lua_pushinteger(L, engine + 1);
+    else lua_pushnil(L);
+    return 1;
+  });
+}
+
+}  // namespace
+
+void push_engine_ref(lua_State* L, int index) {
+  auto* ref = static_cast<EngineRef*>(lua_newuserdatauv(L, sizeof(EngineRef), 0));
+  ref->index = index;
+  luaL_setmetatable(L, kEngineRefMeta);
+}
+
+void register_types(lua_State* L) {
+  luaL_newmetatable(L, kTokenListMeta);
+  const luaL_Reg list_meta[] = {{"__gc", token_list_gc},
+                                {"__len", token_list_len},
+                                {"__concat", token_list_concat},
+                                {"__tostring", token_list_tostring},
+                                {nullptr, nullptr}};
+  luaL_setfuncs(L, list_meta, 0);
+  lua_newtable(L);
+  lua_pushcfunction(L, token_list_get);
+  lua_setfield(L, -2, "get");
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+
+  luaL_newmetatable(L, kEngineRefMeta);
+  lua_pushcfunction(L, engine_index);
+  lua_setfield(L, -2, "__index");
+  const luaL_Reg methods[] = {{"submit", engine_submit},
+                              {"release", engine_release},
+                              {"tokens", engine_tokens},
+                              {"set_priority", engine_set_priority},
+                              {nullptr, nullptr}};
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__methods");
+  lua_pop(L, 1);
+}
+
+}  // namespace duet::lua

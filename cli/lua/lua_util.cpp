@@ -1,0 +1,137 @@
+#include "cli/lua/lua_util.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace duet::lua {
+
+State::State() : L_(luaL_newstate()) {
+  if (!L_) throw Error("cannot create a Lua state (out of memory)");
+  luaL_openlibs(L_);
+  // Lua 5.4 seeds math.random randomly at start-up; a run must be reproducible.
+  luaL_dostring(L_, "math.randomseed(0)");
+}
+
+State::~State() { lua_close(L_); }
+
+namespace {
+
+int traceback(lua_State* L) {
+  const char* msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+}  // namespace
+
+void pcall(lua_State* L, int nargs, int nresults) {
+  const int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  const int status = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  if (status != LUA_OK) {
+    std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(non-string Lua error)";
+    lua_pop(L, 1);
+    throw Error(msg);
+  }
+}
+
+void load_file(lua_State* L, const std::string& path) {
+  if (luaL_loadfile(L, path.c_str()) != LUA_OK) {
+    std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load";
+    lua_pop(L, 1);
+    throw Error(msg);
+  }
+}
+
+std::string where(lua_State* L, int level) {
+  luaL_where(L, level);
+  std::string w = lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return w;
+}
+
+TableReader::TableReader(lua_State* L, int index, std::string where)
+    : L_(L), index_(lua_absindex(L, index)), where_(std::move(where)) {
+  if (!lua_istable(L, index_))
+    throw Error(lua::where(L) + where_ + ": expected a table, got " + luaL_typename(L, index_));
+}
+
+void TableReader::fail(const char* key, const std::string& what) const {
+  throw Error(lua::where(L_) + where_ + "." + key + ": " + what);
+}
+
+int TableReader::push(const char* key) {
+  asked_.insert(key);
+  return lua_getfield(L_, index_, key);
+}
+
+bool TableReader::has(const char* key) {
+  const bool present = push(key) != LUA_TNIL;
+  lua_pop(L_, 1);
+  return present;
+}
+
+std::optional<double> TableReader::number(const char* key) {
+  const int t = push(key);
+  std::optional<double> v;
+  if (t == LUA_TNUMBER) v = lua_tonumber(L_, -1);
+  lua_pop(L_, 1);
+  if (t != LUA_TNIL && t != LUA_TNUMBER) fail(key, std::string("expected a number, got ") + lua_typename(L_, t));
+  if (v && !std::isfinite(*v)) fail(key, "expected a finite number");
+  return v;
+}
+
+std::optional<std::int64_t> TableReader::integer(const char* key) {
+  const int t = push(key);
+  std::optional<std::int64_t> v;
+  int ok = 0;
+  if (t == LUA_TNUMBER) {
+    const lua_Integer i = lua_tointegerx(L_, -1, &ok);
+    if (ok) v = i;
+  }
+  lua_pop(L_, 1);
+  if (t != LUA_TNIL && !ok) fail(key, std::string("expected an integer, got ") + lua_typename(L_, t));
+  return v;
+}
+
+std::optional<std::string> TableReader::string(const char* key) {
+  const int t = push(key);
+  std::optional<std::string> v;
+  if (t == LUA_TSTRING) v = lua_tostring(L_, -1);
+  lua_pop(L_, 1);
+  if (t != LUA_TNIL && t != LUA_TSTRING) fail(key, std::string("expected a string, got ") + lua_typename(L_, t));
+  return v;
+}
+
+std::optional<bool> TableReader::boolean(const char* key) {
+  const int t = push(key);
+  std::optional<bool> v;
+  if (t == LUA_TBOOLEAN) v = lua_toboolean(L_, -1) != 0;
+  lua_pop(L_, 1);
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN) fail(key, std::string("expected true or false, got ") + lua_typename(L_, t));
+  return v;
+}
+
+void TableReader::finish() {
+  lua_pushnil(L_);
+  while (lua_next(L_, index_) != 0) {
+    lua_pop(L_, 1);  // the value; the key stays for lua_next
+    const bool string_key = lua_type(L_, -1) == LUA_TSTRING;
+    const std::string key = string_key ? lua_tostring(L_, -1) : std::string("[") + luaL_typename(L_, -1) + " key]";
+    if (!string_key || !asked_.count(key)) {
+      std::string valid;
+      for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;
+      lua_pop(L_, 1);
+      throw Error(lua::where(L_) + where_ + ": unknown key '" + key + "' (valid keys: " + valid + ")");
+    }
+  }
+}
+
+}  // namespace duet::lua

@@ -1,0 +1,78 @@
+#pragma once
+// A small binding layer over Lua 5.4's C API: an owned state, protected calls with tracebacks,
+// and table readers that reject unknown keys. No third-party binding library: Debian packages
+// none for Lua 5.4.
+#include <lua.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace duet::lua {
+
+// Owns a lua_State with the standard libraries open.
+class State {
+ public:
+  State();
+  ~State();
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  lua_State* get() const { return L_; }
+
+ private:
+  lua_State* L_;
+};
+
+// Calls the function below nargs arguments; on error throws duet::Error with "file:line: message"
+// and a traceback.
+void pcall(lua_State* L, int nargs, int nresults);
+// Loads a script file as a function on the stack; a syntax error throws duet::Error (file:line).
+void load_file(lua_State* L, const std::string& path);
+
+// Reads the fields of a configuration table, remembering which keys it asked for; finish()
+// rejects any other key, listing the valid ones. `where` names the table in errors
+// ("duet.run", "engines.llm").
+class TableReader {
+ public:
+  TableReader(lua_State* L, int index, std::string where);
+  bool has(const char* key);
+  std::optional<double> number(const char* key);
+  std::optional<std::int64_t> integer(const char* key);
+  std::optional<std::string> string(const char* key);
+  std::optional<bool> boolean(const char* key);
+  // Pushes the field onto the stack (nil if absent) and returns its Lua type.
+  int push(const char* key);
+  void finish();
+  const std::string& where() const { return where_; }
+  // Throws duet::Error naming the Lua caller's file:line, the table and the key.
+  [[noreturn]] void fail(const char* key, const std::string& what) const;
+
+ private:
+  lua_State* L_;
+  int index_;
+  std::string where_;
+  std::set<std::string> asked_;
+};
+
+// The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
+std::string where(lua_State* L, int level = 1);
+
+// Runs a C++ body for a Lua C function. C++ errors become Lua errors only after every C++ object
+// of the body is destroyed: lua_error unwinds with longjmp, which must never skip a destructor.
+template <typename F>
+int guarded(lua_State* L, F&& body) {
+  bool failed = false;
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    lua_pushstring(L, e.what());
+    failed = true;
+  }
+  if (failed) lua_error(L);
+  return 0;
+}
+
+}  // namespace duet::lua

@@ -1,0 +1,417 @@
+#include "cli/lua/lua_workload.hpp"
+
+#include <algorithm>
+
+#include "cli/lua/lua_types.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "core/error.hpp"
+#include "core/mix.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+constexpr const char* kWorkloadKey = "duet.workload";
+
+const char* finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Scored: return "scored";
+    case FinishReason::Aborted: return "aborted";
+    case FinishReason::None: break;
+  }
+  return "none";
+}
+
+int ref_field(lua_State* L, int index, const char* key, int type, const char* what) {
+  if (lua_getfield(L, index, key) != type) {
+    lua_pop(L, 1);
+    throw Error(std::string("workload: field '") + key + "' must be " + what);
+  }
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+}  // namespace
+
+LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines, LuaWorkloadOptions options)
+    : L_(L), engines_(std::move(engines)), opt_(options) {
+  index = lua_absindex(L, index);
+  if (!lua_istable(L, index)) throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
+  if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
+  solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
+  problems_ref_ = ref_field(L, index, "problems", LUA_TTABLE, "an array of problems");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, problems_ref_);
+  total_ = lua_rawlen(L, -1);
+  lua_pop(L, 1);
+  lua_pushvalue(L, index);
+  workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushlightuserdata(L, this);
+  lua_setfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
+}
+
+LuaWorkload::~LuaWorkload() {
+  for (auto& [co, task] : tasks_) luaL_unref(L_, LUA_REGISTRYINDEX, task->thread_ref);
+  luaL_unref(L_, LUA_REGISTRYINDEX, solve_ref_);
+  luaL_unref(L_, LUA_REGISTRYINDEX, problems_ref_);
+  luaL_unref(L_, LUA_REGISTRYINDEX, workload_ref_);
+  lua_pushnil(L_);
+  lua_setfield(L_, LUA_REGISTRYINDEX, kWorkloadKey);
+}
+
+LuaWorkload& LuaWorkload::from(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
+  auto* w = static_cast<LuaWorkload*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (!w) throw Error(where(L) + "engines can only be used inside a workload's solve() during duet.run");
+  return *w;
+}
+
+void LuaWorkload::start(Runtime& rt) {
+  rt_ = &rt;
+  fill();
+}
+
+void LuaWorkload::fill() {
+  const std::size_t in_flight = tasks_.size();
+  const bool refill = opt_.batching == ProblemBatching::Fixed ? in_flight == 0
+                                                              : in_flight < std::size_t(std::max(1, opt_.min_batch));
+  if (!refill) return;
+  while (tasks_.size() < std::size_t(opt_.concurrency) && next_problem_ < total_) launch(next_problem_++);
+}
+
+void LuaWorkload::launch(std::size_t problem) {
+  lua_State* co = lua_newthread(L_);
+  auto task = std::make_unique<Task>();
+  task->co = co;
+  task->thread_ref = luaL_ref(L_, LUA_REGISTRYINDEX);
+  task->problem = problem;
+  task->start_s = rt_->now();
+  Task& t = *task;
+  tasks_.emplace(co, std::move(task));
+  // solve(ctx, problem) with ctx = {engines = {name = engine}, index = i, seed = s}
+  lua_rawgeti(co, LUA_REGISTRYINDEX, solve_ref_);
+  lua_createtable(co, 0, 3);
+  lua_createtable(co, 0, int(engines_.size()));
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    push_engine_ref(co, int(e));
+    lua_setfield(co, -2, engines_[e].name.c_str());
+  }
+  lua_setfield(co, -2, "engines");
+  lua_pushinteger(co, lua_Integer(problem + 1));
+  lua_setfield(co, -2, "index");
+  lua_pushinteger(co, lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));
+  lua_setfield(co, -2, "seed");
+  lua_rawgeti(co, LUA_REGISTRYINDEX, problems_ref_);
+  lua_rawgeti(co, -1, lua_Integer(problem + 1));
+  lua_remove(co, -2);
+  resume(t, 2);
+}
+
+void LuaWorkload::resume(Task& task, int nargs) {
+  int nres = 0;
+  const int status = lua_resume(task.co, L_, nargs, &nres);
+  if (status == LUA_YIELD) {
+    lua_pop(task.co, nres);
+    task.suspended = true;
+    return;
+  }
+  if (status != LUA_OK) {
+    const char* msg = lua_tostring(task.co, -1);
+    luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
+    std::string full = std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
+    lua_pop(L_, 1);
+    throw Error(full);
+  }
+  complete(task);
+}
+
+void LuaWorkload::complete(Task& task) {
+  lua_State* co = task.co;
+  ProblemRecord r;
+  r.index = std::int64_t(task.problem) + 1;
+  r.start_s = task.start_s;
+  r.finish_s = rt_->now();
+  r.requests = task.requests;
+  r.generated_tokens = task.generated;
+  if (lua_gettop(co) >= 1 && lua_istable(co, 1)) {
+    lua_getfield(co, 1, "score");
+    r.score = lua_isnumber(co, -1) ? lua_tonumber(co, -1) : 0.0;
+    lua_getfield(co, 1, "correct");
+    r.correct = lua_isboolean(co, -1) ? (lua_toboolean(co, -1) ? 1 : 0) : -1;
+    lua_getfield(co, 1, "iterations");
+    r.iterations = lua_isinteger(co, -1) ? int(lua_tointeger(co, -1)) : 0;
+    lua_getfield(co, 1, "level");
+    r.level = lua_isinteger(co, -1) ? int(lua_tointeger(co, -1)) : 0;
+    lua_pop(co, 4);
+  }
+  results_.push_back(r);
+  // Whatever the search kept or left running is given back.
+  for (auto [e, id] : task.kept) rt_->release(e, id);
+  for (auto [id, e] : task.live) {
+    owner_.erase(id);
+    rt_->release(e, id);
+  }
+  luaL_unref(L_, LUA_REGISTRYINDEX, task.thread_ref);
+  tasks_.erase(co);
+  fill();
+}
+
+LuaWorkload::Task& LuaWorkload::task_of(lua_State* co) {
+  auto it = tasks_.find(co);
+  if (it == tasks_.end()) throw Error(where(co) + "engines can only be used from a workload's solve() coroutine");
+  return *it->second;
+}
+
+void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
+  auto it = owner_.find(seq.id);
+  if (it == owner_.end()) return;
+  Task& task = *it->second;
+  owner_.erase(it);
+  task.live.erase(seq.id);
+  task.generated += seq.kind == SeqKind::Generate ? seq.num_output_tokens() : 0;
+  if (seq.keep_kv) task.kept.emplace_back(engine, seq.id);
+  task.finished.emplace(seq.id, Finished{engine, seq.num_prompt_tokens, seq.num_output_tokens(), seq.num_tokens(),
+                                         seq.finish_reason, seq.scores});
+  if (!task.suspended) return;
+  for (SeqId id : task.awaiting)
+    if (!task.finished.count(id)) return;
+  task.suspended = false;
+  push_results(task, task.co);
+  resume(task, 1);
+}
+
+void LuaWorkload::push_results(Task& task, lua_State* co) {
+  lua_createtable(co, int(task.awaiting.size()), 0);
+  int i = 0;
+  for (SeqId id : task.awaiting) {
+    auto it = task.finished.find(id);
+    const Finished& f = it->second;
+    lua_createtable(co, 0, 8);
+    lua_pushinteger(co, lua_Integer(id));
+    lua_setfield(co, -2, "id");
+    lua_pushstring(co, engines_[std::size_t(f.engine)].name.c_str());
+    lua_setfield(co, -2, "engine");
+    lua_pushinteger(co, f.prompt_tokens);
+    lua_setfield(co, -2, "prompt_tokens");
+    lua_pushinteger(co, f.output_tokens);
+    lua_setfield(co, -2, "output_tokens");
+    lua_pushinteger(co, f.num_tokens);
+    lua_setfield(co, -2, "num_tokens");
+    lua_pushstring(co, finish_name(f.reason));
+    lua_setfield(co, -2, "finish");
+    if (!f.scores.empty()) {
+      lua_createtable(co, int(f.scores.size()), 0);
+      for (std::size_t k = 0; k < f.scores.size(); ++k) {
+        lua_pushnumber(co, f.scores[k]);
+        lua_rawseti(co, -2, lua_Integer(k + 1));
+      }
+      lua_setfield(co, -2, "scores");
+      lua_pushnumber(co, f.scores.back());
+      lua_setfield(co, -2, "score");
+    }
+    lua_rawseti(co, -2, ++i);
+    task.finished.erase(it);
+  }
+  task.awaiting.clear();
+}
+
+int LuaWorkload::lua_await(lua_State* co) {
+  Task& task = task_of(co);
+  task.awaiting.clear();
+  auto add = [&](lua_Integer id) {
+    const SeqId sid = SeqId(id);
+    if (!task.live.count(sid) && !task.finished.count(sid))
+      throw Error(where(co) + "duet.await: " + std::to_string(id) +
+                  " is not a sequence of this problem that is running or unawaited");
+    task.awaiting.push_back(sid);
+  };
+  const int n = lua_gettop(co);
+  for (int a = 1; a <= n; ++a) {
+    if (lua_istable(co, a)) {
+      const lua_Integer len = luaL_len(co, a);
+      for (lua_Integer k = 1; k <= len; ++k) {
+        lua_rawgeti(co, a, k);
+        const bool ok = lua_isinteger(co, -1);
+        const lua_Integer id = lua_tointeger(co, -1);
+        lua_pop(co, 1);
+        if (!ok) throw Error(where(co) + "duet.await: expected sequence ids");
+        add(id);
+      }
+    } else {
+      if (!lua_isinteger(co, a)) throw Error(where(co) + "duet.await: expected sequence ids or a list of them");
+      add(lua_tointeger(co, a));
+    }
+  }
+  for (SeqId id : task.awaiting)
+    if (!task.finished.count(id)) {
+      task.suspended = true;
+      return -1;  // the caller yields, outside any C++ scope
+    }
+  push_results(task, co);
+  return 1;
+}
+
+}  // namespace duet::lua
+
+namespace duet::lua {
+
+namespace {
+
+// A token list given as a TokenList or as a count of synthetic tokens.
+std::vector<TokenId> read_tokens(lua_State* co, TableReader& spec, const char* key, std::uint64_t key_seed,
+                                 const EngineVocab& v) {
+  const int t = spec.push(key);
+  std::vector<TokenId> out;
+  if (TokenList* list = test_token_list(co, -1)) {
+    out = list->ids;
+  } else if (t == LUA_TNUMBER && lua_isinteger(co, -1)) {
+    const lua_Integer n = lua_tointeger(co, -1);
+    if (n < 0 || n > (1 << 24)) {
+      lua_pop(co, 1);
+      spec.fail(key, "a synthetic token count must be in [0, 2^24], got " + std::to_string(n));
+    }
+    out = synthetic_tokens(int(n), key_seed, v.vocab_size, v.step_id, v.eos_id);
+  } else if (t != LUA_TNIL) {
+    lua_pop(co, 1);
+    spec.fail(key, "expected a TokenList (duet.tokens) or a token count");
+  }
+  lua_pop(co, 1);
+  return out;
+}
+
+TokenId token_name(const TableReader& spec, const char* key, const std::string& name, const EngineVocab& v) {
+  if (name == "step") return v.step_id;
+  if (name == "eos") return v.eos_id;
+  spec.fail(key, "unknown token name '" + name + "' (valid: step, eos, or a token id)");
+}
+
+std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const EngineVocab& v) {
+  std::vector<TokenId> out;
+  const int t = spec.push("stop");
+  if (t == LUA_TNIL) {
+    lua_pop(co, 1);
+    return {v.eos_id};
+  }
+  if (t != LUA_TTABLE) {
+    lua_pop(co, 1);
+    spec.fail("stop", "expected a list of token names ('step', 'eos') or ids");
+  }
+  const lua_Integer n = luaL_len(co, -1);
+  for (lua_Integer k = 1; k <= n; ++k) {
+    lua_rawgeti(co, -1, k);
+    if (lua_isinteger(co, -1)) out.push_back(TokenId(lua_tointeger(co, -1)));
+    else if (lua_type(co, -1) == LUA_TSTRING) out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
+    lua_pop(co, 1);
+  }
+  lua_pop(co, 1);
+  return out;
+}
+
+template <typename T>
+std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* key) {
+  std::vector<T> out;
+  const int t = spec.push(key);
+  if (t == LUA_TTABLE) {
+    const lua_Integer n = luaL_len(co, -1);
+    out.reserve(std::size_t(n));
+    for (lua_Integer k = 1; k <= n; ++k) {
+      lua_rawgeti(co, -1, k);
+      out.push_back(T(lua_tonumber(co, -1)));
+      lua_pop(co, 1);
+    }
+  } else if (t != LUA_TNIL) {
+    lua_pop(co, 1);
+    spec.fail(key, "expected a list of numbers");
+  }
+  lua_pop(co, 1);
+  return out;
+}
+
+}  // namespace
+
+int LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
+  Task& task = task_of(co);
+  const EngineVocab& v = engines_[std::size_t(engine)];
+  TableReader spec(co, spec_index, v.name + ":submit");
+  Sequence s;
+  s.id = rt_->next_seq_id();
+  s.owner = task.problem;
+  const std::uint64_t seed = std::uint64_t(spec.integer("seed").value_or(std::int64_t(mix64(s.id))));
+  const std::string kind = spec.string("kind").value_or("generate");
+  if (kind == "score") s.kind = SeqKind::Score;
+  else if (kind != "generate") spec.fail("kind", "must be 'generate' or 'score', got '" + kind + "'");
+  const std::optional<std::int64_t> parent = spec.integer("parent");
+  std::vector<TokenId> prompt = read_tokens(co, spec, "prompt", seed, v);
+  std::vector<TokenId> append = read_tokens(co, spec, "append", mix64(seed + 1), v);
+  if (parent && !prompt.empty()) spec.fail("prompt", "give either a prompt or a parent to fork, not both");
+  s.sampling.max_tokens = int(spec.integer("max_tokens").value_or(256));
+  s.sampling.ignore_eos = spec.boolean("ignore_eos").value_or(false);
+  s.sampling.temperature = float(spec.number("temperature").value_or(0.0));
+  s.sampling.top_p = float(spec.number("top_p").value_or(1.0));
+  s.sampling.seed = seed;
+  s.sampling.stop_token_ids = read_stop_list(co, spec, v);
+  s.script.seed = seed;
+  s.script.force = spec.boolean("force").value_or(true);
+  if (const auto stop_at = spec.integer("stop_at")) {
+    s.script.stop_at = int(*stop_at);
+    const int t = spec.push("stop_with");
+    if (t == LUA_TNUMBER) s.script.stop_token = TokenId(lua_tointeger(co, -1));
+    else if (t == LUA_TSTRING) s.script.stop_token = token_name(spec, "stop_with", lua_tostring(co, -1), v);
+    else s.script.stop_token = s.sampling.stop_token_ids.empty() ? v.eos_id : s.sampling.stop_token_ids.front();
+    lua_pop(co, 1);
+  }
+  s.script.scores = read_number_list<float>(co, spec, "scores");
+  s.score_positions = read_number_list<int>(co, spec, "score_positions");
+  s.keep_kv = spec.boolean("keep").value_or(false);
+  const std::optional<std::int64_t> priority = spec.integer("priority");
+  spec.finish();
+
+  if (parent) {
+    s.tokens = std::move(append);
+    Sequence& child = rt_->fork(engine, SeqId(*parent), std::move(s));
+    if (priority) rt_->engine(engine).kv().set_priority(child, int(*priority));
+    owner_[child.id] = &task;
+    task.live.emplace(child.id, engine);
+    ++task.requests;
+    return int(child.id);
+  }
+  s.tokens = std::move(prompt);
+  s.tokens.insert(s.tokens.end(), append.begin(), append.end());
+  if (s.tokens.empty()) spec.fail("prompt", "a sequence needs a prompt (or a parent to fork)");
+  s.num_prompt_tokens = s.num_tokens();
+  const SeqId id = s.id;
+  rt_->submit(engine, std::move(s));
+  owner_[id] = &task;
+  task.live.emplace(id, engine);
+  ++task.requests;
+  return int(id);
+}
+
+int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
+  Task& task = task_of(co);
+  task.live.erase(id);
+  task.finished.erase(id);
+  owner_.erase(id);
+  std::erase_if(task.kept, [&](const auto& k) { return k.first == engine && k.second == id; });
+  rt_->release(engine, id);
+  return 0;
+}
+
+int LuaWorkload::lua_tokens(lua_State* co, int engine, SeqId id, int from) {
+  const Sequence* s = rt_->engine(engine).find(id);
+  if (!s) throw Error(where(co) + engines_[std::size_t(engine)].name + ":tokens: sequence " + std::to_string(id) +
+                      " is gone (finished sequences are released unless submitted with keep = true)");
+  from = std::clamp(from, 0, s->num_tokens());
+  push_token_list(co, std::vector<TokenId>(s->tokens.begin() + from, s->tokens.end()));
+  return 1;
+}
+
+int LuaWorkload::lua_set_priority(lua_State* co, int engine, SeqId id, int priority, bool shared) {
+  Sequence* s = rt_->engine(engine).find(id);
+  if (!s) throw Error(where(co) + "set_priority: sequence " + std::to_string(id) + " is gone");
+  rt_->engine(engine).kv().set_priority(*s, priority, shared);
+  return 0;
+}
+
+}  // namespace duet::lua

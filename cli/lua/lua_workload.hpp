@@ -1,0 +1,100 @@
+#pragma once
+// A search workload written in Lua: one coroutine per problem. A coroutine calls
+// engine:submit{...} to queue sequences and duet.await(ids) to yield until they finish; the
+// runtime resumes it from on_finished. The workload keeps `concurrency` problems in flight
+// (continuous problem batching) or runs them in fixed batches.
+#include <lua.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/metrics.hpp"
+#include "core/runtime.hpp"
+
+namespace duet::lua {
+
+// What Lua may know about an engine's vocabulary.
+struct EngineVocab {
+  std::string name;
+  int vocab_size = 0;
+  TokenId step_id = kNoToken;  // the reasoning-step separator "\n\n"
+  TokenId eos_id = kNoToken;
+};
+
+enum class ProblemBatching { Continuous, Fixed };
+
+struct LuaWorkloadOptions {
+  int concurrency = 64;            // problems in flight
+  ProblemBatching batching = ProblemBatching::Continuous;
+  int min_batch = 1;               // continuous: refill when fewer than this are in flight
+  std::uint64_t seed = 0;
+};
+
+class LuaWorkload final : public Workload {
+ public:
+  // The workload table is at `index` on L's stack: {problems = {...}, solve = function}.
+  LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines, LuaWorkloadOptions options);
+  ~LuaWorkload() override;
+
+  void start(Runtime& rt) override;
+  void on_finished(Runtime& rt, int engine, Sequence& seq) override;
+
+  std::size_t total() const { return total_; }
+  std::size_t done() const { return results_.size(); }
+  const std::vector<ProblemRecord>& results() const { return results_; }
+
+  // Called from the Lua bindings (lua_api.cpp).
+  static LuaWorkload& from(lua_State* L);
+  int lua_submit(lua_State* co, int engine, int spec_index);
+  int lua_await(lua_State* co);
+  int lua_release(lua_State* co, int engine, SeqId id);
+  int lua_tokens(lua_State* co, int engine, SeqId id, int from);
+  int lua_set_priority(lua_State* co, int engine, SeqId id, int priority, bool shared);
+  const std::vector<EngineVocab>& engines() const { return engines_; }
+  Runtime& runtime() { return *rt_; }
+
+ private:
+  struct Finished {
+    int engine;
+    int prompt_tokens, output_tokens, num_tokens;
+    FinishReason reason;
+    std::vector<float> scores;
+  };
+  struct Task {
+    lua_State* co = nullptr;
+    int thread_ref = LUA_NOREF;
+    std::size_t problem = 0;
+    double start_s = 0;
+    std::int64_t requests = 0, generated = 0;
+    std::unordered_map<SeqId, int> live;           // submitted, not yet finished: id -> engine
+    std::unordered_map<SeqId, Finished> finished;  // finished, not yet awaited
+    std::vector<std::pair<int, SeqId>> kept;       // finished with keep: released at the end
+    std::vector<SeqId> awaiting;                   // what the coroutine waits for
+    bool suspended = false;
+  };
+
+  void launch(std::size_t problem);
+  void resume(Task& task, int nargs);
+  void push_results(Task& task, lua_State* co);
+  void complete(Task& task);
+  void fill();
+  Task& task_of(lua_State* co);
+
+  lua_State* L_;
+  int workload_ref_ = LUA_NOREF;
+  int solve_ref_ = LUA_NOREF;
+  int problems_ref_ = LUA_NOREF;
+  std::vector<EngineVocab> engines_;
+  LuaWorkloadOptions opt_;
+  Runtime* rt_ = nullptr;
+  std::size_t total_ = 0;
+  std::size_t next_problem_ = 0;
+  std::unordered_map<lua_State*, std::unique_ptr<Task>> tasks_;
+  std::unordered_map<SeqId, Task*> owner_;  // live sequence -> its task
+  std::vector<ProblemRecord> results_;
+};
+
+}  // namespace duet::lua

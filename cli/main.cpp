@@ -1,0 +1,36 @@
+// duet: the command-line face of every layer.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.hpp"
+
+namespace {
+
+void usage() {
+  std::printf(
+      "duet: LLM + PRM serving testbed (simulator and engines share one scheduler)\n\n"
+      "usage: duet COMMAND [options]\n\n"
+      "commands:\n"
+      "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu] [--out FILE.h5] [-- args]\n"
+      "  simulate   replay a trace or a synthetic workload through the simulator, write HDF5\n"
+      "  fit        fit a calibrated cost profile to measured step timings\n"
+      "  bench      benchmarks that print measured figures as ratios to their targets\n\n"
+      "`duet COMMAND --help` documents each command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "run") return duet::cli::run(argc - 1, argv + 1);
+  if (command == "simulate") return duet::cli::simulate(argc - 1, argv + 1);
+  if (command == "fit") return duet::cli::fit(argc - 1, argv + 1);
+  if (command == "bench") return duet::cli::bench(argc - 1, argv + 1);
+  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, fit, bench; see duet --help)\n", command.c_str());
+  return 2;
+}

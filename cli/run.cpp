@@ -1,0 +1,64 @@
+// duet run SCRIPT.lua: an experiment written in Lua.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/lua/lua_api.hpp"
+#include "core/error.hpp"
+
+#ifndef DUET_SOURCE_DIR
+#define DUET_SOURCE_DIR "."
+#endif
+
+namespace po = boost::program_options;
+
+namespace duet::cli {
+
+int run(int argc, char** argv) {
+  lua::ScriptOptions opt;
+  po::options_description options(
+      "duet run SCRIPT.lua [options] [-- script arguments]: run a Lua experiment (see docs/lua-api.md)");
+  options.add_options()
+    ("script", po::value(&opt.script), "the Lua script")
+    ("backend", po::value(&opt.backend)->default_value("sim"), "sim (simulator) or cpu (CPU reference engine)")
+    ("out", po::value(&opt.out), "HDF5 file for the runs (default: SCRIPT's name with .h5, in the current directory)")
+    ("threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")
+    ("no-progress", "never draw progress bars")
+    ("help,h", "this help");
+  po::positional_options_description positional;
+  positional.add("script", 1);
+  // Everything after `--` belongs to the script.
+  int own = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      own = i;
+      break;
+    }
+  for (int i = own + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(own, argv).options(options).positional(positional).run(), vm);
+    if (vm.count("help") || !vm.count("script")) {
+      std::cout << options << "\n";
+      return vm.count("help") ? 0 : 2;
+    }
+    po::notify(vm);
+    opt.progress = !vm.count("no-progress");
+    if (opt.backend != "sim" && opt.backend != "cpu") throw Error("--backend must be sim or cpu, got '" + opt.backend + "'");
+    if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    const char* home = std::getenv("DUET_HOME");
+    opt.source_dir = home ? home : DUET_SOURCE_DIR;
+    lua::run_script(opt);
+    return 0;
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "duet run: %s (see duet run --help)\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "duet run: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace duet::cli

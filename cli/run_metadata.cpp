@@ -1,0 +1,51 @@
+#include "cli/run_metadata.hpp"
+
+#include <nlohmann/json.hpp>
+
+#ifndef DUET_GIT_REVISION
+#define DUET_GIT_REVISION "unknown"
+#endif
+
+namespace duet {
+
+RunMetadata run_metadata(const std::string& backend, const std::string& command_line, const GpuSpec& gpu,
+                         const MemoryPlan& plan, const std::vector<EngineConfig>& engines) {
+  RunMetadata m;
+  nlohmann::json config;
+  config["backend"] = backend;
+  config["gpu"] = gpu.name;
+  m.text.emplace_back("backend", backend);
+  m.text.emplace_back("git_revision", DUET_GIT_REVISION);
+  m.text.emplace_back("command_line", command_line);
+  m.text.emplace_back("gpu", gpu.name);
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    const EngineConfig& c = engines[i];
+    const EngineMemory& mem = plan.engine(c.name);
+    nlohmann::json e;
+    e["model"] = c.model.name;
+    e["gpu_memory_utilization"] = c.budget_bytes ? double(*c.budget_bytes) / double(gpu.hbm_bytes)
+                                                 : c.gpu_memory_utilization.value_or(0.0);
+    e["budget_bytes"] = mem.budget_bytes;
+    e["num_blocks"] = mem.num_blocks;
+    e["block_size"] = c.block_size;
+    e["max_num_seqs"] = c.max_num_seqs;
+    e["max_num_batched_tokens"] = c.max_num_batched_tokens;
+    e["max_model_len"] = c.max_model_len;
+    e["enable_prefix_caching"] = c.enable_prefix_caching;
+    e["enable_chunked_prefill"] = c.enable_chunked_prefill;
+    e["allocator"] = c.allocator == AllocatorKind::Paged ? "paged" : "naive";
+    config["engines"][c.name] = e;
+    const std::string p = c.name + ".";
+    m.text.emplace_back(p + "model", c.model.name);
+    for (const char* key : {"gpu_memory_utilization", "budget_bytes", "num_blocks", "block_size", "max_num_seqs",
+                            "max_num_batched_tokens", "max_model_len"})
+      m.numbers.emplace_back(p + key, e[key].get<double>());
+    m.numbers.emplace_back(p + "enable_prefix_caching", c.enable_prefix_caching ? 1.0 : 0.0);
+    m.numbers.emplace_back(p + "enable_chunked_prefill", c.enable_chunked_prefill ? 1.0 : 0.0);
+    m.text.emplace_back(p + "allocator", e["allocator"].get<std::string>());
+  }
+  m.text.emplace_back("config_json", config.dump());
+  return m;
+}
+
+}  // namespace duet

@@ -1,0 +1,35 @@
+#include "core/batch.hpp"
+
+#include <algorithm>
+
+namespace duet {
+
+std::span<const int> positions_to_score(const BatchItem& item) {
+  if (item.want != Want::Score) return {};
+  const auto pending = item.seq->unscored_positions();
+  const auto first = std::lower_bound(pending.begin(), pending.end(), item.context_len);
+  const auto last = std::lower_bound(first, pending.end(), item.context_len + item.num_new_tokens);
+  return {first, last};
+}
+
+BatchShape shape_of(const Batch& batch) {
+  BatchShape s;
+  s.copies = static_cast<int>(batch.copies.size());
+  for (const BatchItem& it : batch.items) {
+    const double n = it.num_new_tokens;
+    if (it.is_decode) {
+      s.decode_tokens += it.num_new_tokens;
+      ++s.decode_seqs;
+      s.decode_context_tokens += it.context_len;
+    } else {
+      s.prefill_tokens += it.num_new_tokens;
+      ++s.prefill_seqs;
+      s.prefill_context_tokens += it.context_len;
+      s.prefill_attention_keys += n * double(it.context_len) + n * (n + 1.0) / 2.0;
+    }
+    s.logit_rows += it.want != Want::Nothing;
+  }
+  return s;
+}
+
+}  // namespace duet

@@ -1,0 +1,65 @@
+#pragma once
+// What a scheduler hands an executor, and what comes back.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/kv_allocator.hpp"
+#include "core/sequence.hpp"
+
+namespace duet {
+
+enum class Want : std::uint8_t {
+  Nothing,  // a prefill chunk that does not reach the last known token
+  Sample,   // sample the next token after the last new token
+  Score,    // PRM scores at the sequence's score positions inside this chunk
+};
+
+struct BatchItem {
+  Sequence* seq = nullptr;  // tokens, sampling params and block table (seq->kv.blocks)
+  int context_len = 0;      // tokens already in the KV cache; new tokens start here
+  int num_new_tokens = 0;
+  Want want = Want::Nothing;
+  bool is_decode = false;   // one generated token fed back, as opposed to a prompt chunk
+};
+
+struct Batch {
+  std::vector<BatchItem> items;       // in scheduling order: running first, then admissions
+  std::vector<BlockCopy> copies;      // copy-on-write, to run before the forward pass
+  std::vector<Sequence*> preempted;   // sent back to waiting this step (recompute)
+  int num_prefill_tokens = 0;
+  int num_decode_tokens = 0;
+  std::int64_t decode_context_tokens = 0;  // KV tokens the decodes read
+
+  bool empty() const { return items.empty(); }
+  int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
+};
+
+// The features of a batch that cost models price and calibration fits.
+struct BatchShape {
+  int prefill_tokens = 0;
+  int decode_tokens = 0;
+  int prefill_seqs = 0;
+  int decode_seqs = 0;
+  int logit_rows = 0;                       // items that need logits (a sample or scores)
+  int copies = 0;                           // copy-on-write block copies
+  std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
+  std::int64_t prefill_context_tokens = 0;  // KV tokens before each prefill chunk, summed
+  // Sum over prefill chunks of n*c + n*(n+1)/2 for n new tokens after c cached ones: the keys
+  // that causal attention visits, so attention FLOPs = 4 * layers * heads * head_dim * this.
+  double prefill_attention_keys = 0;
+};
+
+BatchShape shape_of(const Batch& batch);
+
+// The score positions an item's chunk must score: unscored ones inside [context_len, end). Every
+// executor returns exactly these, in order, in StepResult::scores.
+std::span<const int> positions_to_score(const BatchItem& item);
+
+struct StepResult {
+  double duration_s = 0.0;          // device time of the step
+  std::vector<TokenId> tokens;      // one per batch item; kNoToken where nothing was sampled
+  std::vector<float> scores;        // Score items' scores, item after item, position order
+};
+
+}  // namespace duet

@@ -1,0 +1,62 @@
+#pragma once
+// One model on one device: Scheduler + KV allocator + Executor. A step is
+// schedule -> execute -> postprocess, and nothing else. The engine owns its sequences; the
+// caller (the runtime and the workload) names them by id.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/batch.hpp"
+#include "core/executor.hpp"
+#include "core/kv_allocator.hpp"
+#include "core/scheduler.hpp"
+
+namespace duet {
+
+struct StepOutcome {
+  Batch batch;
+  StepResult result;
+  std::vector<Sequence*> finished;  // in this step; still owned by the engine until release()
+};
+
+class Engine {
+ public:
+  Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv, Executor& executor,
+         SchedulerPolicy policy = {});
+
+  const std::string& name() const { return name_; }
+
+  // Takes a new sequence (tokens, kind, sampling, score positions set) and queues it.
+  Sequence& add(Sequence seq, double now);
+  // A new sequence that continues src: src's tokens followed by child.tokens, sharing src's KV
+  // blocks (copy-on-write). The child's id, kind, sampling and score positions (absolute) come
+  // from `child`. src must hold its KV: running, or finished with keep_kv.
+  Sequence& fork(SeqId src, Sequence child, double now);
+  // Drops a finished sequence (freeing KV it kept) or aborts a live one.
+  void release(SeqId id);
+  Sequence* find(SeqId id);
+
+  bool has_work() const { return scheduler_.has_work(); }
+  // One engine step at time `now`; duration in result.duration_s. An empty batch means no work.
+  StepOutcome step(double now);
+
+  Scheduler& scheduler() { return scheduler_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  KvAllocator& kv() { return *kv_; }
+  const KvAllocator& kv() const { return *kv_; }
+
+ private:
+  void postprocess(StepOutcome& outcome, double now);
+  bool should_stop(const Sequence& seq, TokenId token) const;
+
+  std::string name_;
+  std::unique_ptr<KvAllocator> kv_;
+  // Before the scheduler: its running list links the sequences, so they must outlive it.
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  Scheduler scheduler_;
+  Executor& executor_;
+};
+
+}  // namespace duet

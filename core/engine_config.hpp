@@ -1,0 +1,40 @@
+#pragma once
+// One engine's configuration under vLLM's names, the same for every backend, and the pieces of
+// an engine that follow from it and the memory plan.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/kv_allocator.hpp"
+#include "core/memory_plan.hpp"
+#include "core/model_spec.hpp"
+#include "core/scheduler.hpp"
+
+namespace duet {
+
+enum class AllocatorKind { Paged, Naive };
+AllocatorKind allocator_kind_from_name(const std::string& name);  // "paged", "naive"
+
+struct EngineConfig {
+  std::string name = "llm";
+  ModelSpec model;
+  std::optional<double> gpu_memory_utilization = 0.9;
+  std::optional<std::int64_t> budget_bytes;
+  int block_size = 16;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 8192;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  AllocatorKind allocator = AllocatorKind::Paged;
+  std::int64_t runtime_overhead_bytes = kDefaultRuntimeOverheadBytes;
+  std::optional<std::int32_t> num_gpu_blocks_override;
+};
+
+EngineMemoryRequest memory_request(const EngineConfig& config);
+SchedulerConfig scheduler_config(const EngineConfig& config);
+std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& config, const EngineMemory& memory,
+                                            std::uint32_t model_id);
+
+}  // namespace duet

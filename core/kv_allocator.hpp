@@ -1,0 +1,66 @@
+#pragma once
+// The scheduler's view of a KV allocator. Two implementations exist: KvCacheManager (paged, with
+// prefix caching and copy-on-write forks) and NaiveAllocator (a contiguous max_model_len
+// reservation per sequence, the pre-PagedAttention baseline).
+#include <cstdint>
+#include <vector>
+
+#include "core/sequence.hpp"
+
+namespace duet {
+
+// Copy the KV of block src into block dst before the next forward pass.
+struct BlockCopy {
+  BlockId src = kNoBlock;
+  BlockId dst = kNoBlock;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+struct KvCounters {
+  std::int64_t query_tokens = 0;  // prompt tokens looked up in the prefix cache at admission
+  std::int64_t hit_tokens = 0;    // of which found cached
+  std::int64_t evictions = 0;     // cached blocks dropped for reuse
+  std::int64_t cow_copies = 0;    // blocks copied on write
+};
+
+struct KvUsage {
+  std::int32_t total_blocks = 0;
+  std::int32_t used_blocks = 0;   // held by at least one sequence (or reserved)
+  std::int32_t cached_blocks = 0; // hittable, used or free
+  std::int64_t filled_tokens = 0; // token slots holding a token, in used blocks
+  int block_size = 0;
+
+  std::int32_t free_blocks() const { return total_blocks - used_blocks; }
+  double block_utilisation() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
+  // Share of the reserved slots that hold a token: internal fragmentation shows here.
+  double token_utilisation() const {
+    return used_blocks ? double(filled_tokens) / (double(used_blocks) * block_size) : 1.0;
+  }
+};
+
+class KvAllocator {
+ public:
+  virtual ~KvAllocator() = default;
+
+  // Tokens of the sequence already cached, in whole blocks, never more than
+  // seq.max_prefix_hit_tokens() (tokens whose logits are needed are recomputed). For a sequence
+  // that holds no blocks; remembers the hit for allocate_slots.
+  virtual int lookup_prefix(Sequence& seq) = 0;
+  // Makes the table cover `num_new_tokens` more slots after num_computed_tokens, taking the
+  // `num_hit_tokens` that lookup_prefix just found first. All or nothing: false changes nothing.
+  virtual bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) = 0;
+  // Gives dst (holding no blocks) the KV of src.
+  virtual void fork(const Sequence& src, Sequence& dst) = 0;
+  // Releases every block of the sequence, tail first.
+  virtual void free(Sequence& seq) = 0;
+  // Sets the retention priority of the sequence's blocks (those it holds alone, unless `shared`).
+  virtual void set_priority(Sequence& seq, int priority, bool shared = false) = 0;
+  // Block copies queued since the last call, for the executor to run before the next step.
+  virtual std::vector<BlockCopy> take_copies() = 0;
+
+  virtual KvUsage usage() const = 0;
+  virtual KvCounters counters() const = 0;
+  virtual int block_size() const = 0;
+};
+
+}  // namespace duet

@@ -1,0 +1,177 @@
+#include "core/kv_cache_manager.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace duet {
+
+namespace {
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+std::span<const TokenId> block_tokens(const Sequence& seq, int block_index, int block_size) {
+  return {seq.tokens.data() + std::size_t(block_index) * block_size, std::size_t(block_size)};
+}
+
+}  // namespace
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& c)
+    : pool_(c.num_blocks, c.block_size, c.model_id, c.hash_fn),
+      caching_(c.enable_prefix_caching),
+      fill_(std::size_t(c.num_blocks), 0) {}
+
+void KvCacheManager::extend_hashes(Sequence& seq, int num_full_blocks) const {
+  auto& hashes = seq.kv.hashes;
+  const int bs = pool_.block_size();
+  for (int i = static_cast<int>(hashes.size()); i < num_full_blocks; ++i)
+    hashes.push_back(pool_.hash(i == 0 ? kRootHash : hashes[i - 1], block_tokens(seq, i, bs)));
+}
+
+int KvCacheManager::lookup_prefix(Sequence& seq) {
+  hit_.clear();
+  hit_seq_ = seq.id;
+  if (!caching_ || !seq.kv.blocks.empty() || seq.num_tokens() == 0) return 0;
+  const int bs = pool_.block_size();
+  const int candidates = std::max(0, seq.max_prefix_hit_tokens()) / bs;
+  extend_hashes(seq, candidates);
+  BlockRef parent;
+  for (int i = 0; i < candidates; ++i) {
+    const BlockId b = pool_.lookup(seq.kv.hashes[i], parent, block_tokens(seq, i, bs));
+    if (b == kNoBlock) break;
+    hit_.push_back(b);
+    parent = pool_.ref(b);
+  }
+  return static_cast<int>(hit_.size()) * bs;
+}
+
+void KvCacheManager::take_block(BlockId b) {
+  if (pool_.block(b).ref_count == 0) filled_tokens_ += fill_[b];
+  pool_.touch(b);
+}
+
+void KvCacheManager::release_block(BlockId b) {
+  pool_.free(b);
+  if (pool_.block(b).ref_count == 0) filled_tokens_ -= fill_[b];
+}
+
+bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens) {
+  const int bs = pool_.block_size();
+  KvState& kv = seq.kv;
+  if (num_new_tokens < 0) throw std::logic_error("allocate_slots: negative token count");
+  if (num_hit_tokens > 0 &&
+      (hit_seq_ != seq.id || num_hit_tokens != int(hit_.size()) * bs || !kv.blocks.empty()))
+    throw std::logic_error("allocate_slots: hits must come from lookup_prefix of this sequence");
+  const int hit_blocks = num_hit_tokens / bs;
+  const int start = std::max(kv.num_slots, num_hit_tokens);  // first slot written this step
+  const int end = start + num_new_tokens;
+  const int have = static_cast<int>(kv.blocks.size()) + hit_blocks;
+  const int fresh = std::max(0, ceil_div(end, bs) - have);
+
+  // Writing into a partly filled block that a fork shares needs a private copy first.
+  const int write_block = start / bs;
+  const bool cow = num_new_tokens > 0 && start % bs != 0 && write_block < int(kv.blocks.size()) &&
+                   pool_.block(kv.blocks[write_block]).ref_count > 1;
+
+  int reusable_free_hits = 0;  // hit blocks that sit on the free lists count against free space
+  for (int i = 0; i < hit_blocks; ++i) reusable_free_hits += pool_.block(hit_[i]).ref_count == 0;
+  if (fresh + int(cow) > pool_.num_free() - reusable_free_hits) return false;
+
+  if (kv.blocks.empty() && caching_) counters_.query_tokens += seq.num_tokens();  // an admission
+  if (hit_blocks > 0) {
+    for (int i = 0; i < hit_blocks; ++i) {
+      take_block(hit_[i]);
+      kv.blocks.push_back(hit_[i]);
+    }
+    kv.num_slots = num_hit_tokens;
+    kv.num_cached_blocks = hit_blocks;
+    kv.last_cached = pool_.ref(hit_.back());
+    counters_.hit_tokens += num_hit_tokens;
+    hit_.clear();
+  }
+  if (cow) {
+    const BlockId old = kv.blocks[write_block];
+    const BlockId copy = pool_.allocate();
+    fill_[copy] = fill_[old];
+    filled_tokens_ += fill_[copy];
+    release_block(old);
+    kv.blocks[write_block] = copy;
+    copies_.push_back({old, copy});
+    ++counters_.cow_copies;
+  }
+  for (int i = 0; i < fresh; ++i) {
+    const BlockId b = pool_.allocate();
+    fill_[b] = 0;
+    kv.blocks.push_back(b);
+  }
+  for (int pos = kv.num_slots; pos < end;) {  // account the new slots block by block
+    const BlockId b = kv.blocks[pos / bs];
+    const int take = std::min(end - pos, bs - pos % bs);
+    fill_[b] = pos % bs + take;
+    filled_tokens_ += take;
+    pos += take;
+  }
+  kv.num_slots = std::max(kv.num_slots, end);
+  if (caching_) cache_full_blocks(seq, kv.num_slots);
+  return true;
+}
+
+void KvCacheManager::cache_full_blocks(Sequence& seq, int num_slots) {
+  KvState& kv = seq.kv;
+  const int bs = pool_.block_size();
+  // Only blocks whose token ids are known: a slot may be reserved ahead of its token.
+  const int full = std::min(num_slots, seq.num_tokens()) / bs;
+  if (full <= kv.num_cached_blocks) return;
+  extend_hashes(seq, full);
+  for (int i = kv.num_cached_blocks; i < full; ++i) {
+    const BlockId canonical = pool_.cache(kv.blocks[i], kv.hashes[i], kv.last_cached, block_tokens(seq, i, bs));
+    kv.last_cached = pool_.ref(canonical);
+  }
+  kv.num_cached_blocks = full;
+}
+
+void KvCacheManager::fork(const Sequence& src, Sequence& dst) {
+  if (!dst.kv.blocks.empty()) throw std::logic_error("fork: destination already holds blocks");
+  const std::int32_t naive_region = dst.kv.naive_region;
+  dst.kv = src.kv;
+  dst.kv.naive_region = naive_region;
+  for (BlockId b : dst.kv.blocks) take_block(b);
+}
+
+void KvCacheManager::free(Sequence& seq) {
+  KvState& kv = seq.kv;
+  for (auto it = kv.blocks.rbegin(); it != kv.blocks.rend(); ++it) release_block(*it);
+  kv.blocks.clear();
+  kv.num_slots = 0;
+  kv.num_cached_blocks = 0;
+  kv.last_cached = {};
+}
+
+void KvCacheManager::set_priority(Sequence& seq, int priority, bool shared) {
+  for (BlockId b : seq.kv.blocks)
+    if (shared || pool_.block(b).ref_count == 1) pool_.set_priority(b, priority);
+}
+
+std::vector<BlockCopy> KvCacheManager::take_copies() {
+  std::vector<BlockCopy> out;
+  out.swap(copies_);
+  return out;
+}
+
+KvUsage KvCacheManager::usage() const {
+  KvUsage u;
+  u.total_blocks = pool_.num_blocks();
+  u.used_blocks = pool_.num_used();
+  u.cached_blocks = pool_.num_cached();
+  u.filled_tokens = filled_tokens_;
+  u.block_size = pool_.block_size();
+  return u;
+}
+
+KvCounters KvCacheManager::counters() const {
+  KvCounters c = counters_;
+  c.evictions = pool_.stats().evictions;
+  return c;
+}
+
+}  // namespace duet

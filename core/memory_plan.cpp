@@ -1,0 +1,114 @@
+#include "core/memory_plan.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+namespace {
+
+std::string gib(std::int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::int64_t budget_of(const GpuSpec& gpu, const EngineMemoryRequest& r) {
+  const std::string who = "engine '" + r.label + "'";
+  if (r.gpu_memory_utilization.has_value() == r.budget_bytes.has_value())
+    throw Error(who + ": give exactly one of gpu_memory_utilization and budget_bytes");
+  if (r.gpu_memory_utilization) {
+    const double u = *r.gpu_memory_utilization;
+    if (!(u > 0.0 && u <= 1.0))
+      throw Error(who + ": gpu_memory_utilization must be in (0, 1], got " + std::to_string(u));
+    return static_cast<std::int64_t>(std::floor(double(gpu.hbm_bytes) * u));
+  }
+  if (*r.budget_bytes <= 0)
+    throw Error(who + ": budget_bytes must be positive, got " + std::to_string(*r.budget_bytes));
+  return *r.budget_bytes;
+}
+
+void check_request(const EngineMemoryRequest& r) {
+  const std::string who = "engine '" + r.label + "'";
+  if (r.block_size <= 0) throw Error(who + ": block_size must be positive, got " + std::to_string(r.block_size));
+  if (r.max_num_batched_tokens <= 0)
+    throw Error(who + ": max_num_batched_tokens must be positive, got " + std::to_string(r.max_num_batched_tokens));
+  if (r.max_num_seqs <= 0)
+    throw Error(who + ": max_num_seqs must be positive, got " + std::to_string(r.max_num_seqs));
+  if (r.runtime_overhead_bytes < 0) throw Error(who + ": runtime overhead must not be negative");
+  if (r.num_blocks_override && *r.num_blocks_override <= 0)
+    throw Error(who + ": num_gpu_blocks_override must be positive, got " + std::to_string(*r.num_blocks_override));
+  try {
+    r.model.validate();
+  } catch (const Error& e) {
+    throw Error(who + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::int64_t activation_bytes(const ModelSpec& m, int max_num_batched_tokens, int max_num_seqs) {
+  // Live at the MLP, the widest point: residual stream and normed input (hidden each), the
+  // attention output (heads * head_dim), the fused gate/up output (2 * intermediate) and the
+  // activated product (intermediate); QKV is dead by then but is the peak inside attention.
+  const std::int64_t qkv = std::int64_t(m.num_heads + 2 * m.num_kv_heads) * m.head_dim;
+  const std::int64_t mlp = 3LL * m.intermediate_size + std::int64_t(m.num_heads) * m.head_dim;
+  const std::int64_t per_token = 2LL * m.hidden_size + std::max(qkv, mlp);
+  const std::int64_t logits = std::int64_t(max_num_seqs) * m.vocab_size * 4;
+  return std::int64_t(max_num_batched_tokens) * per_token * dtype_bytes(m.dtype) + logits;
+}
+
+const EngineMemory& MemoryPlan::engine(const std::string& label) const {
+  for (const auto& e : engines)
+    if (e.label == label) return e;
+  throw Error("memory plan has no engine '" + label + "'");
+}
+
+MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests) {
+  MemoryPlan plan;
+  plan.gpu = gpu;
+  std::int64_t assigned = 0;
+  for (const auto& r : requests) {
+    check_request(r);
+    EngineMemory e;
+    e.label = r.label;
+    e.budget_bytes = budget_of(gpu, r);
+    e.weight_bytes = r.model.weight_bytes();
+    e.activation_bytes = activation_bytes(r.model, r.max_num_batched_tokens, r.max_num_seqs);
+    e.overhead_bytes = r.runtime_overhead_bytes;
+    e.block_size = r.block_size;
+    e.block_bytes = std::int64_t(r.block_size) * r.model.kv_bytes_per_token();
+    e.kv_bytes = e.budget_bytes - e.weight_bytes - e.activation_bytes - e.overhead_bytes;
+    if (e.kv_bytes < e.block_bytes)
+      throw Error("engine '" + r.label + "' (" + r.model.name + "): weights " + gib(e.weight_bytes) +
+                  " + activations " + gib(e.activation_bytes) + " + runtime overhead " +
+                  gib(e.overhead_bytes) + " leave no room for one KV block in its budget of " +
+                  gib(e.budget_bytes) + " on " + gpu.name +
+                  "; raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs");
+    const std::int64_t blocks = e.kv_bytes / e.block_bytes;
+    if (blocks > std::numeric_limits<std::int32_t>::max())
+      throw Error("engine '" + r.label + "': " + std::to_string(blocks) + " KV blocks overflow the block id type");
+    e.num_blocks = static_cast<std::int32_t>(blocks);
+    if (r.num_blocks_override) {
+      if (*r.num_blocks_override <= 0)
+        throw Error("engine '" + r.label + "': num_gpu_blocks_override must be positive, got " +
+                    std::to_string(*r.num_blocks_override));
+      e.num_blocks = *r.num_blocks_override;
+    }
+    assigned += e.budget_bytes;
+    plan.engines.push_back(e);
+  }
+  if (assigned > gpu.hbm_bytes) {
+    std::string parts;
+    for (const auto& e : plan.engines) parts += (parts.empty() ? "" : " + ") + e.label + " " + gib(e.budget_bytes);
+    throw Error("engine budgets (" + parts + " = " + gib(assigned) + ") exceed " + gpu.name + "'s " +
+                gib(gpu.hbm_bytes));
+  }
+  plan.unassigned_bytes = gpu.hbm_bytes - assigned;
+  return plan;
+}
+
+}  // namespace duet

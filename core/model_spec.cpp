@@ -1,0 +1,327 @@
+#include "core/model_spec.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Shapes from the models' published config.json files on the HuggingFace hub
+// (meta-llama/Llama-3.2-1B-Instruct and meta-llama/Llama-3.1-8B-Instruct; the PRM
+// RLHFlow/Llama3.1-8B-PRM-Deepseek-Data shares the 8B shape).
+ModelSpec llama_3_2_1b() {
+  ModelSpec m;
+  m.name = "llama-3.2-1b";
+  m.num_layers = 16;
+  m.hidden_size = 2048;
+  m.num_heads = 32;
+  m.num_kv_heads = 8;
+  m.head_dim = 64;
+  m.intermediate_size = 8192;
+  m.vocab_size = 128256;
+  m.max_position_embeddings = 131072;
+  m.rope_theta = 500000.0;
+  m.rms_norm_eps = 1e-5;
+  m.tie_word_embeddings = true;
+  m.rope_scaling = RopeScaling{32.0, 1.0, 4.0, 8192};
+  return m;
+}
+
+ModelSpec llama_3_1_8b() {
+  ModelSpec m;
+  m.name = "llama-3.1-8b";
+  m.num_layers = 32;
+  m.hidden_size = 4096;
+  m.num_heads = 32;
+  m.num_kv_heads = 8;
+  m.head_dim = 128;
+  m.intermediate_size = 14336;
+  m.vocab_size = 128256;
+  m.max_position_embeddings = 131072;
+  m.rope_theta = 500000.0;
+  m.rms_norm_eps = 1e-5;
+  m.tie_word_embeddings = false;
+  m.rope_scaling = RopeScaling{8.0, 1.0, 4.0, 8192};
+  return m;
+}
+
+struct BuiltinModel {
+  const char* name;
+  ModelSpec (*make)();
+};
+
+constexpr BuiltinModel kBuiltins[] = {
+    {"llama-3.2-1b", llama_3_2_1b},
+    {"llama-3.2-1b-instruct", llama_3_2_1b},
+    {"llama-3.1-8b", llama_3_1_8b},
+    {"llama-3.1-8b-instruct", llama_3_1_8b},
+    {"llama3.1-8b-prm-deepseek-data", llama_3_1_8b},
+};
+
+}  // namespace
+
+int dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+    case DType::F16:
+      return 2;
+    case DType::F32:
+      return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F16:
+      return "float16";
+    case DType::F32:
+      return "float32";
+  }
+  return "?";
+}
+
+DType dtype_from_name(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "bfloat16" || n == "bf16") return DType::BF16;
+  if (n == "float16" || n == "f16" || n == "half") return DType::F16;
+  if (n == "float32" || n == "f32" || n == "float") return DType::F32;
+  throw Error("unknown dtype '" + name + "' (valid: bfloat16, float16, float32)");
+}
+
+std::int64_t ModelSpec::kv_bytes_per_token() const {
+  return 2LL * num_layers * num_kv_heads * head_dim * dtype_bytes(dtype);
+}
+
+std::int64_t ModelSpec::embedding_parameters() const {
+  const std::int64_t table = std::int64_t(vocab_size) * hidden_size;
+  return tie_word_embeddings ? table : 2 * table;
+}
+
+std::int64_t ModelSpec::layer_parameters() const {
+  const std::int64_t h = hidden_size;
+  const std::int64_t q = std::int64_t(num_heads) * head_dim;
+  const std::int64_t kv = std::int64_t(num_kv_heads) * head_dim;
+  const std::int64_t attention = h * q + 2 * h * kv + q * h;
+  const std::int64_t mlp = 3 * h * intermediate_size;
+  return attention + mlp + 2 * h;
+}
+
+std::int64_t ModelSpec::num_parameters() const {
+  return embedding_parameters() + num_layers * layer_parameters() + hidden_size;
+}
+
+std::int64_t ModelSpec::weight_bytes() const { return num_parameters() * dtype_bytes(dtype); }
+
+double ModelSpec::linear_flops_per_token() const {
+  const double per_layer_macs = double(layer_parameters() - 2LL * hidden_size);
+  const double lm_head_macs = double(vocab_size) * hidden_size;
+  return 2.0 * (per_layer_macs * num_layers + lm_head_macs);
+}
+
+double ModelSpec::attention_flops(std::int64_t new_tokens, std::int64_t context_before) const {
+  // Query i (0-based) sees context_before + i + 1 keys: QK^T and PV are 2 FLOPs per MAC each.
+  const double n = double(new_tokens);
+  const double keys = n * double(context_before) + n * (n + 1.0) / 2.0;
+  return 4.0 * num_layers * num_heads * head_dim * keys;
+}
+
+double ModelSpec::prefill_flops(std::int64_t new_tokens, std::int64_t context_before) const {
+  return double(new_tokens) * linear_flops_per_token() + attention_flops(new_tokens, context_before);
+}
+
+double ModelSpec::decode_flops(std::int64_t context_before) const {
+  return prefill_flops(1, context_before);
+}
+
+void ModelSpec::validate() const {
+  auto positive = [&](const char* field, long long v) {
+    if (v <= 0)
+      throw Error("model '" + name + "': " + field + " must be positive, got " + std::to_string(v));
+  };
+  positive("num_hidden_layers", num_layers);
+  positive("hidden_size", hidden_size);
+  positive("num_attention_heads", num_heads);
+  positive("num_key_value_heads", num_kv_heads);
+  positive("head_dim", head_dim);
+  positive("intermediate_size", intermediate_size);
+  positive("vocab_size", vocab_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (num_heads % num_kv_heads != 0)
+    throw Error("model '" + name + "': num_attention_heads (" + std::to_string(num_heads) +
+                ") must be a multiple of num_key_value_heads (" + std::to_string(num_kv_heads) + ")");
+  if (head_dim % 2 != 0)
+    throw Error("model '" + name + "': head_dim must be even for RoPE, got " + std::to_string(head_dim));
+  if (rope_theta <= 0) throw Error("model '" + name + "': rope_theta must be positive");
+  if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
+}
+
+ModelSpec model_by_name(const std::string& name) {
+  const std::string n = lower(name);
+  for (const auto& b : kBuiltins)
+    if (n == b.name) return b.make();
+  std::string valid;
+  for (const auto& b : kBuiltins) valid += std::string(valid.empty() ? "" : ", ") + b.name;
+  throw Error("unknown model '" + name + "' (built-in models: " + valid +
+              "; or give the path of a HuggingFace config.json)");
+}
+
+ModelSpec resolve_model(const std::string& name_or_path) {
+  const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
+  if (json || std::filesystem::is_regular_file(name_or_path)) return from_hf_config(name_or_path);
+  return model_by_name(name_or_path);
+}
+
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (const auto& b : kBuiltins) names.emplace_back(b.name);
+  return names;
+}
+
+namespace {
+
+using nlohmann::json;
+
+const json& require(const json& j, const char* field, const std::string& origin) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) throw Error(origin + ": missing field '" + field + "'");
+  return *it;
+}
+
+int require_int(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_number_integer())
+    throw Error(origin + ": field '" + field + "' must be an integer, got " + v.dump());
+  const auto wide = v.get<std::int64_t>();
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max() ||
+      (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())))
+    throw Error(origin + ": field '" + field + "' is out of range: " + v.dump());
+  return static_cast<int>(wide);
+}
+
+std::string optional_string(const json& j, const char* field, const std::string& origin) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_string()) throw Error(origin + ": field '" + field + "' must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
+double require_number(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_number()) throw Error(origin + ": field '" + field + "' must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+template <typename T, typename F>
+T optional_field(const json& j, const char* field, T fallback, F get) {
+  auto it = j.find(field);
+  return (it == j.end() || it->is_null()) ? fallback : get(*it);
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& origin) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  const json& rs = *it;
+  const std::string where = origin + ": rope_scaling";
+  if (!rs.is_object()) throw Error(where + " must be an object");
+  std::string type = optional_string(rs, "rope_type", where);
+  if (type.empty()) type = optional_string(rs, "type", where);
+  if (type != "llama3")
+    throw Error(where + ": rope_type '" + type + "' is not supported (only 'llama3')");
+  RopeScaling s;
+  s.factor = require_number(rs, "factor", where);
+  s.low_freq_factor = require_number(rs, "low_freq_factor", where);
+  s.high_freq_factor = require_number(rs, "high_freq_factor", where);
+  s.original_max_position_embeddings = require_int(rs, "original_max_position_embeddings", where);
+  if (s.factor <= 0 || s.low_freq_factor <= 0 || s.high_freq_factor <= s.low_freq_factor)
+    throw Error(where + ": needs factor > 0 and high_freq_factor > low_freq_factor > 0");
+  return s;
+}
+
+}  // namespace
+
+ModelSpec from_hf_config_text(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(origin + ": expected a JSON object");
+  try {
+    if (j.contains("architectures")) {
+      const auto& arch = j["architectures"];
+      const bool llama = arch.is_array() && !arch.empty() && arch[0].is_string() &&
+                         arch[0].get<std::string>().find("Llama") != std::string::npos;
+      if (!llama)
+        throw Error(origin + ": field 'architectures' is " + arch.dump() +
+                    "; duet models Llama-architecture decoders only");
+    }
+    ModelSpec m;
+    m.name = optional_string(j, "_name_or_path", origin);
+    if (m.name.empty()) m.name = origin;
+    m.num_layers = require_int(j, "num_hidden_layers", origin);
+    m.hidden_size = require_int(j, "hidden_size", origin);
+    m.num_heads = require_int(j, "num_attention_heads", origin);
+    m.num_kv_heads = optional_field<int>(j, "num_key_value_heads", m.num_heads,
+                                         [&](const json&) { return require_int(j, "num_key_value_heads", origin); });
+    m.intermediate_size = require_int(j, "intermediate_size", origin);
+    m.vocab_size = require_int(j, "vocab_size", origin);
+    m.max_position_embeddings = require_int(j, "max_position_embeddings", origin);
+    if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
+    m.head_dim = optional_field<int>(j, "head_dim", m.hidden_size / m.num_heads,
+                                     [&](const json&) { return require_int(j, "head_dim", origin); });
+    m.rope_theta = optional_field<double>(j, "rope_theta", 10000.0,
+                                          [&](const json&) { return require_number(j, "rope_theta", origin); });
+    m.rms_norm_eps = optional_field<double>(j, "rms_norm_eps", 1e-6,
+                                            [&](const json&) { return require_number(j, "rms_norm_eps", origin); });
+    m.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, [&](const json& v) {
+      if (!v.is_boolean()) throw Error(origin + ": field 'tie_word_embeddings' must be true or false");
+      return v.get<bool>();
+    });
+    m.dtype = optional_field<DType>(j, "torch_dtype", DType::BF16, [&](const json& v) {
+      if (!v.is_string()) throw Error(origin + ": field 'torch_dtype' must be a string");
+      try {
+        return dtype_from_name(v.get<std::string>());
+      } catch (const Error& e) {
+        throw Error(origin + ": field 'torch_dtype': " + e.what());
+      }
+    });
+    m.rope_scaling = parse_rope_scaling(j, origin);
+    try {
+      m.validate();
+    } catch (const Error& e) {
+      throw Error(origin + ": " + e.what());
+    }
+    return m;
+  } catch (const json::exception& e) {
+    throw Error(origin + ": bad field type (" + e.what() + ")");
+  }
+}
+
+ModelSpec from_hf_config(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a config.json file");
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open model config");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return from_hf_config_text(buffer.str(), path);
+}
+
+}  // namespace duet

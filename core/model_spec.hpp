@@ -1,0 +1,73 @@
+#pragma once
+// The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace duet {
+
+enum class DType { BF16, F16, F32 };
+
+int dtype_bytes(DType dtype);
+DType dtype_from_name(const std::string& name);  // "bfloat16", "bf16", "float16", "f16", "float32", "f32"
+const char* dtype_name(DType dtype);
+
+// Llama 3.1's long-context RoPE frequency rescaling ("rope_type": "llama3" in config.json).
+struct RopeScaling {
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelSpec {
+  std::string name;
+  int num_layers = 0;
+  int hidden_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int intermediate_size = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  std::optional<RopeScaling> rope_scaling;
+  DType dtype = DType::BF16;
+
+  // Bytes of K and V for one token across all layers.
+  std::int64_t kv_bytes_per_token() const;
+  // Parameters by group; weight bytes at `dtype`.
+  std::int64_t embedding_parameters() const;
+  std::int64_t layer_parameters() const;  // one decoder layer: attention + MLP + two norms
+  std::int64_t num_parameters() const;
+  std::int64_t weight_bytes() const;
+
+  // FLOPs of the dense matmuls (QKV, O, gate/up, down, LM head) for one token: 2 per MAC.
+  double linear_flops_per_token() const;
+  // Attention score and value FLOPs for `new_tokens` queries causally attending to a context
+  // that already holds `context_before` tokens: sum over queries of 4 * layers * heads * head_dim
+  // * (keys visible to that query).
+  double attention_flops(std::int64_t new_tokens, std::int64_t context_before) const;
+  double prefill_flops(std::int64_t new_tokens, std::int64_t context_before) const;
+  double decode_flops(std::int64_t context_before) const;
+
+  // Throws duet::Error naming the field when a shape is impossible.
+  void validate() const;
+};
+
+// Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", and their aliases.
+ModelSpec model_by_name(const std::string& name);
+std::vector<std::string> builtin_model_names();
+
+// A built-in name, or the path of a HuggingFace config.json (anything ending in .json or
+// naming an existing file).
+ModelSpec resolve_model(const std::string& name_or_path);
+
+// Reads a HuggingFace config.json. Errors name the file and the missing or bad field.
+ModelSpec from_hf_config(const std::string& path);
+ModelSpec from_hf_config_text(const std::string& json_text, const std::string& origin);
+
+}  // namespace duet

@@ -1,0 +1,88 @@
+#include "core/naive_allocator.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+NaiveAllocator::NaiveAllocator(std::int32_t num_blocks, int block_size, int max_model_len)
+    : block_size_(block_size), max_model_len_(max_model_len) {
+  if (block_size <= 0) throw Error("NaiveAllocator: block_size must be positive");
+  if (max_model_len <= 0) throw Error("NaiveAllocator: max_model_len must be positive");
+  blocks_per_region_ = (max_model_len + block_size - 1) / block_size;
+  const std::int32_t regions = num_blocks / blocks_per_region_;
+  if (regions <= 0)
+    throw Error("NaiveAllocator: " + std::to_string(num_blocks) + " blocks cannot hold one max_model_len (" +
+                std::to_string(max_model_len) + ") reservation");
+  region_free_.assign(std::size_t(regions), 1);
+  for (std::int32_t r = regions - 1; r >= 0; --r) free_regions_.push_back(r);
+}
+
+std::int32_t NaiveAllocator::reserve() {
+  if (free_regions_.empty()) return -1;
+  const std::int32_t r = free_regions_.back();
+  free_regions_.pop_back();
+  region_free_[r] = 0;
+  return r;
+}
+
+bool NaiveAllocator::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens) {
+  if (num_hit_tokens != 0) throw std::logic_error("NaiveAllocator has no prefix cache");
+  KvState& kv = seq.kv;
+  const int end = kv.num_slots + num_new_tokens;
+  if (end > max_model_len_) return false;
+  if (kv.naive_region < 0) {
+    kv.naive_region = reserve();
+    if (kv.naive_region < 0) return false;
+  }
+  const BlockId base = kv.naive_region * blocks_per_region_;
+  while (int(kv.blocks.size()) * block_size_ < end) kv.blocks.push_back(base + BlockId(kv.blocks.size()));
+  filled_tokens_ += num_new_tokens;
+  kv.num_slots = end;
+  return true;
+}
+
+void NaiveAllocator::fork(const Sequence& src, Sequence& dst) {
+  if (dst.kv.naive_region >= 0) throw std::logic_error("fork: destination already holds a region");
+  const std::int32_t r = reserve();
+  if (r < 0) throw Error("NaiveAllocator: no free region to fork sequence " + std::to_string(src.id));
+  dst.kv.naive_region = r;
+  dst.kv.num_slots = src.kv.num_slots;
+  dst.kv.blocks.clear();
+  const BlockId base = r * blocks_per_region_;
+  for (std::size_t i = 0; i < src.kv.blocks.size(); ++i) {
+    dst.kv.blocks.push_back(base + BlockId(i));
+    copies_.push_back({src.kv.blocks[i], dst.kv.blocks.back()});
+    ++counters_.cow_copies;
+  }
+  filled_tokens_ += dst.kv.num_slots;
+}
+
+void NaiveAllocator::free(Sequence& seq) {
+  KvState& kv = seq.kv;
+  if (kv.naive_region >= 0) {
+    region_free_[kv.naive_region] = 1;
+    free_regions_.push_back(kv.naive_region);
+  }
+  filled_tokens_ -= kv.num_slots;
+  kv = KvState{};
+}
+
+std::vector<BlockCopy> NaiveAllocator::take_copies() {
+  std::vector<BlockCopy> out;
+  out.swap(copies_);
+  return out;
+}
+
+KvUsage NaiveAllocator::usage() const {
+  KvUsage u;
+  u.total_blocks = num_regions() * blocks_per_region_;
+  u.used_blocks = (num_regions() - free_regions()) * blocks_per_region_;
+  u.filled_tokens = filled_tokens_;
+  u.block_size = block_size_;
+  return u;
+}
+
+}  // namespace duet

@@ -1,0 +1,45 @@
+#pragma once
+// The pre-PagedAttention baseline: every sequence reserves a contiguous region of max_model_len
+// token slots when it is admitted, used or not (Kwon et al., "Efficient Memory Management for
+// Large Language Model Serving with PagedAttention", SOSP 2023, section 3). Regions are expressed
+// as runs of consecutive blocks, so that executors read them through the same block tables.
+#include <cstdint>
+#include <vector>
+
+#include "core/kv_allocator.hpp"
+
+namespace duet {
+
+class NaiveAllocator final : public KvAllocator {
+ public:
+  NaiveAllocator(std::int32_t num_blocks, int block_size, int max_model_len);
+
+  int lookup_prefix(Sequence&) override { return 0; }  // no sharing, no cache
+  bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
+  void fork(const Sequence& src, Sequence& dst) override;  // a new region, every used block copied
+  void free(Sequence& seq) override;
+  void set_priority(Sequence&, int, bool) override {}      // nothing is retained after free
+  std::vector<BlockCopy> take_copies() override;
+
+  KvUsage usage() const override;
+  KvCounters counters() const override { return counters_; }
+  int block_size() const override { return block_size_; }
+
+  std::int32_t num_regions() const { return static_cast<std::int32_t>(region_free_.size()); }
+  std::int32_t free_regions() const { return static_cast<std::int32_t>(free_regions_.size()); }
+  int blocks_per_region() const { return blocks_per_region_; }
+
+ private:
+  std::int32_t reserve();
+
+  int block_size_;
+  int max_model_len_;
+  int blocks_per_region_;
+  std::vector<std::int32_t> free_regions_;  // a stack: lowest region ids first
+  std::vector<char> region_free_;
+  std::int64_t filled_tokens_ = 0;
+  std::vector<BlockCopy> copies_;
+  KvCounters counters_;
+};
+
+}  // namespace duet

@@ -1,0 +1,267 @@
+#include "core/runtime.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+ArbiterKind arbiter_kind_from_name(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (n == "alternate") return ArbiterKind::Alternate;
+  if (n == "priority") return ArbiterKind::Priority;
+  if (n == "oldest" || n == "oldest-ready" || n == "oldest_ready") return ArbiterKind::OldestReady;
+  if (n == "callback") return ArbiterKind::Callback;
+  throw Error("unknown arbiter '" + name + "' (valid: alternate, priority, oldest, callback)");
+}
+
+Runtime::Runtime(Clock& clock, Arbiter arbiter) : clock_(clock), arbiter_(std::move(arbiter)) {
+  if (arbiter_.kind == ArbiterKind::Callback && !arbiter_.pick)
+    throw Error("arbiter 'callback' needs a pick function");
+}
+
+int Runtime::add_engine(Engine& engine, std::string model_name) {
+  engines_.push_back(EngineSlot{&engine, clock_.now(), engine.kv().counters(), 0, {}});
+  EngineRecords rec;
+  rec.name = engine.name();
+  rec.model = std::move(model_name);
+  rec.total_blocks = engine.kv().usage().total_blocks;
+  rec.block_size = engine.kv().block_size();
+  records_.push_back(std::move(rec));
+  return num_engines() - 1;
+}
+
+void Runtime::push(double t, EventType type, int engine, std::uint64_t payload) {
+  events_.push(Event{t, order_++, type, engine, payload});
+}
+
+void Runtime::enqueue(int e, Sequence seq) {
+  Engine& engine = *engines_[std::size_t(e)].engine;
+  if (!engine.has_work()) engines_[std::size_t(e)].ready_since = now();
+  if (first_arrival_ < 0) first_arrival_ = now();
+  engine.add(std::move(seq), now());
+}
+
+void Runtime::submit(int engine, Sequence seq) {
+  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine));
+  enqueue(engine, std::move(seq));
+}
+
+void Runtime::submit_at(double t, int engine, Sequence seq) {
+  if (engine < 0 || engine >= num_engines()) throw Error("submit_at: no engine " + std::to_string(engine));
+  if (t <= now()) return submit(engine, std::move(seq));
+  std::size_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    arrivals_[slot] = std::move(seq);
+  } else {
+    slot = arrivals_.size();
+    arrivals_.push_back(std::move(seq));
+  }
+  ++pending_arrivals_;
+  push(t, EventType::Arrival, engine, slot);
+}
+
+Sequence& Runtime::fork(int e, SeqId src, Sequence child) {
+  Engine& engine = *engines_.at(std::size_t(e)).engine;
+  if (!engine.has_work()) engines_[std::size_t(e)].ready_since = now();
+  return engine.fork(src, std::move(child), now());
+}
+
+void Runtime::release(int e, SeqId id) { engines_.at(std::size_t(e)).engine->release(id); }
+
+void Runtime::wake_at(double t, std::uint64_t tag) { push(std::max(t, now()), EventType::Wakeup, -1, tag); }
+
+std::vector<EngineStatus> Runtime::statuses() const {
+  std::vector<EngineStatus> out;
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    const Engine& e = *engines_[i].engine;
+    out.push_back({int(i), e.has_work(), engines_[i].ready_since, e.scheduler().num_waiting(),
+                   e.scheduler().num_running(), e.kv().usage()});
+  }
+  return out;
+}
+
+int Runtime::pick_engine() {
+  const int n = num_engines();
+  auto ready = [&](int i) { return engines_[std::size_t(i)].engine->has_work(); };
+  switch (arbiter_.kind) {
+    case ArbiterKind::Alternate:
+      for (int k = 1; k <= n; ++k) {
+        const int i = (last_ran_ + k + n) % n;
+        if (ready(i)) return i;
+      }
+      return -1;
+    case ArbiterKind::Priority: {
+      for (int i : arbiter_.priority)
+        if (i >= 0 && i < n && ready(i)) return i;
+      for (int i = 0; i < n; ++i)
+        if (ready(i)) return i;
+      return -1;
+    }
+    case ArbiterKind::OldestReady: {
+      int best = -1;
+      for (int i = 0; i < n; ++i)
+        if (ready(i) && (best < 0 || engines_[std::size_t(i)].ready_since < engines_[std::size_t(best)].ready_since))
+          best = i;
+      return best;
+    }
+    case ArbiterKind::Callback: {
+      bool any = false;
+      for (int i = 0; i < n; ++i) any = any || ready(i);
+      if (!any) return -1;
+      const int i = arbiter_.pick(statuses());
+      if (i < 0 || i >= n || !ready(i))
+        throw Error("arbiter callback chose engine " + std::to_string(i) + ", which has no work");
+      return i;
+    }
+  }
+  return -1;
+}
+
+void Runtime::start_step() {
+  const int e = pick_engine();
+  if (e < 0 || try_step(e)) return;
+  // The chosen engine cannot schedule anything yet (it waits for memory): let another run.
+  for (int i = 0; i < num_engines(); ++i)
+    if (i != e && engines_[std::size_t(i)].engine->has_work() && try_step(i)) return;
+}
+
+bool Runtime::try_step(int e) {
+  EngineSlot& slot = engines_[std::size_t(e)];
+  const double start = now();
+  StepOutcome outcome = slot.engine->step(start);
+  if (outcome.batch.empty()) return false;
+  last_ran_ = e;
+  device_busy_ = true;
+  ++steps_;
+  slot.finished.clear();
+  for (Sequence* s : outcome.finished) slot.finished.push_back(s->id);
+  record_step(e, outcome, start);
+  push(clock_.step_end(start, outcome.result.duration_s), EventType::StepDone, e, 0);
+  if (on_progress && steps_ % progress_every == 0) on_progress(*this);
+  return true;
+}
+
+void Runtime::check_stuck() const {
+  for (const EngineSlot& slot : engines_) {
+    const Engine& e = *slot.engine;
+    if (e.has_work())
+      throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
+                  " waiting and " + std::to_string(e.scheduler().num_running()) +
+                  " running sequences that cannot be scheduled: its KV pool (" +
+                  std::to_string(e.kv().usage().total_blocks) + " blocks of " + std::to_string(e.kv().block_size()) +
+                  " tokens, " + std::to_string(e.kv().usage().used_blocks) +
+                  " in use) is too small for them, or kept sequences hold it");
+  }
+}
+
+void Runtime::handle(const Event& ev, Workload& workload) {
+  switch (ev.type) {
+    case EventType::Arrival: {
+      --pending_arrivals_;
+      enqueue(ev.engine, std::move(arrivals_[ev.payload]));
+      free_slots_.push_back(ev.payload);
+      break;
+    }
+    case EventType::StepDone: {
+      device_busy_ = false;
+      EngineSlot& slot = engines_[std::size_t(ev.engine)];
+      slot.ready_since = now();
+      const std::vector<SeqId> finished = std::move(slot.finished);
+      slot.finished.clear();
+      for (SeqId id : finished) {
+        Sequence* seq = slot.engine->find(id);
+        if (!seq) continue;  // released by the workload while the step ran
+        record_request(ev.engine, *seq);
+        last_finish_ = std::max(last_finish_, now());
+        workload.on_finished(*this, ev.engine, *seq);
+        seq = slot.engine->find(id);
+        if (seq && !seq->keep_kv) slot.engine->release(id);
+      }
+      break;
+    }
+    case EventType::Wakeup:
+      workload.on_wakeup(*this, ev.payload);
+      break;
+  }
+}
+
+void Runtime::run(Workload& workload) {
+  workload.start(*this);
+  for (;;) {
+    if (!device_busy_) start_step();
+    if (events_.empty()) {
+      check_stuck();
+      break;
+    }
+    // Handle every event due at the next instant before the device picks its next batch, so that
+    // simultaneous arrivals share a step.
+    const double t = events_.top().time;
+    clock_.wait_until(t);
+    while (!events_.empty() && events_.top().time <= t) {
+      const Event ev = events_.top();
+      events_.pop();
+      handle(ev, workload);
+    }
+  }
+}
+
+void Runtime::record_step(int e, const StepOutcome& o, double start) {
+  EngineSlot& slot = engines_[std::size_t(e)];
+  const Engine& engine = *slot.engine;
+  const BatchShape shape = shape_of(o.batch);
+  const KvUsage kv = engine.kv().usage();
+  const KvCounters c = engine.kv().counters();
+  StepRecord r;
+  r.start_s = start;
+  r.duration_s = o.result.duration_s;
+  r.prefill_tokens = shape.prefill_tokens;
+  r.decode_tokens = shape.decode_tokens;
+  r.num_seqs = static_cast<std::int32_t>(o.batch.items.size());
+  r.decode_seqs = shape.decode_seqs;
+  r.decode_context_tokens = shape.decode_context_tokens;
+  r.prefill_attention_keys = shape.prefill_attention_keys;
+  r.num_running = static_cast<std::int32_t>(engine.scheduler().num_running());
+  r.num_waiting = static_cast<std::int32_t>(engine.scheduler().num_waiting());
+  r.kv_blocks_used = kv.used_blocks;
+  r.kv_blocks_free = kv.free_blocks();
+  r.kv_blocks_cached = kv.cached_blocks;
+  r.kv_filled_tokens = kv.filled_tokens;
+  r.prefix_query_tokens = c.query_tokens - slot.last_counters.query_tokens;
+  r.prefix_hit_tokens = c.hit_tokens - slot.last_counters.hit_tokens;
+  r.evictions = static_cast<std::int32_t>(c.evictions - slot.last_counters.evictions);
+  r.cow_copies = static_cast<std::int32_t>(c.cow_copies - slot.last_counters.cow_copies);
+  r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size());
+  slot.last_counters = c;
+  records_[std::size_t(e)].steps.push_back(r);
+}
+
+void Runtime::record_request(int e, const Sequence& s) {
+  RequestRecord r;
+  r.seq_id = s.id;
+  r.owner = s.owner;
+  r.kind = static_cast<std::uint8_t>(s.kind);
+  r.finish_reason = static_cast<std::uint8_t>(s.finish_reason);
+  r.arrival_s = s.arrival_time;
+  r.first_scheduled_s = s.first_scheduled_time;
+  r.first_token_s = s.first_token_time;
+  r.finish_s = s.finish_time;
+  r.prompt_tokens = s.num_prompt_tokens;
+  r.output_tokens = s.num_output_tokens();
+  r.cached_tokens = s.num_cached_prompt_tokens;
+  r.preemptions = s.num_preemptions;
+  records_[std::size_t(e)].requests.push_back(r);
+}
+
+RunSummary Runtime::summary() const {
+  RunSummary s;
+  s.makespan_s = first_arrival_ >= 0 ? last_finish_ - first_arrival_ : 0.0;
+  for (const EngineRecords& r : records_) s.engines.push_back(summarize(r, s.makespan_s));
+  return s;
+}
+
+}  // namespace duet

@@ -1,0 +1,127 @@
+#pragma once
+// The event loop that drives the engines of one GPU and the workload. Events: request arrivals
+// (trace replay), engine step completions and workload wake-ups. The engines share one device
+// timeline: an arbiter picks whose batch runs next when several have work. The clock is a
+// parameter, so the same loop simulates (virtual time) or executes (wall time).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "core/engine.hpp"
+#include "core/metrics.hpp"
+
+namespace duet {
+
+struct EngineStatus {
+  int index = 0;
+  bool has_work = false;
+  double ready_since = 0.0;  // when it last became ready to step
+  std::size_t num_waiting = 0;
+  std::size_t num_running = 0;
+  KvUsage kv;
+};
+
+enum class ArbiterKind { Alternate, Priority, OldestReady, Callback };
+
+struct Arbiter {
+  ArbiterKind kind = ArbiterKind::Alternate;
+  std::vector<int> priority;  // Priority: engine indices, most important first
+  // Callback: the index of the engine to run among those with work (statuses of all engines).
+  std::function<int(const std::vector<EngineStatus>&)> pick;
+};
+
+ArbiterKind arbiter_kind_from_name(const std::string& name);  // alternate, priority, oldest, callback
+
+class Runtime;
+
+// A workload reacts to the runtime: it submits sequences and, when they finish, submits more.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual void start(Runtime& rt) = 0;
+  // At the sequence's finish time. Afterwards the runtime releases it unless seq.keep_kv is set
+  // (then the workload releases it, after forking from it).
+  virtual void on_finished(Runtime& rt, int engine, Sequence& seq) = 0;
+  virtual void on_wakeup(Runtime&, std::uint64_t /*tag*/) {}
+};
+
+class Runtime {
+ public:
+  Runtime(Clock& clock, Arbiter arbiter = {});
+
+  // Engines are borrowed; records name them by their engine name.
+  int add_engine(Engine& engine, std::string model_name);
+
+  double now() const { return clock_.now(); }
+  SeqId next_seq_id() { return next_id_++; }
+  void submit(int engine, Sequence seq);                 // arrives now
+  void submit_at(double t, int engine, Sequence seq);    // arrives at t (trace replay)
+  Sequence& fork(int engine, SeqId src, Sequence child); // arrives now
+  void release(int engine, SeqId id);
+  void wake_at(double t, std::uint64_t tag);
+
+  // Runs until no event is pending and no engine has work.
+  void run(Workload& workload);
+
+  Engine& engine(int i) { return *engines_[std::size_t(i)].engine; }
+  int num_engines() const { return static_cast<int>(engines_.size()); }
+  const std::vector<EngineRecords>& records() const { return records_; }
+  RunSummary summary() const;
+  std::int64_t steps() const { return steps_; }
+  std::size_t pending_arrivals() const { return pending_arrivals_; }
+
+  // Called every `progress_every` steps (for progress bars).
+  std::function<void(const Runtime&)> on_progress;
+  std::int64_t progress_every = 4096;
+
+ private:
+  enum class EventType : std::uint8_t { Arrival, StepDone, Wakeup };
+  struct Event {
+    double time;
+    std::uint64_t order;  // ties: first scheduled, first handled
+    EventType type;
+    int engine;
+    std::uint64_t payload;  // arrival slot, or wake-up tag
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
+  };
+  struct EngineSlot {
+    Engine* engine;
+    double ready_since = 0.0;
+    KvCounters last_counters;
+    std::int64_t last_preemptions = 0;
+    std::vector<SeqId> finished;  // the step in flight's finished sequences
+  };
+
+  void push(double t, EventType type, int engine, std::uint64_t payload);
+  void enqueue(int engine, Sequence seq);
+  void start_step();
+  bool try_step(int engine);
+  int pick_engine();
+  void check_stuck() const;
+  void handle(const Event& ev, Workload& workload);
+  void record_step(int e, const StepOutcome& outcome, double start);
+  void record_request(int e, const Sequence& seq);
+  std::vector<EngineStatus> statuses() const;
+
+  Clock& clock_;
+  Arbiter arbiter_;
+  std::vector<EngineSlot> engines_;
+  std::vector<EngineRecords> records_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<Sequence> arrivals_;      // future arrivals, by slot
+  std::vector<std::size_t> free_slots_;
+  std::size_t pending_arrivals_ = 0;
+  std::uint64_t order_ = 0;
+  SeqId next_id_ = 1;
+  bool device_busy_ = false;
+  int last_ran_ = -1;
+  std::int64_t steps_ = 0;
+  double first_arrival_ = -1.0;
+  double last_finish_ = 0.0;
+};
+
+}  // namespace duet

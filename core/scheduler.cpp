@@ -1,0 +1,152 @@
+#include "core/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvAllocator& kv, SchedulerPolicy policy)
+    : config_(config), kv_(kv), policy_(std::move(policy)) {
+  if (config.max_num_seqs <= 0) throw Error("max_num_seqs must be positive, got " + std::to_string(config.max_num_seqs));
+  if (config.max_num_batched_tokens <= 0)
+    throw Error("max_num_batched_tokens must be positive, got " + std::to_string(config.max_num_batched_tokens));
+  if (config.max_model_len <= 0) throw Error("max_model_len must be positive, got " + std::to_string(config.max_model_len));
+  if (!config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len)
+    throw Error("without chunked prefill, max_num_batched_tokens (" + std::to_string(config.max_num_batched_tokens) +
+                ") must be at least max_model_len (" + std::to_string(config.max_model_len) + ")");
+}
+
+void Scheduler::add(Sequence& seq) {
+  const int longest = seq.num_tokens() + (seq.kind == SeqKind::Generate ? seq.sampling.max_tokens : 0);
+  if (seq.num_tokens() == 0) throw Error("sequence " + std::to_string(seq.id) + " has no tokens");
+  if (longest > config_.max_model_len)
+    throw Error("sequence " + std::to_string(seq.id) + " needs " + std::to_string(longest) +
+                " tokens (prompt + max_tokens), more than max_model_len " + std::to_string(config_.max_model_len));
+  if (seq.kind == SeqKind::Score) {
+    if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
+    std::sort(seq.score_positions.begin(), seq.score_positions.end());
+    if (seq.score_positions.front() < 0 || seq.score_positions.back() >= seq.num_tokens())
+      throw Error("sequence " + std::to_string(seq.id) + ": score position out of range");
+  }
+  seq.status = SeqStatus::Waiting;
+  seq.arrival_order = next_arrival_++;
+  seq.sort_key = policy_.order_key ? policy_.order_key(seq) : 0.0;
+  waiting_.insert(&seq);
+}
+
+SchedulerView Scheduler::view() const { return {running_.size(), waiting_.size(), kv_.usage()}; }
+
+Batch Scheduler::schedule() {
+  Batch batch;
+  int budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+  schedule_running(batch, budget, preempted);
+  if (!preempted) schedule_waiting(batch, budget);
+  batch.copies = kv_.take_copies();
+  return batch;
+}
+
+Sequence& Scheduler::choose_victim(RunningList::iterator from) {
+  if (!policy_.victim) return running_.back();
+  // Candidates: the sequence that needs room and those after it, none scheduled yet this step.
+  std::vector<Sequence*> candidates;
+  for (auto it = from; it != running_.end(); ++it) candidates.push_back(&*it);
+  const std::size_t pick = policy_.victim(candidates);
+  if (pick >= candidates.size()) throw Error("victim policy chose an index out of range");
+  return *candidates[pick];
+}
+
+void Scheduler::schedule_running(Batch& batch, int& budget, bool& preempted) {
+  auto it = running_.begin();
+  while (it != running_.end() && budget > 0) {
+    Sequence& seq = *it;
+    const int remaining = seq.num_tokens() - seq.num_computed_tokens;
+    if (remaining <= 0 || (!config_.enable_chunked_prefill && remaining > budget)) {
+      ++it;
+      continue;
+    }
+    const int n = std::min(remaining, budget);
+    bool self_preempted = false;
+    while (!kv_.allocate_slots(seq, n)) {
+      Sequence& victim = choose_victim(it);
+      self_preempted = &victim == &seq;
+      if (self_preempted) ++it;  // step past it before it leaves the list
+      preempt(victim, batch);
+      preempted = true;
+      if (self_preempted) break;
+    }
+    if (self_preempted) continue;
+    add_item(batch, seq, n);
+    budget -= n;
+    ++it;
+  }
+}
+
+void Scheduler::schedule_waiting(Batch& batch, int& budget) {
+  while (!waiting_.empty() && budget > 0 && running_.size() < std::size_t(config_.max_num_seqs)) {
+    Sequence& seq = **waiting_.begin();
+    if (policy_.admit && !policy_.admit(seq, view())) break;
+    const bool fresh = seq.kv.blocks.empty();  // a fork arrives holding its parent's blocks
+    const int hit = fresh ? kv_.lookup_prefix(seq) : 0;
+    const int computed = fresh ? hit : seq.num_computed_tokens;
+    const int remaining = seq.num_tokens() - computed;
+    if (!config_.enable_chunked_prefill && remaining > budget) break;
+    const int n = std::min(remaining, budget);
+    if (!kv_.allocate_slots(seq, n, hit)) break;
+    waiting_.erase(waiting_.begin());
+    seq.num_computed_tokens = computed;
+    if (seq.num_preemptions == 0 && fresh) seq.num_cached_prompt_tokens = hit;
+    seq.status = SeqStatus::Running;
+    running_.push_back(seq);
+    add_item(batch, seq, n);
+    budget -= n;
+  }
+}
+
+void Scheduler::add_item(Batch& batch, Sequence& seq, int n) {
+  BatchItem item{&seq, seq.num_computed_tokens, n, Want::Nothing, false};
+  const int end = seq.num_computed_tokens + n;
+  if (seq.kind == SeqKind::Generate) {
+    if (end == seq.num_tokens()) item.want = Want::Sample;
+    item.is_decode = n == 1 && seq.num_computed_tokens >= seq.num_prompt_tokens;
+  } else {
+    const auto pending = seq.unscored_positions();
+    if (!pending.empty() && pending.front() < end) item.want = Want::Score;
+  }
+  if (item.is_decode) {
+    batch.num_decode_tokens += n;
+    batch.decode_context_tokens += seq.num_computed_tokens;
+  } else {
+    batch.num_prefill_tokens += n;
+  }
+  batch.items.push_back(item);
+}
+
+void Scheduler::preempt(Sequence& victim, Batch& batch) {
+  running_.erase(running_.iterator_to(victim));
+  kv_.free(victim);
+  victim.num_computed_tokens = 0;
+  victim.status = SeqStatus::Waiting;
+  ++victim.num_preemptions;
+  ++num_preemptions_;
+  waiting_.insert(&victim);
+  batch.preempted.push_back(&victim);
+}
+
+void Scheduler::finish(Sequence& seq, bool keep_kv) {
+  if (seq.status == SeqStatus::Running) running_.erase(running_.iterator_to(seq));
+  else if (seq.status == SeqStatus::Waiting) waiting_.erase(&seq);
+  seq.status = SeqStatus::Finished;
+  if (!keep_kv) kv_.free(seq);
+}
+
+void Scheduler::abort(Sequence& seq) {
+  if (seq.status == SeqStatus::Finished) return;
+  seq.finish_reason = FinishReason::Aborted;
+  finish(seq);
+}
+
+}  // namespace duet

@@ -1,0 +1,247 @@
+#include "exec/cpu_executor.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/output_script.hpp"
+
+namespace duet {
+
+namespace {
+
+using ConstMap = Eigen::Map<const MatrixRM>;
+
+// A weight matrix as HF stores it, [out_features, in_features] row-major: y = x W^T.
+ConstMap matrix(const HostTensor& t) { return ConstMap(t.data.data(), t.rows(), t.cols()); }
+
+std::span<const float> vec(const HostTensor& t) { return t.data; }
+
+// The LM head: lm_head, or the embedding when tied and the loader left lm_head empty.
+const HostTensor& lm_head_of(const LlamaWeights& w) {
+  return w.lm_head.data.empty() && w.spec.tie_word_embeddings ? w.embed_tokens : w.lm_head;
+}
+
+void expect_shape(const HostTensor& t, std::int64_t rows, std::int64_t cols, const std::string& name) {
+  const bool vector = cols == 0;
+  const bool ok = vector ? t.shape.size() == 1 && t.shape[0] == rows
+                         : t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols;
+  if (!ok || std::int64_t(t.data.size()) != rows * (vector ? 1 : cols))
+    throw Error("CpuExecutor: weight " + name + " has the wrong shape or size (expected [" + std::to_string(rows) +
+                (vector ? "" : ", " + std::to_string(cols)) + "])");
+}
+
+}  // namespace
+
+CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CpuExecutorOptions options)
+    : weights_(weights), layout_(KvLayout::of(weights.spec, num_blocks, block_size)), options_(options) {
+  weights.spec.validate();
+  if (num_blocks <= 0 || block_size <= 0)
+    throw Error("CpuExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) + " and " +
+                std::to_string(block_size));
+  const int vocab = weights.spec.vocab_size;
+  for (TokenId id : {options.prm_plus_id, options.prm_minus_id})
+    if (id < 0 || id >= vocab)
+      throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
+                  std::to_string(vocab));
+  check_weights();
+  inv_freq_ = rope_inv_freq(weights.spec);
+  kv_.assign(std::size_t(layout_.total_elems()), 0.0f);
+}
+
+void CpuExecutor::check_weights() const {
+  const ModelSpec& m = weights_.spec;
+  const std::int64_t h = m.hidden_size, q = std::int64_t(m.num_heads) * m.head_dim,
+                     kv = std::int64_t(m.num_kv_heads) * m.head_dim, f = m.intermediate_size;
+  if (std::int64_t(weights_.layers.size()) != m.num_layers)
+    throw Error("CpuExecutor: " + std::to_string(weights_.layers.size()) + " layers of weights for a model of " +
+                std::to_string(m.num_layers));
+  expect_shape(weights_.embed_tokens, m.vocab_size, h, "model.embed_tokens.weight");
+  expect_shape(weights_.final_norm, h, 0, "model.norm.weight");
+  expect_shape(lm_head_of(weights_), m.vocab_size, h, "lm_head.weight");
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LlamaLayerWeights& l = weights_.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    expect_shape(l.input_norm, h, 0, p + "input_layernorm.weight");
+    expect_shape(l.q_proj, q, h, p + "self_attn.q_proj.weight");
+    expect_shape(l.k_proj, kv, h, p + "self_attn.k_proj.weight");
+    expect_shape(l.v_proj, kv, h, p + "self_attn.v_proj.weight");
+    expect_shape(l.o_proj, h, q, p + "self_attn.o_proj.weight");
+    expect_shape(l.post_norm, h, 0, p + "post_attention_layernorm.weight");
+    expect_shape(l.gate_proj, f, h, p + "mlp.gate_proj.weight");
+    expect_shape(l.up_proj, f, h, p + "mlp.up_proj.weight");
+    expect_shape(l.down_proj, h, f, p + "mlp.down_proj.weight");
+  }
+}
+
+// A batch that breaks these is a scheduler bug, except token ids out of the vocabulary, which
+// come from the request.
+void CpuExecutor::check_batch(const Batch& batch) const {
+  for (const BlockCopy& c : batch.copies)
+    if (c.src < 0 || c.src >= layout_.num_blocks || c.dst < 0 || c.dst >= layout_.num_blocks)
+      throw std::logic_error("CpuExecutor: block copy outside the pool");
+  for (const BatchItem& it : batch.items) {
+    if (!it.seq) throw std::logic_error("CpuExecutor: batch item without a sequence");
+    const Sequence& s = *it.seq;
+    const int end = it.context_len + it.num_new_tokens;
+    if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
+      throw std::logic_error("CpuExecutor: sequence " + std::to_string(s.id) + ": tokens [" +
+                             std::to_string(it.context_len) + ", " + std::to_string(end) + ") are not all known");
+    if (std::int64_t(s.kv.blocks.size()) * layout_.block_size < end)
+      throw std::logic_error("CpuExecutor: sequence " + std::to_string(s.id) + ": the block table covers fewer than " +
+                             std::to_string(end) + " slots");
+    for (int p = it.context_len; p < end; ++p)
+      if (s.tokens[std::size_t(p)] < 0 || s.tokens[std::size_t(p)] >= weights_.spec.vocab_size)
+        throw Error("sequence " + std::to_string(s.id) + ": token id " + std::to_string(s.tokens[std::size_t(p)]) +
+                    " at position " + std::to_string(p) + " is outside the vocabulary");
+  }
+}
+
+StepResult CpuExecutor::execute(const Batch& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  check_batch(batch);
+  // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
+  // tokens before the fork writes its own after them.
+  (void)0;
+
+  const RowPlan plan = plan_rows(batch);
+  MatrixRM x = embed(plan);
+  rope_cos_.resize(Eigen::Index(plan.positions.size()), Eigen::Index(inv_freq_.size()));
+  rope_sin_.resize(rope_cos_.rows(), rope_cos_.cols());
+  for (std::size_t r = 0; r < plan.positions.size(); ++r)
+    rope_cos_sin(plan.positions[r], inv_freq_, {rope_cos_.row(Eigen::Index(r)).data(), inv_freq_.size()},
+                 {rope_sin_.row(Eigen::Index(r)).data(), inv_freq_.size()});
+  for (int layer = 0; layer < weights_.spec.num_layers; ++layer) {
+    attention_block(layer, batch, plan, x);
+    mlp_block(layer, x);
+  }
+  last_logits_ = logits(batch, plan, x);
+
+  StepResult result = outputs(batch);
+  result.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+CpuExecutor::RowPlan CpuExecutor::plan_rows(const Batch& batch) const {
+  RowPlan plan;
+  for (const BatchItem& it : batch.items) {
+    plan.first_row.push_back(int(plan.positions.size()));
+    for (int p = it.context_len; p < it.context_len + it.num_new_tokens; ++p) {
+      plan.positions.push_back(p);
+      plan.tokens.push_back(it.seq->tokens[std::size_t(p)]);
+    }
+  }
+  return plan;
+}
+
+MatrixRM CpuExecutor::embed(const RowPlan& plan) const {
+  const ConstMap table = matrix(weights_.embed_tokens);
+  MatrixRM x(Eigen::Index(plan.tokens.size()), table.cols());
+  for (std::size_t r = 0; r < plan.tokens.size(); ++r) x.row(Eigen::Index(r)) = table.row(plan.tokens[r]);
+  return x;
+}
+
+void CpuExecutor::rope_rows(const RowPlan& plan, MatrixRM& m, int num_heads) const {
+  const std::size_t d = std::size_t(layout_.head_dim), half = d / 2;
+  for (std::size_t r = 0; r < plan.positions.size(); ++r)
+    for (int h = 0; h < num_heads; ++h)
+      apply_rope({m.row(Eigen::Index(r)).data() + h * d, d}, {rope_cos_.row(Eigen::Index(r)).data(), half},
+                 {rope_sin_.row(Eigen::Index(r)).data(), half});
+}
+
+void CpuExecutor::attention_block(int layer, const Batch& batch, const RowPlan& plan, MatrixRM& x) {
+  const ModelSpec& m = weights_.spec;
+  const LlamaLayerWeights& w = weights_.layers[std::size_t(layer)];
+  MatrixRM h;
+  rms_norm_rows(x, vec(w.input_norm), float(m.rms_norm_eps), h);
+  MatrixRM q = h * matrix(w.q_proj).transpose();
+  MatrixRM k = h * matrix(w.k_proj).transpose();
+  const MatrixRM v = h * matrix(w.v_proj).transpose();
+  rope_rows(plan, q, m.num_heads);
+  rope_rows(plan, k, m.num_kv_heads);
+
+  // Every new K/V of this layer goes in before any query reads: a sequence admitted in this step
+  // may hit a prefix-cached block that another item of this same batch is filling now.
+  const std::size_t kv_width = std::size_t(k.cols());
+  for (std::size_t i = 0; i < batch.items.size(); ++i)
+    for (int r = plan.first_row[i]; r < plan.first_row[i] + batch.items[i].num_new_tokens; ++r)
+      kv_write(kv_, layout_, layer, batch.items[i].seq->kv.blocks, plan.positions[std::size_t(r)],
+               {k.row(r).data(), kv_width}, {v.row(r).data(), kv_width});
+
+  MatrixRM attn(x.rows(), q.cols());
+  for (std::size_t i = 0; i < batch.items.size(); ++i) {
+    const BatchItem& it = batch.items[i];
+    attn.middleRows(plan.first_row[i], it.num_new_tokens) =
+        paged_attention(kv_, layout_, layer, it.seq->kv.blocks, q.middleRows(plan.first_row[i], it.num_new_tokens),
+                        it.context_len, m.num_heads);
+  }
+  x.noalias() += attn * matrix(w.o_proj).transpose();
+}
+
+void CpuExecutor::mlp_block(int layer, MatrixRM& x) const {
+  const LlamaLayerWeights& w = weights_.layers[std::size_t(layer)];
+  MatrixRM h;
+  rms_norm_rows(x, vec(w.post_norm), float(weights_.spec.rms_norm_eps), h);
+  MatrixRM gate = h * matrix(w.gate_proj).transpose();
+  const MatrixRM up = h * matrix(w.up_proj).transpose();
+  const std::size_t n = std::size_t(gate.size());
+  silu_mul({gate.data(), n}, {up.data(), n}, {gate.data(), n});
+  x.noalias() += gate * matrix(w.down_proj).transpose();
+}
+
+// The LM head runs only on the rows whose logits are used: a prefill chunk of n tokens that
+// wants one sample pays for one row, not n.
+std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& plan, const MatrixRM& x) const {
+  std::vector<ItemLogits> out(batch.items.size());
+  std::vector<int> rows;
+  for (std::size_t i = 0; i < batch.items.size(); ++i) {
+    const BatchItem& it = batch.items[i];
+    if (it.want == Want::Sample) out[i].positions = {it.context_len + it.num_new_tokens - 1};
+    if (it.want == Want::Score) {
+      const auto pos = positions_to_score(it);
+      out[i].positions.assign(pos.begin(), pos.end());
+    }
+    for (int p : out[i].positions) rows.push_back(plan.first_row[i] + p - it.context_len);
+  }
+  MatrixRM h(Eigen::Index(rows.size()), x.cols());
+  for (std::size_t r = 0; r < rows.size(); ++r) h.row(Eigen::Index(r)) = x.row(rows[r]);
+  rms_norm_rows(h, vec(weights_.final_norm), float(weights_.spec.rms_norm_eps), h);
+  const MatrixRM all = h * matrix(lm_head_of(weights_)).transpose();
+  Eigen::Index next = 0;
+  for (ItemLogits& item : out) {
+    const Eigen::Index n = Eigen::Index(item.positions.size());
+    item.logits = all.middleRows(next, n);
+    next += n;
+  }
+  return out;
+}
+
+// Tokens and scores from the logits, or from the sequence's script when it is forced (the
+// simulator's convention: token number = output index, score number = index in score_positions).
+StepResult CpuExecutor::outputs(const Batch& batch) const {
+  StepResult r;
+  r.tokens.reserve(batch.items.size());
+  const std::size_t vocab = std::size_t(weights_.spec.vocab_size);
+  for (std::size_t i = 0; i < batch.items.size(); ++i) {
+    const BatchItem& it = batch.items[i];
+    const Sequence& s = *it.seq;
+    const bool scripted = options_.honour_scripts && s.script.force;
+    const MatrixRM& logits = last_logits_[i].logits;
+    TokenId token = kNoToken;
+    if (it.want == Want::Sample) {
+      const int index = s.num_output_tokens();
+      token = scripted ? scripted_token(s, index, int(vocab)) : sample_token({logits.row(0).data(), vocab}, s.sampling, index);
+    }
+    r.tokens.push_back(token);
+    const auto positions = positions_to_score(it);
+    const int first = positions.empty() ? 0 : int(positions.data() - s.score_positions.data());
+    for (std::size_t k = 0; k < positions.size(); ++k)
+      r.scores.push_back(scripted ? scripted_score(s, first + int(k), positions[k])
+                                  : prm_score({logits.row(Eigen::Index(k)).data(), vocab}, options_.prm_plus_id,
+                                              options_.prm_minus_id));
+  }
+  return r;
+}
+
+}  // namespace duet

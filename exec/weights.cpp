@@ -1,0 +1,190 @@
+#include "exec/weights.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <random>
+#include <string_view>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "exec/safetensors.hpp"
+
+namespace duet {
+
+namespace {
+
+using Kind = LlamaTensorSpec::Kind;
+
+// The tensors of `w` in llama_tensor_specs order; HostTensor* or const HostTensor* after W.
+// w.layers must already hold spec.num_layers layers.
+template <typename W>
+auto tensor_slots(W& w) {
+  using Slot = std::conditional_t<std::is_const_v<W>, const HostTensor*, HostTensor*>;
+  std::vector<Slot> slots{&w.embed_tokens};
+  for (auto& l : w.layers)
+    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
+                               &l.gate_proj, &l.up_proj, &l.down_proj});
+  slots.push_back(&w.final_norm);
+  if (!w.spec.tie_word_embeddings) slots.push_back(&w.lm_head);
+  return slots;
+}
+
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
+
+HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const std::string& model) {
+  const TensorView* view = ckpt.find(t.name);
+  if (!view)
+    throw Error("missing tensor " + in_quotes(t.name) + " in " + ckpt.describe() + " (model " + in_quotes(model) +
+                " expects shape " + shape_string(t.shape) + ")");
+  if (view->shape != t.shape)
+    throw Error(ckpt.file_of(t.name) + ": tensor " + in_quotes(t.name) + " has shape " + shape_string(view->shape) +
+                ", model " + in_quotes(model) + " expects " + shape_string(t.shape));
+  return HostTensor{t.shape, to_float_vector(*view)};
+}
+
+// A checkpoint with more layers than the config means the wrong config; loading its first
+// layers only would run without complaint and compute nonsense.
+void check_no_extra_layers(const ModelSpec& spec, const Checkpoint& ckpt) {
+  constexpr std::string_view prefix = "model.layers.";
+  for (const std::string& name : ckpt.names()) {
+    if (!name.starts_with(prefix)) continue;
+    const char* first = name.data() + prefix.size();
+    const char* last = name.data() + name.size();
+    long long layer = 0;
+    const auto [end, ec] = std::from_chars(first, last, layer);
+    if (ec != std::errc() || end == last || *end != '.') continue;  // not "model.layers.N.<...>"
+    if (layer >= spec.num_layers)
+      throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " belongs to layer " + std::to_string(layer) +
+                  ", but model " + in_quotes(spec.name) + " has " + std::to_string(spec.num_layers) +
+                  " layers (num_hidden_layers)");
+  }
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a: a hash of the tensor name that, unlike std::hash, is the same on every platform.
+std::uint64_t name_hash(const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Uniform in [-1, 1) in steps of 2^-53: 54 random bits minus 2^53, converted exactly.
+double uniform_pm1(std::mt19937_64& gen) {
+  const auto r = std::int64_t(gen() >> 10) - (std::int64_t(1) << 53);
+  return double(r) * 0x1p-53;
+}
+
+std::vector<TensorData> tensors_to_write(const LlamaWeights& w, DType dtype,
+                                         std::vector<std::vector<std::byte>>& buffers) {
+  const ModelSpec& spec = w.spec;
+  spec.validate();
+  if (w.layers.size() != std::size_t(spec.num_layers))
+    throw Error("save_llama_weights: " + std::to_string(w.layers.size()) + " layers, model " + in_quotes(spec.name) +
+                " has " + std::to_string(spec.num_layers));
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
+  const auto slots = tensor_slots(w);
+  std::vector<TensorData> out;
+  buffers.clear();
+  buffers.reserve(specs.size());  // the spans below point into these buffers
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const HostTensor& t = *slots[i];
+    std::int64_t numel = 1;
+    for (std::int64_t d : specs[i].shape) numel *= d;
+    if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
+      throw Error("save_llama_weights: tensor " + in_quotes(specs[i].name) + " has shape " + shape_string(t.shape) +
+                  " and " + std::to_string(t.data.size()) + " values, model " + in_quotes(spec.name) + " expects " +
+                  shape_string(specs[i].shape));
+    buffers.push_back(floats_to_bytes(t.data, dtype));
+    out.push_back(TensorData{specs[i].name, dtype, specs[i].shape, buffers.back()});
+  }
+  return out;
+}
+
+// transformers refuses a safetensors checkpoint whose metadata lacks a known "format".
+const std::map<std::string, std::string> kSaveMetadata = {{"format", "pt"}};
+
+}  // namespace
+
+std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
+  const std::int64_t h = spec.hidden_size;
+  const std::int64_t q = std::int64_t(spec.num_heads) * spec.head_dim;
+  const std::int64_t kv = std::int64_t(spec.num_kv_heads) * spec.head_dim;
+  const std::int64_t inter = spec.intermediate_size;
+  const std::int64_t vocab = spec.vocab_size;
+  std::vector<LlamaTensorSpec> specs{{"model.embed_tokens.weight", {vocab, h}, Kind::Embedding}};
+  for (int i = 0; i < spec.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.insert(specs.end(), {{p + "input_layernorm.weight", {h}, Kind::Norm},
+                               {p + "self_attn.q_proj.weight", {q, h}, Kind::Projection},
+                               {p + "self_attn.k_proj.weight", {kv, h}, Kind::Projection},
+                               {p + "self_attn.v_proj.weight", {kv, h}, Kind::Projection},
+                               {p + "self_attn.o_proj.weight", {h, q}, Kind::Projection},
+                               {p + "post_attention_layernorm.weight", {h}, Kind::Norm},
+                               {p + "mlp.gate_proj.weight", {inter, h}, Kind::Projection},
+                               {p + "mlp.up_proj.weight", {inter, h}, Kind::Projection},
+                               {p + "mlp.down_proj.weight", {h, inter}, Kind::Projection}});
+  }
+  specs.push_back({"model.norm.weight", {h}, Kind::Norm});
+  if (!spec.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, h}, Kind::Projection});
+  return specs;
+}
+
+LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) {
+  spec.validate();
+  const Checkpoint ckpt = Checkpoint::open(path);
+  check_no_extra_layers(spec, ckpt);
+  LlamaWeights w;
+  w.spec = spec;
+  w.layers.resize(std::size_t(spec.num_layers));
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
+  const auto slots = tensor_slots(w);
+  for (std::size_t i = 0; i < specs.size(); ++i) *slots[i] = load_tensor(ckpt, specs[i], spec.name);
+  if (spec.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  return w;
+}
+
+HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed) {
+  std::mt19937_64 gen(splitmix64(seed) ^ name_hash(tensor.name));
+  std::int64_t numel = 1;
+  for (std::int64_t d : tensor.shape) numel *= d;
+  HostTensor out{tensor.shape, std::vector<float>(std::size_t(numel))};
+  // 1/sqrt(in_features) keeps y = W x at the scale of x (variance x 1/3); the embedding scale is
+  // arbitrary as RMSNorm follows it, but keeps tied logits moderate.
+  const double scale = tensor.kind == Kind::Projection ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
+                       : tensor.kind == Kind::Embedding ? 0.1
+                                                        : 0.05;
+  const double offset = tensor.kind == Kind::Norm ? 1.0 : 0.0;
+  for (float& v : out.data) v = float(offset + scale * uniform_pm1(gen));
+  return out;
+}
+
+LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed) {
+  spec.validate();
+  LlamaWeights w;
+  w.spec = spec;
+  w.layers.resize(std::size_t(spec.num_layers));
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
+  const auto slots = tensor_slots(w);
+  for (std::size_t i = 0; i < specs.size(); ++i) *slots[i] = dummy_tensor(specs[i], seed);
+  if (spec.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  return w;
+}
+
+void save_llama_weights(const LlamaWeights& weights, const std::string& path, DType dtype) {
+  std::vector<std::vector<std::byte>> buffers;
+  write_safetensors(path, tensors_to_write(weights, dtype, buffers), kSaveMetadata);
+}
+
+void save_llama_weights_sharded(const LlamaWeights& weights, const std::string& dir, DType dtype,
+                                std::int64_t max_shard_bytes) {
+  std::vector<std::vector<std::byte>> buffers;
+  write_safetensors_sharded(dir, tensors_to_write(weights, dtype, buffers), max_shard_bytes, kSaveMetadata);
+}
+
+}  // namespace duet

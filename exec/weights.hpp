@@ -1,0 +1,53 @@
+#pragma once
+// Filling LlamaWeights: from a HuggingFace checkpoint (safetensors, one file or sharded), from a
+// seed (vLLM's load_format = "dummy": the real shapes, seeded values, no files), and back to a
+// safetensors file so that tests and the CUDA engine can produce checkpoints.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.hpp"
+#include "exec/llama_weights.hpp"
+
+namespace duet {
+
+// One tensor of a Llama checkpoint: its HuggingFace name and the shape the ModelSpec implies.
+struct LlamaTensorSpec {
+  enum class Kind { Embedding, Norm, Projection };
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Kind kind = Kind::Projection;
+};
+
+// Every tensor a checkpoint of `spec` holds, in HuggingFace's order (embeddings, layer by layer,
+// final norm, LM head). lm_head.weight is left out when the embeddings are tied.
+std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec);
+
+// Loads `path` (see Checkpoint::open: a directory, an index or a safetensors file) into float32.
+// Every expected tensor must be present with exactly the expected shape; BF16, F16 and F32 are
+// all converted. Errors name the file and the tensor, and both shapes for a mismatch.
+//   - Unexpected extra tensors are ignored (old exports carry rotary_emb.inv_freq buffers, PRMs
+//     may carry heads), except layers beyond spec.num_layers: a checkpoint with more layers than
+//     the config is a wrong config, and loading a prefix of it would run silently wrong.
+//   - A tied model (tie_word_embeddings) ignores a lm_head.weight in the checkpoint, as
+//     transformers does: some exporters write the tied copy, and the config decides. lm_head
+//     is then a copy of embed_tokens.
+LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path);
+
+// Seeded values with the real shapes, deterministic for a seed on every platform (only the raw
+// std::mt19937_64 stream and exact integer-to-double steps are used). Each tensor has its own
+// stream, derived from the seed and its name, so any tensor can be generated on its own.
+// Scales keep activations O(1): projections uniform in [-1, 1] / sqrt(in_features), embeddings
+// uniform in [-0.1, 0.1], norm weights 1 + uniform in [-0.05, 0.05].
+LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed);
+HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed);
+
+// Writes `weights` as one safetensors file at `path` (or, sharded, into directory `dir`) with
+// HuggingFace names, converting to `dtype` (bf16 and f16 round to nearest even). A tied model
+// writes no lm_head.weight. Throws duet::Error when a tensor's shape or size does not match
+// weights.spec.
+void save_llama_weights(const LlamaWeights& weights, const std::string& path, DType dtype);
+void save_llama_weights_sharded(const LlamaWeights& weights, const std::string& dir, DType dtype,
+                                std::int64_t max_shard_bytes);
+
+}  // namespace duet

@@ -1,0 +1,672 @@
+#include "io/hdf5_run.hpp"
+
+#include <H5Cpp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <span>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "core/sequence.hpp"
+
+namespace duet {
+namespace {
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+// HDF5's exceptions say only which call failed ("H5Dopen2 failed"); the innermost entry of its
+// error stack says why ("truncated file", "component not found"). Closing handles while an
+// exception unwinds clears that stack, so a handler keeps the cause when the error happens.
+std::string& hdf5_cause() {
+  static std::string cause;
+  return cause;
+}
+
+herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void*) {
+  if (n == 0 && err->desc) hdf5_cause() = err->desc;
+  return 0;
+}
+
+herr_t keep_cause(hid_t stack, void*) {
+  H5Ewalk2(stack, H5E_WALK_UPWARD, keep_innermost, nullptr);
+  return 0;
+}
+
+// The handler is installed only while duet works on a file; otherwise HDF5 has none and prints
+// nothing. That also keeps it quiet at exit after a corrupted file: HDF5 1.10 cannot then free
+// everything (a bounded leak) and reports so on stderr when a handler is installed.
+class CauseKeeper {
+ public:
+  CauseKeeper() {
+    hdf5_cause().clear();
+    H5Eset_auto2(H5E_DEFAULT, keep_cause, nullptr);
+  }
+  ~CauseKeeper() { H5::Exception::dontPrint(); }
+  CauseKeeper(const CauseKeeper&) = delete;
+  CauseKeeper& operator=(const CauseKeeper&) = delete;
+};
+
+// The file and the object being worked on, kept up to date so that an error can name both.
+// An empty object means the file itself.
+struct Where {
+  std::string file;
+  std::string object;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(file + (object.empty() ? "" : ": " + object) + ": " + what);
+  }
+};
+
+template <class Job>
+auto guarded(Where& where, Job&& job) -> decltype(job()) {
+  const CauseKeeper keeper;
+  try {
+    return job();
+  } catch (const H5::Exception& e) {
+    where.fail("HDF5 error: " + (hdf5_cause().empty() ? e.getDetailMsg() : hdf5_cause()));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A corrupted row count can ask for more memory than there is (bad_alloc, length_error).
+    where.fail(std::string("cannot hold it in memory (corrupted sizes?): ") + e.what());
+  }
+}
+
+// "points/7/" names the same group as "/points/7".
+std::string normalized(std::string group) {
+  if (group.empty() || group.front() != '/') group.insert(0, "/");
+  while (group.size() > 1 && group.back() == '/') group.pop_back();
+  return group;
+}
+
+std::string join(const std::string& parent, const std::string& name) {
+  return parent == "/" ? "/" + name : parent + "/" + name;
+}
+
+// ---- Table layouts -----------------------------------------------------------------------------
+
+enum class Kind { I32, I64, U64, U8, F64 };
+
+template <class T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, std::int32_t>) return Kind::I32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return Kind::I64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return Kind::U64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return Kind::U8;
+  else {
+    static_assert(std::is_same_v<T, double>, "no HDF5 type chosen for this field type");
+    return Kind::F64;
+  }
+}
+
+const H5::PredType& native(Kind kind) {
+  switch (kind) {
+    case Kind::I32: return H5::PredType::NATIVE_INT32;
+    case Kind::I64: return H5::PredType::NATIVE_INT64;
+    case Kind::U64: return H5::PredType::NATIVE_UINT64;
+    case Kind::U8: return H5::PredType::NATIVE_UINT8;
+    case Kind::F64: break;
+  }
+  return H5::PredType::NATIVE_DOUBLE;
+}
+
+template <class T>
+const H5::PredType& native() {
+  return native(kind_of<T>());
+}
+
+struct Field {
+  const char* name;
+  std::size_t offset;
+  Kind kind;
+  const char* unit;
+};
+
+// The column name is the member's name and its type the member's type, by construction.
+#define DUET_FIELD(Row, member, unit) \
+  Field { #member, offsetof(Row, member), kind_of<decltype(Row::member)>(), unit }
+
+constexpr std::array kStepFields{
+    DUET_FIELD(StepRecord, start_s, "s"),
+    DUET_FIELD(StepRecord, duration_s, "s"),
+    DUET_FIELD(StepRecord, cpu_s, "s"),
+    DUET_FIELD(StepRecord, prefill_tokens, "tokens"),
+    DUET_FIELD(StepRecord, decode_tokens, "tokens"),
+    DUET_FIELD(StepRecord, num_seqs, "count"),
+    DUET_FIELD(StepRecord, decode_seqs, "count"),
+    DUET_FIELD(StepRecord, decode_context_tokens, "tokens"),
+    DUET_FIELD(StepRecord, prefill_attention_keys, "count"),
+    DUET_FIELD(StepRecord, num_running, "count"),
+    DUET_FIELD(StepRecord, num_waiting, "count"),
+    DUET_FIELD(StepRecord, kv_blocks_used, "blocks"),
+    DUET_FIELD(StepRecord, kv_blocks_free, "blocks"),
+    DUET_FIELD(StepRecord, kv_blocks_cached, "blocks"),
+    DUET_FIELD(StepRecord, kv_filled_tokens, "tokens"),
+    DUET_FIELD(StepRecord, prefix_query_tokens, "tokens"),
+    DUET_FIELD(StepRecord, prefix_hit_tokens, "tokens"),
+    DUET_FIELD(StepRecord, evictions, "blocks"),
+    DUET_FIELD(StepRecord, preemptions, "count"),
+    DUET_FIELD(StepRecord, cow_copies, "blocks"),
+};
+
+constexpr std::array kRequestFields{
+    DUET_FIELD(RequestRecord, seq_id, "id"),
+    DUET_FIELD(RequestRecord, owner, "id"),
+    DUET_FIELD(RequestRecord, kind, "enum"),
+    DUET_FIELD(RequestRecord, finish_reason, "enum"),
+    DUET_FIELD(RequestRecord, arrival_s, "s"),
+    DUET_FIELD(RequestRecord, first_scheduled_s, "s"),
+    DUET_FIELD(RequestRecord, first_token_s, "s"),
+    DUET_FIELD(RequestRecord, finish_s, "s"),
+    DUET_FIELD(RequestRecord, prompt_tokens, "tokens"),
+    DUET_FIELD(RequestRecord, output_tokens, "tokens"),
+    DUET_FIELD(RequestRecord, cached_tokens, "tokens"),
+    DUET_FIELD(RequestRecord, preemptions, "count"),
+};
+
+constexpr std::array kProblemFields{
+    DUET_FIELD(ProblemRecord, index, "id"),
+    DUET_FIELD(ProblemRecord, level, "enum"),
+    DUET_FIELD(ProblemRecord, iterations, "count"),
+    DUET_FIELD(ProblemRecord, correct, "enum"),
+    DUET_FIELD(ProblemRecord, start_s, "s"),
+    DUET_FIELD(ProblemRecord, finish_s, "s"),
+    DUET_FIELD(ProblemRecord, requests, "count"),
+    DUET_FIELD(ProblemRecord, generated_tokens, "tokens"),
+    DUET_FIELD(ProblemRecord, score, "score"),
+};
+
+#undef DUET_FIELD
+
+// Number of members of an aggregate: the most initialisers that Row{...} accepts. It makes the
+// build fail when core/metrics.hpp gains a field that the tables here (and the schema in
+// analysis/README.md) do not have yet.
+struct AnyValue {
+  template <class T>
+  operator T() const;
+};
+
+template <class Row, class... Values>
+constexpr std::size_t member_count() {
+  if constexpr (requires { Row{Values{}..., AnyValue{}}; }) return member_count<Row, Values..., AnyValue>();
+  else return sizeof...(Values);
+}
+
+static_assert(member_count<StepRecord>() == kStepFields.size(), "add the new StepRecord field");
+static_assert(member_count<RequestRecord>() == kRequestFields.size(), "add the new RequestRecord field");
+static_assert(member_count<ProblemRecord>() == kProblemFields.size(), "add the new ProblemRecord field");
+static_assert(member_count<EngineSummary>() == 18, "add the new EngineSummary field to visit_summary");
+static_assert(member_count<EngineRecords>() == 6 && member_count<RunSummary>() == 3,
+              "the run layout changed: update write_run and read_run");
+static_assert(std::uint8_t(SeqKind::Score) == 1 && std::uint8_t(FinishReason::Aborted) == 4,
+              "the enums changed: update enums_json and analysis/README.md");
+
+H5::CompType memory_type(std::span<const Field> fields, std::size_t row_size) {
+  H5::CompType type(row_size);
+  for (const Field& f : fields) type.insertMember(f.name, f.offset, native(f.kind));
+  return type;
+}
+
+// On disk without the structs' padding.
+H5::CompType file_type(std::span<const Field> fields, std::size_t row_size) {
+  H5::CompType type = memory_type(fields, row_size);
+  type.pack();
+  return type;
+}
+
+std::string units_json(std::span<const Field> fields) {
+  nlohmann::ordered_json units = nlohmann::ordered_json::object();
+  for (const Field& f : fields) units[f.name] = f.unit;
+  return units.dump();
+}
+
+std::string enums_json() {
+  nlohmann::ordered_json enums;
+  enums["kind"] = {{"0", "Generate"}, {"1", "Score"}};
+  enums["finish_reason"] = {{"0", "None"}, {"1", "Stop"}, {"2", "Length"}, {"3", "Scored"}, {"4", "Aborted"}};
+  return enums.dump();
+}
+
+// Every EngineSummary number under its attribute name; Percentiles flatten to <name>_mean etc.
+template <class Summary, class Visit>
+void visit_summary(Summary& s, Visit&& visit) {
+  visit("steps", s.steps);
+  visit("requests", s.requests);
+  visit("prompt_tokens", s.prompt_tokens);
+  visit("generated_tokens", s.generated_tokens);
+  visit("generated_tokens_per_s", s.generated_tokens_per_s);
+  visit("requests_per_s", s.requests_per_s);
+  auto percentiles = [&](const std::string& name, auto& p) {
+    visit(name + "_mean", p.mean);
+    visit(name + "_p50", p.p50);
+    visit(name + "_p90", p.p90);
+    visit(name + "_p99", p.p99);
+  };
+  percentiles("ttft_s", s.ttft_s);
+  percentiles("tpot_s", s.tpot_s);
+  percentiles("e2e_s", s.e2e_s);
+  visit("prefix_hit_rate", s.prefix_hit_rate);
+  visit("peak_kv_utilisation", s.peak_kv_utilisation);
+  visit("mean_kv_utilisation", s.mean_kv_utilisation);
+  visit("preemptions", s.preemptions);
+  visit("evictions", s.evictions);
+  visit("cow_copies", s.cow_copies);
+  visit("busy_s", s.busy_s);
+}
+
+// ---- Attributes --------------------------------------------------------------------------------
+
+constexpr const char* kVersionAttr = "duet_schema_version";
+constexpr const char* kCreatedAttr = "created_utc";
+
+template <class T>
+void put_number(const H5::H5Object& obj, const std::string& name, T value) {
+  obj.createAttribute(name, native<T>(), H5::DataSpace()).write(native<T>(), &value);
+}
+
+// Variable-length, so that a long Lua script or config dump does not hit the 64 KiB limit of an
+// object header; UTF-8, so that h5py returns str.
+void put_text(const H5::H5Object& obj, const std::string& name, const std::string& value) {
+  H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  type.setCset(H5T_CSET_UTF8);
+  obj.createAttribute(name, type, H5::DataSpace()).write(type, value);
+}
+
+// A single string (text) or a single integer or float (!text).
+H5::Attribute scalar_attr(const H5::H5Object& obj, const std::string& name, bool text, const Where& where) {
+  if (!obj.attrExists(name)) where.fail("attribute '" + name + "' is missing");
+  H5::Attribute attr = obj.openAttribute(name);
+  const H5T_class_t c = attr.getTypeClass();
+  const bool right_class = text ? c == H5T_STRING : c == H5T_INTEGER || c == H5T_FLOAT;
+  if (!right_class || attr.getSpace().getSimpleExtentNpoints() != 1)
+    where.fail("attribute '" + name + "' is not a single " + (text ? "string" : "number"));
+  return attr;
+}
+
+template <class T>
+T get_number(const H5::H5Object& obj, const std::string& name, const Where& where) {
+  T value{};
+  scalar_attr(obj, name, false, where).read(native<T>(), &value);
+  return value;
+}
+
+std::string get_text(const H5::H5Object& obj, const std::string& name, const Where& where) {
+  H5::Attribute attr = scalar_attr(obj, name, true, where);
+  std::string value;
+  attr.read(attr.getStrType(), value);  // fixed-length or variable-length alike
+  return value;
+}
+
+// ---- Groups ------------------------------------------------------------------------------------
+
+// Groups track the creation order of their attributes and links, so that metadata and engines
+// read back in the order they were written (HDF5 lists them by name otherwise).
+void track_creation_order(hid_t plist) {
+  const unsigned flags = H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED;
+  if (H5Pset_attr_creation_order(plist, flags) < 0 || H5Pset_link_creation_order(plist, flags) < 0)
+    throw H5::PropListIException("track_creation_order", "H5Pset_*_creation_order failed");
+}
+
+H5::Group create_group(const H5::Group& parent, const std::string& name) {
+  H5::LinkCreatPropList lcpl;
+  lcpl.setCreateIntermediateGroup(true);
+  H5::PropList gcpl(H5P_GROUP_CREATE);
+  track_creation_order(gcpl.getId());
+  const hid_t id = H5Gcreate2(parent.getId(), name.c_str(), lcpl.getId(), gcpl.getId(), H5P_DEFAULT);
+  if (id < 0) throw H5::GroupIException("create_group", "H5Gcreate2 failed");
+  H5::Group group(id);  // takes a reference of its own
+  H5Gclose(id);
+  return group;
+}
+
+bool tracks_creation_order(const H5::Group& group, bool attributes) {
+  unsigned flags = 0;
+  const hid_t gcpl = H5Gget_create_plist(group.getId());
+  if (gcpl < 0) throw H5::GroupIException("tracks_creation_order", "H5Gget_create_plist failed");
+  const herr_t rc =
+      attributes ? H5Pget_attr_creation_order(gcpl, &flags) : H5Pget_link_creation_order(gcpl, &flags);
+  H5Pclose(gcpl);
+  if (rc < 0) throw H5::PropListIException("tracks_creation_order", "H5Pget_*_creation_order failed");
+  return flags & H5P_CRT_ORDER_TRACKED;
+}
+
+// Attribute or link names in creation order where the group tracks it (duet's groups do), else
+// in name order (groups that another tool made).
+std::vector<std::string> names_in_order(const H5::Group& group, bool attributes) {
+  const H5_index_t index = tracks_creation_order(group, attributes) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+  const hsize_t count = attributes ? hsize_t(group.getNumAttrs()) : group.getNumObjs();
+  auto name_at = [&](hsize_t i, char* buf, std::size_t size) {
+    return attributes ? H5Aget_name_by_idx(group.getId(), ".", index, H5_ITER_INC, i, buf, size, H5P_DEFAULT)
+                      : H5Lget_name_by_idx(group.getId(), ".", index, H5_ITER_INC, i, buf, size, H5P_DEFAULT);
+  };
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < count; ++i) {
+    const ssize_t length = name_at(i, nullptr, 0);
+    if (length < 0) throw H5::GroupIException("names_in_order", "H5[AL]get_name_by_idx failed");
+    std::vector<char> buf(std::size_t(length) + 1);
+    if (name_at(i, buf.data(), buf.size()) < 0)
+      throw H5::GroupIException("names_in_order", "H5[AL]get_name_by_idx failed");
+    names.emplace_back(buf.data(), std::size_t(length));
+  }
+  return names;
+}
+
+H5::Group open_group(const H5::Group& parent, const std::string& name, const Where& where) {
+  if (!parent.nameExists(name) || parent.childObjType(name) != H5O_TYPE_GROUP) where.fail("no such group");
+  return parent.openGroup(name);
+}
+
+// Whether an absolute path names an object. Checked component by component: HDF5 1.10 reports a
+// missing parent as an error rather than as "no".
+bool path_exists(const H5::Group& root, const std::string& path) {
+  if (path == "/") return true;
+  for (std::size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    if (!root.nameExists(path.substr(0, end))) return false;
+    if (end == std::string::npos) return true;
+  }
+}
+
+// ---- Writing -----------------------------------------------------------------------------------
+
+// Rows per chunk, the unit of compression and of partial reads: 4096 steps (~460 KiB) fit in
+// HDF5's default 1 MiB chunk cache.
+constexpr hsize_t kChunkRows = 4096;
+
+template <class Row>
+void write_table(const H5::Group& engine, const char* name, const std::vector<Row>& rows,
+                 std::span<const Field> fields) {
+  const hsize_t n = rows.size();
+  const hsize_t unlimited = H5S_UNLIMITED;  // so that a streaming writer could append later
+  const hsize_t chunk = std::clamp<hsize_t>(n, 1, kChunkRows);
+  H5::DSetCreatPropList dcpl;
+  dcpl.setChunk(1, &chunk);
+  dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
+  dcpl.setDeflate(4);
+  const H5::DataSet table = engine.createDataSet(name, file_type(fields, sizeof(Row)),
+                                                 H5::DataSpace(1, &n, &unlimited), dcpl);
+  if (n > 0) table.write(rows.data(), memory_type(fields, sizeof(Row)));
+  put_text(table, "units", units_json(fields));
+  if constexpr (std::is_same_v<Row, RequestRecord>) put_text(table, "enums", enums_json());
+}
+
+void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
+                  const EngineSummary& summary, Where& where) {
+  where.object = path;
+  const H5::Group engine = create_group(engines, records.name);
+  put_text(engine, "model", records.model);
+  put_number<std::int32_t>(engine, "total_blocks", records.total_blocks);
+  put_number<std::int32_t>(engine, "block_size", records.block_size);
+  visit_summary(summary, [&](const std::string& name, auto value) { put_number(engine, name, value); });
+  where.object = join(path, "steps");
+  write_table(engine, "steps", records.steps, kStepFields);
+  where.object = join(path, "requests");
+  write_table(engine, "requests", records.requests, kRequestFields);
+}
+
+const EngineSummary* find_summary(const RunSummary& summary, const std::string& name) {
+  for (const EngineSummary& s : summary.engines)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+bool valid_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+}
+
+// Checked before anything is written, so that a bad call leaves the file as it was.
+void check_run(const RunMetadata& metadata, const std::vector<EngineRecords>& records,
+               const RunSummary& summary, const Where& where) {
+  std::set<std::string> names;
+  auto check_key = [&](const std::string& key) {
+    if (key.empty() || key == kVersionAttr || key == kCreatedAttr || !names.insert(key).second)
+      where.fail("metadata name '" + key + "' is empty, reserved or repeated");
+  };
+  for (const auto& [key, value] : metadata.text) check_key(key);
+  for (const auto& [key, value] : metadata.numbers) check_key(key);
+  std::set<std::string> engines;
+  for (const EngineRecords& r : records) {
+    if (!valid_name(r.name) || !engines.insert(r.name).second)
+      where.fail("engine name '" + r.name + "' is empty, contains '/' or is repeated");
+    if (!find_summary(summary, r.name)) where.fail("engine '" + r.name + "' has records but no summary");
+  }
+  for (const EngineSummary& s : summary.engines)
+    if (!engines.contains(s.name)) where.fail("engine '" + s.name + "' has a summary but no records");
+}
+
+// The run's group, new or (for "/") the root, which must not hold a run yet.
+H5::Group run_group(const H5::H5File& file, const std::string& group, const Where& where) {
+  const H5::Group root = file.openGroup("/");
+  if (group == "/") {
+    if (root.attrExists(kVersionAttr)) where.fail("already holds a run");
+    return root;
+  }
+  if (path_exists(root, group)) where.fail("already exists");
+  return create_group(root, group);
+}
+
+// ---- Reading -----------------------------------------------------------------------------------
+
+H5::H5File open_for_reading(const std::string& path, const Where& where) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) where.fail("no such file");
+  if (!H5::H5File::isHdf5(path)) where.fail("not an HDF5 file");
+  return H5::H5File(path, H5F_ACC_RDONLY);
+}
+
+bool has_group(const H5::Group& root, const std::string& path) {
+  return path == "/" || (path_exists(root, path) && root.childObjType(path) == H5O_TYPE_GROUP);
+}
+
+void check_columns(const H5::DataSet& table, std::span<const Field> fields, const Where& where) {
+  if (table.getTypeClass() != H5T_COMPOUND) where.fail("is not a table of compound rows");
+  const H5::CompType type = table.getCompType();
+  std::map<std::string, H5T_class_t> found;
+  for (unsigned i = 0; i < unsigned(type.getNmembers()); ++i) found[type.getMemberName(i)] = type.getMemberClass(i);
+  std::string problems;
+  for (const Field& f : fields) {
+    const auto it = found.find(f.name);
+    const H5T_class_t want = f.kind == Kind::F64 ? H5T_FLOAT : H5T_INTEGER;
+    if (it == found.end()) {
+      problems += std::string(" missing ") + f.name + ";";
+      continue;
+    }
+    if (it->second != want) problems += std::string(" wrong type ") + f.name + ";";
+    found.erase(it);
+  }
+  for (const auto& [name, cls] : found) problems += " unexpected " + name + ";";
+  if (!problems.empty()) where.fail("columns differ from the schema:" + problems);
+}
+
+template <class Row>
+std::vector<Row> read_table(const H5::Group& engine, const char* name, std::span<const Field> fields,
+                            const Where& where) {
+  if (!engine.nameExists(name) || engine.childObjType(name) != H5O_TYPE_DATASET) where.fail("no such dataset");
+  const H5::DataSet table = engine.openDataSet(name);
+  check_columns(table, fields, where);
+  const H5::DataSpace space = table.getSpace();
+  if (space.getSimpleExtentNdims() != 1) where.fail("is not a 1-D table");
+  hsize_t n = 0;
+  space.getSimpleExtentDims(&n);
+  std::vector<Row> rows(n);
+  if (n > 0) table.read(rows.data(), memory_type(fields, sizeof(Row)));
+  return rows;
+}
+
+void read_engine(const H5::Group& engines, const std::string& path, const std::string& name, RunData& run,
+                 Where& where) {
+  where.object = join(path, name);
+  const H5::Group engine = open_group(engines, name, where);
+  EngineRecords records;
+  records.name = name;
+  records.model = get_text(engine, "model", where);
+  records.total_blocks = get_number<std::int32_t>(engine, "total_blocks", where);
+  records.block_size = get_number<std::int32_t>(engine, "block_size", where);
+  EngineSummary summary;
+  summary.name = name;
+  summary.model = records.model;
+  visit_summary(summary, [&](const std::string& attr, auto& value) {
+    value = get_number<std::remove_reference_t<decltype(value)>>(engine, attr, where);
+  });
+  where.object = join(path, name) + "/steps";
+  records.steps = read_table<StepRecord>(engine, "steps", kStepFields, where);
+  where.object = join(path, name) + "/requests";
+  records.requests = read_table<RequestRecord>(engine, "requests", kRequestFields, where);
+  run.engines.push_back(std::move(records));
+  run.summary.engines.push_back(std::move(summary));
+}
+
+RunMetadata read_metadata(const H5::Group& run, const Where& where) {
+  RunMetadata metadata;
+  for (const std::string& name : names_in_order(run, true)) {
+    if (name == kVersionAttr || name == kCreatedAttr) continue;
+    if (run.openAttribute(name).getTypeClass() == H5T_STRING)
+      metadata.text.emplace_back(name, get_text(run, name, where));
+    else
+      metadata.numbers.emplace_back(name, get_number<double>(run, name, where));
+  }
+  return metadata;
+}
+
+RunData read_run_group(const H5::H5File& file, const std::string& group, Where& where) {
+  where.object = group;
+  if (!has_group(file.openGroup("/"), group)) where.fail("no such group");
+  const H5::Group run = file.openGroup(group);
+  if (!run.attrExists(kVersionAttr)) where.fail("holds no duet run (no duet_schema_version)");
+  const int version = get_number<std::int32_t>(run, kVersionAttr, where);
+  if (version != kRunSchemaVersion)
+    where.fail("schema version " + std::to_string(version) + " is not supported (this duet reads " +
+               std::to_string(kRunSchemaVersion) + ")");
+  RunData data;
+  data.metadata = read_metadata(run, where);
+  where.object = join(group, "summary");
+  const H5::Group summary = open_group(run, "summary", where);
+  data.summary.makespan_s = get_number<double>(summary, "makespan_s", where);
+  data.summary.wall_s = get_number<double>(summary, "wall_s", where);
+  where.object = join(group, "engines");
+  const H5::Group engines = open_group(run, "engines", where);
+  const std::string engines_path = where.object;
+  for (const std::string& name : names_in_order(engines, false))
+    read_engine(engines, engines_path, name, data, where);
+  if (run.nameExists("problems")) {
+    where.object = join(group, "problems");
+    data.problems = read_table<ProblemRecord>(run, "problems", kProblemFields, where);
+  }
+  return data;
+}
+
+// Depth first; the depth bound stops a corrupted file whose links form a cycle.
+void collect_runs(const H5::Group& group, const std::string& path, int depth, std::vector<std::string>& runs,
+                  Where& where) {
+  where.object = path;
+  if (depth > 64) where.fail("groups nested too deeply (a cycle of links?)");
+  if (group.attrExists(kVersionAttr)) runs.push_back(path);
+  for (hsize_t i = 0; i < group.getNumObjs(); ++i) {
+    const std::string name = group.getObjnameByIdx(i);
+    if (group.childObjType(name) == H5O_TYPE_GROUP)
+      collect_runs(group.openGroup(name), join(path, name), depth + 1, runs, where);
+  }
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+}  // namespace
+
+struct RunFileWriter::Impl {
+  std::string path;
+  H5::H5File file;
+};
+
+RunFileWriter::RunFileWriter(const std::string& path) {
+  Where where{path, ""};
+  impl_ = guarded(where, [&] {
+    H5::FileCreatPropList fcpl;
+    track_creation_order(fcpl.getId());  // the root group's
+    auto impl = std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_TRUNC, fcpl)});
+    where.object = "/";
+    put_text(impl->file.openGroup("/"), kCreatedAttr, utc_now());
+    return impl;
+  });
+}
+
+RunFileWriter::~RunFileWriter() {
+  try {
+    close();
+  } catch (const Error&) {
+    // Nothing to report it to; close() is there for callers who want to know.
+  }
+}
+
+RunFileWriter::RunFileWriter(RunFileWriter&&) noexcept = default;
+RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
+
+void RunFileWriter::write_run(const std::string& group, const RunMetadata& metadata,
+                              const std::vector<EngineRecords>& records, const RunSummary& summary,
+                              const std::vector<ProblemRecord>* problems) {
+  if (!impl_) throw Error("RunFileWriter::write_run: the file is closed");
+  Where where{impl_->path, normalized(group)};
+  check_run(metadata, records, summary, where);
+  guarded(where, [&] {
+    const std::string path = where.object;
+    const H5::Group run = run_group(impl_->file, path, where);
+    for (const auto& [key, value] : metadata.text) put_text(run, key, value);
+    for (const auto& [key, value] : metadata.numbers) put_number(run, key, value);
+    where.object = join(path, "summary");
+    const H5::Group summary_group = create_group(run, "summary");
+    put_number(summary_group, "makespan_s", summary.makespan_s);
+    put_number(summary_group, "wall_s", summary.wall_s);
+    const std::string engines_path = join(path, "engines");
+    where.object = engines_path;
+    const H5::Group engines = create_group(run, "engines");
+    for (const EngineRecords& r : records)
+      write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), where);
+    if (problems) {
+      where.object = join(path, "problems");
+      write_table(run, "problems", *problems, kProblemFields);
+    }
+    // Last, so that a run cut short by an error is not listed as a run.
+    where.object = path;
+    put_number<std::int32_t>(run, kVersionAttr, kRunSchemaVersion);
+    impl_->file.flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
+void RunFileWriter::close() {
+  if (!impl_) return;
+  const std::unique_ptr<Impl> impl = std::move(impl_);
+  Where where{impl->path, ""};
+  guarded(where, [&] { impl->file.close(); });
+}
+
+RunData read_run(const std::string& path, const std::string& group) {
+  Where where{path, ""};
+  return guarded(where, [&] {
+    const H5::H5File file = open_for_reading(path, where);
+    return read_run_group(file, normalized(group), where);
+  });
+}
+
+std::vector<std::string> list_runs(const std::string& path) {
+  Where where{path, ""};
+  return guarded(where, [&] {
+    const H5::H5File file = open_for_reading(path, where);
+    std::vector<std::string> runs;
+    collect_runs(file.openGroup("/"), "/", 0, runs, where);
+    return runs;
+  });
+}
+
+}  // namespace duet

@@ -1,0 +1,63 @@
+#pragma once
+// duet's HDF5 run files: what a run recorded (per-step timeline, per-request table, summary) plus
+// the configuration that produced it, in one self-describing file that notebooks read with h5py.
+// A sweep writes one run per point into the same file. The schema is documented in
+// analysis/README.md; keep the two in step (duet_schema_version says which one a file follows).
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/metrics.hpp"
+
+namespace duet {
+
+inline constexpr int kRunSchemaVersion = 1;
+
+// Run configuration, stored as attributes of the run's group. Text holds names, the git revision,
+// the Lua script and "config_json"; numbers hold the tunables a notebook filters sweeps by.
+// Names must be unique and must not be duet_schema_version or created_utc.
+struct RunMetadata {
+  std::vector<std::pair<std::string, std::string>> text;
+  std::vector<std::pair<std::string, double>> numbers;
+};
+
+class RunFileWriter {
+ public:
+  // Creates the file, replacing any file of that name.
+  explicit RunFileWriter(const std::string& path);
+  ~RunFileWriter();
+  RunFileWriter(RunFileWriter&&) noexcept;
+  RunFileWriter& operator=(RunFileWriter&&) noexcept;
+
+  // Writes one run into `group` ("/" for a single run, "/points/0007" for a sweep point; missing
+  // parents are created). The group must not hold a run yet. Every engine of `records` needs the
+  // EngineSummary of the same name in `summary` and vice versa. The file is flushed afterwards,
+  // so that the points a long sweep has finished survive a crash.
+  // `problems` (optional) is the per-problem table of a search workload.
+  void write_run(const std::string& group, const RunMetadata& metadata,
+                 const std::vector<EngineRecords>& records, const RunSummary& summary,
+                 const std::vector<ProblemRecord>* problems = nullptr);
+  // Closes the file, reporting errors that the destructor would have to swallow.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct RunData {
+  RunMetadata metadata;                // in the order it was written
+  std::vector<EngineRecords> engines;  // in the order they were written
+  RunSummary summary;                  // engines in the same order as `engines`
+  std::vector<ProblemRecord> problems; // empty when the run had no per-problem table
+};
+
+// Errors (duet::Error) name the file and the object: a missing, truncated or corrupted file, a
+// missing group, attribute or dataset, a table whose columns are not the expected ones.
+RunData read_run(const std::string& path, const std::string& group = "/");
+
+// Every group of the file that holds a run, in name order ("/" for a single-run file).
+std::vector<std::string> list_runs(const std::string& path);
+
+}  // namespace duet

@@ -1,0 +1,50 @@
+#include "io/trace_replay.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/mix.hpp"
+
+namespace duet {
+
+TraceReplay::TraceReplay(const Trace& trace, TraceReplayOptions options) : trace_(trace), opt_(options) {
+  if (opt_.rate_scale <= 0) throw Error("rate scale must be positive, got " + std::to_string(opt_.rate_scale));
+  total_ = opt_.max_requests ? std::min(opt_.max_requests, trace.requests.size()) : trace.requests.size();
+}
+
+void TraceReplay::start(Runtime& rt) {
+  if (total_ > 0) rt.wake_at(trace_.requests[0].arrival_s / opt_.rate_scale, 0);
+}
+
+void TraceReplay::on_wakeup(Runtime& rt, std::uint64_t) { submit_due(rt); }
+
+void TraceReplay::submit_due(Runtime& rt) {
+  // Every request due by now arrives now; then sleep until the next one.
+  for (; next_ < total_ && trace_.requests[next_].arrival_s / opt_.rate_scale <= rt.now(); ++next_) {
+    const TraceRequest& r = trace_.requests[next_];
+    const int longest = r.input_tokens + r.output_tokens;
+    if (opt_.max_model_len > 0 && longest > opt_.max_model_len) {
+      if (opt_.too_long == TooLong::Skip) {
+        ++skipped_;
+        continue;
+      }
+      throw Error(trace_.source + ": request " + std::to_string(next_ + 1) + " needs " + std::to_string(longest) +
+                  " tokens, more than max_model_len " + std::to_string(opt_.max_model_len) +
+                  " (raise --max-model-len, or skip such requests with --skip-too-long)");
+    }
+    Sequence s;
+    s.id = rt.next_seq_id();
+    s.owner = next_;
+    s.tokens = trace_prompt_tokens(trace_, next_, opt_.vocab_size, opt_.seed);
+    s.num_prompt_tokens = s.num_tokens();
+    s.sampling.max_tokens = std::max(1, r.output_tokens);
+    s.sampling.ignore_eos = true;
+    s.script.seed = mix64(opt_.seed ^ (0x7472616365ULL + next_));
+    rt.submit(opt_.engine, std::move(s));
+  }
+  if (next_ < total_) rt.wake_at(trace_.requests[next_].arrival_s / opt_.rate_scale, 0);
+}
+
+void TraceReplay::on_finished(Runtime&, int, Sequence&) { ++finished_; }
+
+}  // namespace duet

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs duet's Debian 12 packages (non-interactive, idempotent: a no-op when all are present)
+# and configures and builds duet in ./build.
+#   scripts/setup.sh              install what is missing, configure, build
+#   scripts/setup.sh --deps-only  install what is missing, nothing else
+# Environment: BUILD_DIR (default build), BUILD_TYPE (default RelWithDebInfo), DUET_CMAKE_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libboost-dev libboost-program-options-dev   # Boost 1.74, Debian 12's default
+  libeigen3-dev liblua5.4-dev libhdf5-dev nlohmann-json3-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-h5py python3-pandas python3-numpy  # analysis/ reads the HDF5 files with these
+  python3-sentencepiece  # scripts/train_tokenizer.sh and scripts/fit_step_model.py
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+[ "${1:-}" = "--deps-only" ] && exit 0
+
+build_dir="${BUILD_DIR:-build}"
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" ${DUET_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,60 @@
+#include "sim/roofline.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace duet {
+
+RooflineCostModel::RooflineCostModel(const GpuSpec& gpu, const ModelSpec& model, RooflineParams params)
+    : gpu_(gpu), model_(model), p_(params) {
+  model_.validate();
+}
+
+double RooflineCostModel::op_time(double flops, double bytes) const {
+  return std::max(flops / (gpu_.bf16_flops * p_.flops_efficiency), bytes / (gpu_.hbm_bandwidth * p_.bandwidth_efficiency));
+}
+
+RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
+  RooflineBreakdown b;
+  const ModelSpec& m = model_;
+  const double w = dtype_bytes(m.dtype);
+  const double tokens = double(s.prefill_tokens + s.decode_tokens);
+  const double h = m.hidden_size;
+  const double q = double(m.num_heads) * m.head_dim;
+  const double kv = double(m.num_kv_heads) * m.head_dim;
+  const double inter = m.intermediate_size;
+  // The GEMMs of one layer as (input width, output width): weights are read once per step,
+  // activations once per token.
+  const double gemms[][2] = {{h, q + 2 * kv}, {q, h}, {h, 2 * inter}, {inter, h}};
+  double layer = 0;
+  for (const auto& g : gemms) layer += op_time(2.0 * tokens * g[0] * g[1], w * (g[0] * g[1] + tokens * (g[0] + g[1])));
+  b.gemm_s = layer * m.num_layers;
+  // Logits only for the rows that need them, written in fp32.
+  if (s.logit_rows > 0) {
+    const double rows = s.logit_rows;
+    b.lm_head_s = op_time(2.0 * rows * h * m.vocab_size, w * h * m.vocab_size + 4.0 * rows * m.vocab_size);
+  }
+  const double attn_flops_per_key = 4.0 * m.num_layers * m.num_heads * m.head_dim;
+  const double kv_token_bytes = double(m.kv_bytes_per_token());
+  // Decode attention reads each sequence's whole KV once (GQA: once per KV head group).
+  b.decode_attention_s = op_time(attn_flops_per_key * double(s.decode_context_tokens + s.decode_seqs),
+                                 kv_token_bytes * double(s.decode_context_tokens + s.decode_seqs));
+  // Prefill attention: FLOPs grow with chunk x context; the cached context's KV is read once.
+  b.prefill_attention_s = op_time(attn_flops_per_key * s.prefill_attention_keys,
+                                  kv_token_bytes * double(s.prefill_context_tokens + s.prefill_tokens));
+  const double kernels = double(p_.kernels_per_layer) * m.num_layers + 4.0;  // + embed, norm, head, sample
+  const bool graph = p_.cuda_graphs_for_decode && s.prefill_tokens == 0;
+  b.launch_s = graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
+  b.launch_s += s.copies * gpu_.kernel_launch_s;
+  b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
+  return b;
+}
+
+std::string RooflineCostModel::describe() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "roofline(%s on %s, flops x%.2f, bandwidth x%.2f)", model_.name.c_str(),
+                gpu_.name.c_str(), p_.flops_efficiency, p_.bandwidth_efficiency);
+  return buf;
+}
+
+}  // namespace duet

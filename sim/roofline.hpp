@@ -1,0 +1,49 @@
+#pragma once
+// A roofline cost model: every op class takes max(FLOPs / peak compute, bytes / peak bandwidth),
+// plus kernel launches and a per-step CPU overhead. It needs no measurement and is optimistic by
+// construction (it assumes peak figures); the calibrated model corrects it with measured steps.
+#include "sim/cost_model.hpp"
+
+namespace duet {
+
+struct RooflineParams {
+  double flops_efficiency = 1.0;      // achieved share of peak bf16 FLOP/s
+  double bandwidth_efficiency = 1.0;  // achieved share of peak HBM bandwidth
+  // Kernels per decoder layer in an eager forward pass: norm, QKV GEMM, RoPE, KV write,
+  // attention, O GEMM, residual norm, gate/up GEMM, SiLU*mul, down GEMM.
+  int kernels_per_layer = 10;
+  // Decode-only batches replay a CUDA graph: one launch, and a small device-side gap per kernel.
+  bool cuda_graphs_for_decode = true;
+  double graph_kernel_gap_s = 1.0e-6;
+  // Host time per step: scheduling, batch preparation, sampling bookkeeping. Assumed values for a
+  // C++ engine (vLLM's Python scheduler costs several times more); calibration replaces them.
+  double cpu_step_s = 30e-6;
+  double cpu_per_seq_s = 0.3e-6;
+};
+
+struct RooflineBreakdown {
+  double gemm_s = 0;
+  double lm_head_s = 0;
+  double decode_attention_s = 0;
+  double prefill_attention_s = 0;
+  double launch_s = 0;
+  double cpu_s = 0;
+  double total() const { return gemm_s + lm_head_s + decode_attention_s + prefill_attention_s + launch_s + cpu_s; }
+};
+
+class RooflineCostModel final : public CostModel {
+ public:
+  RooflineCostModel(const GpuSpec& gpu, const ModelSpec& model, RooflineParams params = {});
+  double step_time(const BatchShape& shape) const override { return breakdown(shape).total(); }
+  RooflineBreakdown breakdown(const BatchShape& shape) const;
+  std::string describe() const override;
+
+ private:
+  double op_time(double flops, double bytes) const;
+
+  GpuSpec gpu_;
+  ModelSpec model_;
+  RooflineParams p_;
+};
+
+}  // namespace duet

@@ -1,0 +1,23 @@
+#include "sim/sim_executor.hpp"
+
+#include "core/output_script.hpp"
+
+namespace duet {
+
+StepResult SimExecutor::execute(const Batch& batch) {
+  StepResult r;
+  r.duration_s = cost_.step_time(shape_of(batch));
+  r.tokens.reserve(batch.items.size());
+  for (const BatchItem& it : batch.items) {
+    const Sequence& s = *it.seq;
+    r.tokens.push_back(it.want == Want::Sample ? scripted_token(s, s.num_output_tokens(), vocab_size_) : kNoToken);
+    // Scores are numbered by position order across the whole sequence, whatever the chunking.
+    const auto positions = positions_to_score(it);
+    const int first = int(positions.data() - s.score_positions.data());
+    for (std::size_t k = 0; k < positions.size(); ++k)
+      r.scores.push_back(scripted_score(s, first + int(k), positions[k]));
+  }
+  return r;
+}
+
+}  // namespace duet

@@ -1,0 +1,167 @@
+#include "core/block_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace duet {
+namespace {
+
+BlockHash constant_hash(BlockHash, std::span<const TokenId>, std::uint32_t) { return 42; }
+
+std::vector<TokenId> toks(std::initializer_list<TokenId> t) { return t; }
+
+TEST(BlockPool, AllocatesEveryBlockOnceThenRunsOut) {
+  BlockPool pool(4, 2);
+  std::vector<BlockId> got;
+  for (int i = 0; i < 4; ++i) got.push_back(pool.allocate());
+  EXPECT_EQ(got, (std::vector<BlockId>{0, 1, 2, 3}));
+  EXPECT_EQ(pool.allocate(), kNoBlock);
+  EXPECT_EQ(pool.num_free(), 0);
+  EXPECT_EQ(pool.num_used(), 4);
+  pool.check_consistency();
+}
+
+TEST(BlockPool, RejectsImpossibleSizes) {
+  EXPECT_THROW(BlockPool(0, 16), Error);
+  EXPECT_THROW(BlockPool(-3, 16), Error);
+  EXPECT_THROW(BlockPool(8, 0), Error);
+}
+
+TEST(BlockPool, UncachedFreedBlocksAreReusedFirst) {
+  BlockPool pool(4, 2);
+  for (int i = 0; i < 4; ++i) pool.allocate();
+  pool.free(2);
+  pool.free(0);
+  // Nothing worth keeping: each goes to the very front, so the last freed is reused first.
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{0, 2}));
+  EXPECT_EQ(pool.allocate(), 0);
+  pool.check_consistency();
+}
+
+TEST(BlockPool, CachedFreedBlocksStayHittableUntilReused) {
+  BlockPool pool(2, 2);
+  const BlockId a = pool.allocate();
+  const auto t = toks({7, 8});
+  const BlockHash h = pool.hash(kRootHash, t);
+  EXPECT_EQ(pool.cache(a, h, {}, t), a);
+  pool.free(a);
+  EXPECT_EQ(pool.num_free(), 2);
+  EXPECT_EQ(pool.lookup(h, {}, t), a) << "lazy eviction: a freed cached block is still a hit";
+  // The uncached block 1 is in front of it in the eviction order.
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{1, 0}));
+  EXPECT_EQ(pool.allocate(), 1);
+  EXPECT_EQ(pool.lookup(h, {}, t), a);
+  EXPECT_EQ(pool.allocate(), a);  // now its content goes
+  EXPECT_EQ(pool.lookup(h, {}, t), kNoBlock);
+  EXPECT_EQ(pool.stats().evictions, 1);
+  EXPECT_EQ(pool.num_cached(), 0);
+  pool.check_consistency();
+}
+
+TEST(BlockPool, TouchTakesAFreeCachedBlockOffTheFreeList) {
+  BlockPool pool(3, 1);
+  const BlockId a = pool.allocate();
+  const auto t = toks({5});
+  pool.cache(a, pool.hash(kRootHash, t), {}, t);
+  pool.free(a);
+  pool.touch(a);
+  EXPECT_EQ(pool.block(a).ref_count, 1);
+  EXPECT_EQ(pool.num_free(), 2);
+  EXPECT_FALSE(pool.block(a).in_free_list);
+  pool.touch(a);
+  EXPECT_EQ(pool.block(a).ref_count, 2);
+  pool.free(a);
+  EXPECT_EQ(pool.num_free(), 2) << "still referenced once";
+  pool.check_consistency();
+}
+
+TEST(BlockPool, CachedBlocksAreEvictedInFreeingOrder) {
+  BlockPool pool(3, 1);
+  std::vector<BlockId> b;
+  for (int i = 0; i < 3; ++i) {
+    b.push_back(pool.allocate());
+    const auto t = toks({i});
+    pool.cache(b.back(), pool.hash(kRootHash, t), {}, t);
+  }
+  pool.free(b[1]);
+  pool.free(b[2]);
+  pool.free(b[0]);
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[1], b[2], b[0]}));
+}
+
+TEST(BlockPool, LowerRetentionPriorityIsEvictedFirst) {
+  BlockPool pool(3, 1);
+  std::vector<BlockId> b;
+  for (int i = 0; i < 3; ++i) {
+    b.push_back(pool.allocate());
+    const auto t = toks({i});
+    pool.cache(b.back(), pool.hash(kRootHash, t), {}, t);
+  }
+  pool.set_priority(b[0], kDefaultPriority + 2);  // pinned prefix
+  pool.set_priority(b[2], 1);                     // a pruned beam
+  for (BlockId x : b) pool.free(x);
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[2], b[1], b[0]}));
+  // Re-prioritising a free block moves it.
+  pool.set_priority(b[0], 0);
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[0], b[2], b[1]}));
+  EXPECT_EQ(pool.allocate(), b[0]);
+  EXPECT_EQ(pool.block(b[0]).priority, kDefaultPriority) << "a reallocated block starts at the default";
+  EXPECT_THROW(pool.set_priority(b[1], kNumPriorities), Error);
+  EXPECT_THROW(pool.set_priority(b[1], -1), Error);
+  pool.check_consistency();
+}
+
+TEST(BlockPool, ACollidingHashNeverYieldsAWrongHit) {
+  BlockPool pool(4, 2, 0, constant_hash);
+  const auto t1 = toks({1, 2});
+  const auto t2 = toks({3, 4});
+  const BlockId a = pool.allocate();
+  const BlockId b = pool.allocate();
+  pool.cache(a, pool.hash(kRootHash, t1), {}, t1);
+  pool.cache(b, pool.hash(kRootHash, t2), {}, t2);
+  EXPECT_EQ(pool.num_cached(), 2) << "both live in one collision chain";
+  EXPECT_EQ(pool.lookup(42, {}, t1), a);
+  EXPECT_EQ(pool.lookup(42, {}, t2), b);
+  EXPECT_EQ(pool.lookup(42, {}, toks({1, 3})), kNoBlock);
+  // Same tokens but another parent: not the same prefix.
+  const BlockId c = pool.allocate();
+  pool.cache(c, 42, pool.ref(a), t2);
+  EXPECT_EQ(pool.lookup(42, pool.ref(a), t2), c);
+  EXPECT_EQ(pool.lookup(42, pool.ref(b), t2), kNoBlock);
+  // Once the parent's content is dropped, the child cannot be reached through a reused id.
+  const BlockRef old_parent = pool.ref(a);
+  pool.free(a);
+  pool.free(b);  // b sits behind a in the eviction order, so a goes first
+  pool.free(c);
+  EXPECT_EQ(pool.allocate(), 3);  // the never-cached block goes first
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_NE(pool.ref(a), old_parent);
+  EXPECT_EQ(pool.lookup(42, pool.ref(a), t2), kNoBlock);
+  pool.check_consistency();
+}
+
+TEST(BlockPool, CachingDuplicateContentReturnsTheExistingBlock) {
+  BlockPool pool(2, 2);
+  const auto t = toks({9, 9});
+  const BlockHash h = pool.hash(kRootHash, t);
+  const BlockId a = pool.allocate();
+  const BlockId b = pool.allocate();
+  EXPECT_EQ(pool.cache(a, h, {}, t), a);
+  EXPECT_EQ(pool.cache(b, h, {}, t), a);
+  EXPECT_FALSE(pool.block(b).cached);
+  EXPECT_EQ(pool.num_cached(), 1);
+}
+
+TEST(BlockPool, HashesChainOverParentTokensAndModel) {
+  const auto t = toks({1, 2, 3});
+  EXPECT_EQ(hash_block(kRootHash, t, 0), hash_block(kRootHash, t, 0));
+  EXPECT_NE(hash_block(kRootHash, t, 0), hash_block(kRootHash, t, 1));
+  EXPECT_NE(hash_block(kRootHash, t, 0), hash_block(kRootHash + 1, t, 0));
+  EXPECT_NE(hash_block(kRootHash, t, 0), hash_block(kRootHash, toks({1, 2, 4}), 0));
+}
+
+}  // namespace
+}  // namespace duet

@@ -1,0 +1,203 @@
+#include "core/kv_cache_manager.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace duet {
+namespace {
+
+Sequence make_seq(SeqId id, int n, TokenId first = 0) {
+  Sequence s;
+  s.id = id;
+  s.tokens.resize(std::size_t(n));
+  std::iota(s.tokens.begin(), s.tokens.end(), first);
+  s.num_prompt_tokens = n;
+  return s;
+}
+
+// Admission as the scheduler does it: look up, allocate the rest, mark hits computed.
+bool admit(KvCacheManager& kv, Sequence& s) {
+  const int hit = kv.lookup_prefix(s);
+  if (!kv.allocate_slots(s, s.num_tokens() - hit, hit)) return false;
+  s.num_computed_tokens = s.num_tokens();
+  return true;
+}
+
+void decode(KvCacheManager& kv, Sequence& s, TokenId t) {
+  s.tokens.push_back(t);
+  ASSERT_TRUE(kv.allocate_slots(s, 1));
+  s.num_computed_tokens += 1;
+}
+
+KvCacheManager make_kv(int blocks, int block_size = 16, bool caching = true) {
+  return KvCacheManager(KvCacheConfig{blocks, block_size, caching});
+}
+
+TEST(KvCacheManager, AllocatesCeilOfTokensOverBlockSize) {
+  auto kv = make_kv(10);
+  Sequence s = make_seq(1, 33);
+  ASSERT_TRUE(admit(kv, s));
+  EXPECT_EQ(s.kv.blocks.size(), 3u);
+  EXPECT_EQ(s.kv.num_slots, 33);
+  EXPECT_EQ(kv.usage().used_blocks, 3);
+  EXPECT_EQ(kv.usage().filled_tokens, 33);
+  EXPECT_EQ(s.kv.num_cached_blocks, 2) << "the two full blocks are registered for reuse";
+}
+
+TEST(KvCacheManager, PrefixHitsNeverCountTheLastToken) {
+  auto kv = make_kv(10);
+  Sequence a = make_seq(1, 40);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 40);
+  EXPECT_EQ(kv.lookup_prefix(b), 32);
+  Sequence c = make_seq(3, 32);
+  EXPECT_EQ(kv.lookup_prefix(c), 16) << "32 tokens: the second block holds the last token";
+  Sequence d = make_seq(4, 33);
+  EXPECT_EQ(kv.lookup_prefix(d), 32);
+  Sequence other = make_seq(5, 40, 1000);
+  EXPECT_EQ(kv.lookup_prefix(other), 0);
+}
+
+TEST(KvCacheManager, AdmissionWithHitsSharesBlocksAndCounts) {
+  auto kv = make_kv(10);
+  Sequence a = make_seq(1, 40);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 40);
+  ASSERT_TRUE(admit(kv, b));
+  EXPECT_EQ(b.kv.blocks[0], a.kv.blocks[0]);
+  EXPECT_EQ(b.kv.blocks[1], a.kv.blocks[1]);
+  EXPECT_NE(b.kv.blocks[2], a.kv.blocks[2]);
+  EXPECT_EQ(kv.pool().block(a.kv.blocks[0]).ref_count, 2);
+  EXPECT_EQ(kv.usage().used_blocks, 4);
+  EXPECT_EQ(kv.counters().query_tokens, 80);
+  EXPECT_EQ(kv.counters().hit_tokens, 32);
+}
+
+TEST(KvCacheManager, FreedSequenceIsHitOnReadmission) {
+  auto kv = make_kv(4);
+  Sequence a = make_seq(1, 48);
+  ASSERT_TRUE(admit(kv, a));
+  kv.free(a);  // as preemption by recompute does
+  a.num_computed_tokens = 0;
+  EXPECT_EQ(kv.usage().used_blocks, 0);
+  EXPECT_EQ(kv.lookup_prefix(a), 32);
+  ASSERT_TRUE(kv.allocate_slots(a, 16, 32));
+  EXPECT_EQ(kv.usage().used_blocks, 3);
+}
+
+TEST(KvCacheManager, FreesTailFirstSoPrefixesOutliveTails) {
+  auto kv = make_kv(3, 4);
+  Sequence a = make_seq(1, 12);
+  ASSERT_TRUE(admit(kv, a));
+  const auto blocks = a.kv.blocks;
+  kv.free(a);
+  EXPECT_EQ(kv.pool().eviction_order(), (std::vector<BlockId>{blocks[2], blocks[1], blocks[0]}));
+}
+
+TEST(KvCacheManager, FailedAllocationChangesNothing) {
+  auto kv = make_kv(3, 4);
+  Sequence a = make_seq(1, 8);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 8, 100);
+  const KvUsage before = kv.usage();
+  EXPECT_FALSE(kv.allocate_slots(b, 8));
+  EXPECT_TRUE(b.kv.blocks.empty());
+  EXPECT_EQ(kv.usage().used_blocks, before.used_blocks);
+  EXPECT_EQ(kv.usage().filled_tokens, before.filled_tokens);
+}
+
+TEST(KvCacheManager, HitsOnFreeBlocksCountAgainstFreeSpace) {
+  // The hit blocks sit on the free list: taking them must not be double-counted as free room.
+  auto kv = make_kv(3, 4);
+  Sequence a = make_seq(1, 9);
+  ASSERT_TRUE(admit(kv, a));
+  kv.free(a);
+  Sequence b = make_seq(2, 9);
+  EXPECT_EQ(kv.lookup_prefix(b), 8);
+  EXPECT_TRUE(kv.allocate_slots(b, 1, 8));  // two hit blocks + one fresh = all three
+  Sequence c = make_seq(3, 1, 500);
+  EXPECT_EQ(kv.lookup_prefix(c), 0);
+  EXPECT_FALSE(kv.allocate_slots(c, 1));
+  kv.pool().check_consistency();
+}
+
+TEST(KvCacheManager, ForkSharesEveryBlockAndCopiesAPartialBlockOnWrite) {
+  auto kv = make_kv(10, 4);
+  Sequence a = make_seq(1, 10);  // blocks: 4 + 4 + 2
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 0);
+  b.tokens = a.tokens;
+  b.num_computed_tokens = a.num_computed_tokens;
+  kv.fork(a, b);
+  EXPECT_EQ(b.kv.blocks, a.kv.blocks);
+  EXPECT_EQ(kv.usage().used_blocks, 3);
+  EXPECT_TRUE(kv.take_copies().empty());
+  decode(kv, b, 77);
+  const auto copies = kv.take_copies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, a.kv.blocks[2]);
+  EXPECT_EQ(copies[0].dst, b.kv.blocks[2]);
+  EXPECT_NE(a.kv.blocks[2], b.kv.blocks[2]);
+  EXPECT_EQ(kv.counters().cow_copies, 1);
+  // The original now owns its last block alone: appending to it copies nothing.
+  decode(kv, a, 78);
+  EXPECT_TRUE(kv.take_copies().empty());
+  EXPECT_EQ(kv.usage().used_blocks, 4);
+  EXPECT_EQ(kv.usage().filled_tokens, 4 + 4 + 3 + 3);
+}
+
+TEST(KvCacheManager, ForkAtABlockBoundaryNeedsNoCopy) {
+  auto kv = make_kv(10, 4);
+  Sequence a = make_seq(1, 8);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 0);
+  b.tokens = a.tokens;
+  b.num_computed_tokens = 8;
+  kv.fork(a, b);
+  decode(kv, a, 1);
+  decode(kv, b, 2);
+  EXPECT_TRUE(kv.take_copies().empty());
+  EXPECT_NE(a.kv.blocks[2], b.kv.blocks[2]);
+}
+
+TEST(KvCacheManager, SetPriorityTouchesOnlyExclusiveBlocksUnlessAsked) {
+  auto kv = make_kv(10, 4);
+  Sequence a = make_seq(1, 10);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 0);
+  b.tokens = a.tokens;
+  b.num_computed_tokens = 10;
+  kv.fork(a, b);
+  decode(kv, b, 5);  // b's last block is now its own
+  kv.set_priority(b, 1);
+  EXPECT_EQ(kv.pool().block(b.kv.blocks[0]).priority, kDefaultPriority);
+  EXPECT_EQ(kv.pool().block(b.kv.blocks[2]).priority, 1);
+  kv.set_priority(b, 6, /*shared=*/true);
+  EXPECT_EQ(kv.pool().block(b.kv.blocks[0]).priority, 6);
+}
+
+TEST(KvCacheManager, WithoutPrefixCachingNothingIsShared) {
+  auto kv = make_kv(10, 4, false);
+  Sequence a = make_seq(1, 12);
+  ASSERT_TRUE(admit(kv, a));
+  Sequence b = make_seq(2, 12);
+  EXPECT_EQ(kv.lookup_prefix(b), 0);
+  EXPECT_EQ(kv.usage().cached_blocks, 0);
+  EXPECT_EQ(kv.counters().query_tokens, 0);
+}
+
+TEST(KvCacheManager, EvictionsAreCounted) {
+  auto kv = make_kv(2, 4);
+  Sequence a = make_seq(1, 8);
+  ASSERT_TRUE(admit(kv, a));
+  kv.free(a);
+  Sequence b = make_seq(2, 8, 100);
+  ASSERT_TRUE(admit(kv, b));
+  EXPECT_EQ(kv.counters().evictions, 2);
+  Sequence a2 = make_seq(3, 8);
+  EXPECT_EQ(kv.lookup_prefix(a2), 0);
+}
+
+}  // namespace
+}  // namespace duet

@@ -1,0 +1,249 @@
+#include "core/runtime.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "core/error.hpp"
+#include "core/kv_cache_manager.hpp"
+
+namespace duet {
+namespace {
+
+// Every step takes `step_s`; tokens are 7.
+class FixedTimeExecutor : public Executor {
+ public:
+  explicit FixedTimeExecutor(double step_s) : step_s_(step_s) {}
+  StepResult execute(const Batch& b) override {
+    StepResult r;
+    r.duration_s = step_s_;
+    r.tokens.assign(b.items.size(), 7);
+    for (const BatchItem& it : b.items)
+      for (std::size_t k = 0; k < positions_to_score(it).size(); ++k) r.scores.push_back(0.5f);
+    return r;
+  }
+
+ private:
+  double step_s_;
+};
+
+struct TwoEngines {
+  explicit TwoEngines(Arbiter arbiter = {}, int blocks = 64)
+      : llm_exec(1.0), prm_exec(0.25),
+        llm("llm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
+            std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 4, true}), llm_exec),
+        prm("prm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
+            std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 4, true}), prm_exec),
+        rt(clock, std::move(arbiter)) {
+    rt.add_engine(llm, "llm-model");
+    rt.add_engine(prm, "prm-model");
+  }
+  FixedTimeExecutor llm_exec, prm_exec;
+  Engine llm, prm;
+  VirtualClock clock;
+  Runtime rt;
+};
+
+Sequence gen(SeqId id, int prompt, int max_tokens) {
+  Sequence s;
+  s.id = id;
+  s.tokens.assign(std::size_t(prompt), TokenId(id));
+  s.num_prompt_tokens = prompt;
+  s.sampling.max_tokens = max_tokens;
+  return s;
+}
+
+// A workload made of lambdas.
+struct Script : Workload {
+  std::function<void(Runtime&)> on_start;
+  std::function<void(Runtime&, int, Sequence&)> finished = [](Runtime&, int, Sequence&) {};
+  std::function<void(Runtime&, std::uint64_t)> wakeup = [](Runtime&, std::uint64_t) {};
+  void start(Runtime& rt) override { on_start(rt); }
+  void on_finished(Runtime& rt, int e, Sequence& s) override { finished(rt, e, s); }
+  void on_wakeup(Runtime& rt, std::uint64_t tag) override { wakeup(rt, tag); }
+};
+
+void expect_one_device_timeline(const Runtime& rt) {
+  std::vector<std::pair<double, double>> spans;
+  for (const EngineRecords& r : rt.records())
+    for (const StepRecord& s : r.steps) spans.emplace_back(s.start_s, s.start_s + s.duration_s);
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-12);
+}
+
+TEST(Runtime, ArrivalsWaitForTheirTimestamps) {
+  TwoEngines t;
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit_at(10.0, 0, gen(1, 4, 2));
+    rt.submit_at(10.0, 0, gen(2, 4, 2));
+    rt.submit_at(30.0, 0, gen(3, 4, 1));
+  };
+  t.rt.run(w);
+  const auto& steps = t.rt.records()[0].steps;
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_DOUBLE_EQ(steps[0].start_s, 10.0);
+  EXPECT_EQ(steps[0].num_seqs, 2) << "simultaneous arrivals share a step";
+  EXPECT_DOUBLE_EQ(steps[1].start_s, 11.0);
+  EXPECT_DOUBLE_EQ(steps[2].start_s, 30.0);
+  const auto& reqs = t.rt.records()[0].requests;
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_DOUBLE_EQ(reqs[0].arrival_s, 10.0);
+  EXPECT_DOUBLE_EQ(reqs[0].first_token_s, 11.0);
+  EXPECT_DOUBLE_EQ(reqs[0].finish_s, 12.0);
+  EXPECT_DOUBLE_EQ(t.rt.summary().makespan_s, 21.0);
+  EXPECT_EQ(t.llm.find(1), nullptr) << "finished sequences are released";
+}
+
+TEST(Runtime, TwoEnginesShareOneDeviceAndAlternate) {
+  TwoEngines t({ArbiterKind::Alternate});
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(1, 4, 3));
+    rt.submit(1, gen(2, 4, 3));
+  };
+  t.rt.run(w);
+  expect_one_device_timeline(t.rt);
+  // llm at 0 (1 s), prm at 1 (0.25 s), llm at 1.25, prm at 2.25, ...
+  EXPECT_DOUBLE_EQ(t.rt.records()[1].steps[0].start_s, 1.0);
+  EXPECT_DOUBLE_EQ(t.rt.records()[0].steps[1].start_s, 1.25);
+  EXPECT_EQ(t.rt.records()[0].steps.size(), 3u);
+  EXPECT_EQ(t.rt.records()[1].steps.size(), 3u);
+}
+
+TEST(Runtime, PriorityArbiterRunsThePreferredEngineWhileItHasWork) {
+  TwoEngines t({ArbiterKind::Priority, {1}});
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(1, 4, 2));
+    rt.submit(1, gen(2, 4, 4));
+  };
+  t.rt.run(w);
+  expect_one_device_timeline(t.rt);
+  const double prm_done = t.rt.records()[1].requests[0].finish_s;
+  EXPECT_DOUBLE_EQ(prm_done, 1.0);
+  EXPECT_DOUBLE_EQ(t.rt.records()[0].steps[0].start_s, 1.0);
+}
+
+TEST(Runtime, OldestReadyArbiterServesTheLongestWaitingEngine) {
+  TwoEngines t({ArbiterKind::OldestReady});
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(1, gen(2, 4, 1));
+    rt.submit_at(0.1, 0, gen(1, 4, 1));
+  };
+  t.rt.run(w);
+  EXPECT_DOUBLE_EQ(t.rt.records()[1].steps[0].start_s, 0.0);
+  EXPECT_DOUBLE_EQ(t.rt.records()[0].steps[0].start_s, 0.25);
+}
+
+TEST(Runtime, CallbackArbiterChoosesAndIsChecked) {
+  int calls = 0;
+  Arbiter a{ArbiterKind::Callback, {}, [&](const std::vector<EngineStatus>& s) {
+              ++calls;
+              return s[1].has_work ? 1 : 0;
+            }};
+  TwoEngines t(a);
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(1, 4, 1));
+    rt.submit(1, gen(2, 4, 2));
+  };
+  t.rt.run(w);
+  EXPECT_GT(calls, 0);
+  EXPECT_DOUBLE_EQ(t.rt.records()[0].steps[0].start_s, 0.5);
+
+  TwoEngines bad(Arbiter{ArbiterKind::Callback, {}, [](const std::vector<EngineStatus>&) { return 5; }});
+  EXPECT_THROW(bad.rt.run(w), Error);
+  EXPECT_THROW(Runtime(bad.clock, Arbiter{ArbiterKind::Callback}), Error);
+}
+
+TEST(Runtime, WorkloadsChainRequestsAndWakeUps) {
+  TwoEngines t;
+  Script w;
+  int finished = 0;
+  std::vector<double> wakes;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(rt.next_seq_id(), 4, 1));
+    rt.wake_at(5.0, 42);
+  };
+  w.finished = [&](Runtime& rt, int e, Sequence& s) {
+    ++finished;
+    if (e == 0) {  // score what the generator produced
+      Sequence score = gen(rt.next_seq_id(), 0, 1);
+      score.kind = SeqKind::Score;
+      score.tokens = s.tokens;
+      score.num_prompt_tokens = s.num_tokens();
+      rt.submit(1, std::move(score));
+    }
+  };
+  w.wakeup = [&](Runtime& rt, std::uint64_t tag) {
+    wakes.push_back(rt.now());
+    EXPECT_EQ(tag, 42u);
+  };
+  t.rt.run(w);
+  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(wakes, (std::vector<double>{5.0}));
+  EXPECT_DOUBLE_EQ(t.rt.records()[1].requests[0].finish_s, 1.25);
+}
+
+TEST(Runtime, KeptSequencesCanBeForkedLater) {
+  TwoEngines t;
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    Sequence s = gen(1, 6, 1);
+    s.keep_kv = true;
+    rt.submit(0, std::move(s));
+  };
+  int children = 0;
+  w.finished = [&](Runtime& rt, int, Sequence& s) {
+    if (s.id != 1) return ++children, void();
+    for (SeqId id = 10; id < 13; ++id) rt.fork(0, 1, gen(id, 2, 2));
+    rt.release(0, 1);
+  };
+  t.rt.run(w);
+  EXPECT_EQ(children, 3);
+  EXPECT_EQ(t.llm.kv().usage().used_blocks, 0);
+}
+
+TEST(Runtime, AnEngineThatCanNeverScheduleIsReported) {
+  TwoEngines t({}, 2);  // 2 blocks of 4 tokens
+  Script w;
+  w.on_start = [](Runtime& rt) { rt.submit(0, gen(1, 20, 1)); };
+  try {
+    t.rt.run(w);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("engine 'llm' is stuck"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Runtime, StepRecordsCarryKvAndCounterDeltas) {
+  TwoEngines t;
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(1, 9, 2));
+    Sequence same = gen(2, 9, 2);
+    same.tokens.assign(9, 1);  // seq 1's prompt: its two full blocks hit
+    rt.submit_at(5.0, 0, std::move(same));
+  };
+  t.rt.run(w);
+  const auto& steps = t.rt.records()[0].steps;
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0].prefill_tokens, 9);
+  EXPECT_EQ(steps[0].prefix_query_tokens, 9);
+  EXPECT_EQ(steps[0].prefix_hit_tokens, 0);
+  EXPECT_EQ(steps[0].kv_blocks_used, 3);
+  EXPECT_EQ(steps[1].decode_tokens, 1);
+  EXPECT_EQ(steps[1].decode_seqs, 1);
+  EXPECT_EQ(steps[1].decode_context_tokens, 9);
+  EXPECT_EQ(steps[2].prefix_hit_tokens, 8);
+  EXPECT_EQ(steps[2].prefill_tokens, 1);
+  EXPECT_EQ(t.rt.records()[0].requests[1].cached_tokens, 8);
+  const RunSummary s = t.rt.summary();
+  EXPECT_NEAR(s.engines[0].prefix_hit_rate, 8.0 / 18.0, 1e-12);
+  EXPECT_EQ(s.engines[0].generated_tokens, 4);
+}
+
+}  // namespace
+}  // namespace duet

@@ -1,0 +1,457 @@
+// CpuExecutor driven by the real core Engine (Scheduler + KvCacheManager), so that its batches are
+// the ones that serving produces: chunked prefills mixed with decodes, prefix-cache hits,
+// copy-on-write forks and preemption by recompute. Every logits row it computes is compared with
+// a plain full recompute of the sequence (no KV cache, no blocks, double precision).
+//
+// Tolerance: |logit - reference| <= 1e-4 * max(1, max |reference logit| of the row). The float32
+// executor differs from the double reference by rounding only (observed ~1e-6 on this model).
+#include "exec/cpu_executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "core/engine.hpp"
+#include "core/error.hpp"
+#include "core/kv_cache_manager.hpp"
+#include "core/output_script.hpp"
+
+namespace duet {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+ModelSpec tiny_spec(bool llama3_scaling = false) {
+  ModelSpec m;
+  m.name = "tiny";
+  m.num_layers = 2;
+  m.hidden_size = 64;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 16;
+  m.intermediate_size = 128;
+  m.vocab_size = 256;
+  m.max_position_embeddings = 512;
+  m.rope_theta = 10000.0;
+  m.dtype = DType::F32;
+  // original 64: with head_dim 16 the wavelengths (6 ... 19869) fall in all three bands.
+  if (llama3_scaling) m.rope_scaling = RopeScaling{8.0, 1.0, 4.0, 64};
+  return m;
+}
+
+// --- Random weights ---------------------------------------------------------------------------
+
+class Uniform {
+ public:
+  explicit Uniform(std::uint64_t seed) : rng_(seed) {}
+  float operator()(double lo, double hi) { return float(lo + (hi - lo) * double(rng_() >> 11) * 0x1.0p-53); }
+
+ private:
+  std::mt19937_64 rng_;  // its output is fixed by the standard: the same weights everywhere
+};
+
+HostTensor random_tensor(std::vector<std::int64_t> shape, double lo, double hi, Uniform& u) {
+  HostTensor t{std::move(shape), {}};
+  t.data.resize(std::size_t(t.rows() * t.cols()));
+  for (float& v : t.data) v = u(lo, hi);
+  return t;
+}
+
+// Projections ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's nn.Linear init), norm weights ~ 1.
+HostTensor linear(std::int64_t out, std::int64_t in, Uniform& u) {
+  const double b = 1.0 / std::sqrt(double(in));
+  return random_tensor({out, in}, -b, b, u);
+}
+HostTensor norm_weight(std::int64_t n, Uniform& u) { return random_tensor({n}, 0.9, 1.1, u); }
+
+LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
+  Uniform u(seed);
+  const std::int64_t h = m.hidden_size, q = m.num_heads * m.head_dim, kv = m.num_kv_heads * m.head_dim;
+  LlamaWeights w;
+  w.spec = m;
+  w.embed_tokens = random_tensor({m.vocab_size, h}, -1.0, 1.0, u);
+  for (int l = 0; l < m.num_layers; ++l)
+    w.layers.push_back({norm_weight(h, u), linear(q, h, u), linear(kv, h, u), linear(kv, h, u), linear(h, q, u),
+                        norm_weight(h, u), linear(m.intermediate_size, h, u), linear(m.intermediate_size, h, u),
+                        linear(h, m.intermediate_size, u)});
+  w.final_norm = norm_weight(h, u);
+  w.lm_head = linear(m.vocab_size, h, u);
+  return w;
+}
+
+// --- The full-recompute reference -------------------------------------------------------------
+
+Eigen::MatrixXd as_double(const HostTensor& t) {
+  return Eigen::Map<const MatrixRM>(t.data.data(), t.rows(), t.cols()).cast<double>();
+}
+
+Eigen::MatrixXd ref_rms_norm(const Eigen::MatrixXd& x, const HostTensor& w, double eps) {
+  Eigen::MatrixXd out = x;
+  const Eigen::RowVectorXd weight = as_double(w).transpose();
+  for (Eigen::Index r = 0; r < x.rows(); ++r)
+    out.row(r) = x.row(r).cwiseProduct(weight) / std::sqrt(x.row(r).squaredNorm() / double(x.cols()) + eps);
+  return out;
+}
+
+void ref_rope(Eigen::MatrixXd& a, int heads, int d, const std::vector<double>& inv_freq) {
+  for (Eigen::Index t = 0; t < a.rows(); ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < d / 2; ++i) {
+        const double angle = double(t) * inv_freq[std::size_t(i)];
+        const double x1 = a(t, h * d + i), x2 = a(t, h * d + i + d / 2);
+        a(t, h * d + i) = x1 * std::cos(angle) - x2 * std::sin(angle);
+        a(t, h * d + i + d / 2) = x2 * std::cos(angle) + x1 * std::sin(angle);
+      }
+}
+
+// Causal attention over all tokens, query head h reading KV head h / (heads / kv_heads).
+Eigen::MatrixXd ref_attention(const Eigen::MatrixXd& q, const Eigen::MatrixXd& k, const Eigen::MatrixXd& v,
+                              const ModelSpec& m) {
+  const int d = m.head_dim, group = m.num_heads / m.num_kv_heads;
+  Eigen::MatrixXd out = Eigen::MatrixXd::Zero(q.rows(), q.cols());
+  for (Eigen::Index t = 0; t < q.rows(); ++t)
+    for (int h = 0; h < m.num_heads; ++h) {
+      const int c = (h / group) * d;
+      Eigen::VectorXd s(t + 1);
+      for (Eigen::Index j = 0; j <= t; ++j) s(j) = q.row(t).segment(h * d, d).dot(k.row(j).segment(c, d)) / std::sqrt(double(d));
+      s = (s.array() - s.maxCoeff()).exp();
+      s /= s.sum();
+      for (Eigen::Index j = 0; j <= t; ++j) out.row(t).segment(h * d, d) += s(j) * v.row(j).segment(c, d);
+    }
+  return out;
+}
+
+// All logits [tokens x vocab] of a token list: the plain unpaged causal forward, in double.
+Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenId>& tokens) {
+  const ModelSpec& m = w.spec;
+  const auto inv_freq = rope_inv_freq(m);
+  const Eigen::MatrixXd embed = as_double(w.embed_tokens);
+  Eigen::MatrixXd x(Eigen::Index(tokens.size()), m.hidden_size);
+  for (std::size_t t = 0; t < tokens.size(); ++t) x.row(Eigen::Index(t)) = embed.row(tokens[t]);
+  for (const LlamaLayerWeights& l : w.layers) {
+    Eigen::MatrixXd h = ref_rms_norm(x, l.input_norm, m.rms_norm_eps);
+    Eigen::MatrixXd q = h * as_double(l.q_proj).transpose(), k = h * as_double(l.k_proj).transpose();
+    const Eigen::MatrixXd v = h * as_double(l.v_proj).transpose();
+    ref_rope(q, m.num_heads, m.head_dim, inv_freq);
+    ref_rope(k, m.num_kv_heads, m.head_dim, inv_freq);
+    x += ref_attention(q, k, v, m) * as_double(l.o_proj).transpose();
+    h = ref_rms_norm(x, l.post_norm, m.rms_norm_eps);
+    const Eigen::ArrayXXd g = (h * as_double(l.gate_proj).transpose()).array();
+    const Eigen::ArrayXXd up = (h * as_double(l.up_proj).transpose()).array();
+    x += (g / (1.0 + (-g).exp()) * up).matrix() * as_double(l.down_proj).transpose();
+  }
+  return ref_rms_norm(x, w.final_norm, m.rms_norm_eps) * as_double(w.lm_head).transpose();
+}
+
+// --- A real engine around the executor --------------------------------------------------------
+
+struct Row {
+  SeqId id = 0;
+  int position = 0;
+  std::vector<float> logits;
+};
+
+struct Rig {
+  Rig(const ModelSpec& spec, int num_blocks, int max_batched_tokens, CpuExecutorOptions options = {})
+      : weights(random_weights(spec)),
+        exec(weights, num_blocks, kBlockSize, options),
+        engine("llm", {.max_num_seqs = 8, .max_num_batched_tokens = max_batched_tokens, .max_model_len = 256},
+               std::make_unique<KvCacheManager>(KvCacheConfig{num_blocks, kBlockSize, true}), exec) {}
+
+  // Steps until idle, keeping every logits row the executor computed.
+  void run() {
+    while (engine.has_work()) {
+      const StepOutcome o = engine.step(0.0);
+      ++steps;
+      bool decode = false, prefill = false;
+      for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
+        (o.batch.items[i].is_decode ? decode : prefill) = true;
+        const ItemLogits& l = exec.last_logits().at(i);
+        for (std::size_t k = 0; k < l.positions.size(); ++k) {
+          const auto row = l.logits.row(Eigen::Index(k));
+          rows.push_back({o.batch.items[i].seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
+        }
+      }
+      mixed_steps += decode && prefill;
+      same_step_hits += count_same_step_hits(o.batch);
+      EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
+      EXPECT_GT(o.result.duration_s, 0.0);
+    }
+  }
+
+  // Items whose cached context includes a block that another item of the same batch writes: a
+  // prefix hit on KV that is computed in the very step that reads it.
+  static int count_same_step_hits(const Batch& batch) {
+    std::set<BlockId> written;
+    for (const BatchItem& it : batch.items)
+      for (int p = it.context_len; p < it.context_len + it.num_new_tokens; p += kBlockSize)
+        if (std::size_t(p / kBlockSize) < it.seq->kv.blocks.size()) written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
+    int hits = 0;
+    for (const BatchItem& it : batch.items)
+      for (int b = 0; b < it.context_len / kBlockSize; ++b) hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
+    return hits;
+  }
+
+  Sequence& add(SeqId id, std::vector<TokenId> prompt, int max_tokens, SamplingParams sampling = {}) {
+    Sequence s;
+    s.id = id;
+    s.num_prompt_tokens = int(prompt.size());
+    s.tokens = std::move(prompt);
+    s.sampling = std::move(sampling);
+    s.sampling.max_tokens = max_tokens;
+    return engine.add(std::move(s), 0.0);
+  }
+
+  static constexpr int kBlockSize = 4;
+  LlamaWeights weights;
+  CpuExecutor exec;
+  Engine engine;
+  std::vector<Row> rows;
+  int steps = 0;
+  int mixed_steps = 0;
+  int same_step_hits = 0;
+};
+
+std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab = 256) {
+  std::mt19937_64 rng(seed);
+  std::vector<TokenId> t(static_cast<std::size_t>(n));
+  for (TokenId& x : t) x = TokenId(rng() % std::uint64_t(vocab));
+  return t;
+}
+
+std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
+
+std::vector<TokenId> outputs(const Sequence& s) { return {s.tokens.begin() + s.num_prompt_tokens, s.tokens.end()}; }
+
+// Every recorded row equals the full recompute of its sequence (its final tokens: a causal model's
+// logits at position p depend on tokens 0..p only). Returns the reference per sequence.
+std::map<SeqId, Eigen::MatrixXd> expect_rows_match_reference(Rig& rig) {
+  std::map<SeqId, Eigen::MatrixXd> ref;
+  double worst = 0;
+  for (const Row& r : rig.rows) {
+    if (!ref.count(r.id)) {
+      const Sequence* s = rig.engine.find(r.id);
+      if (!s) ADD_FAILURE() << "sequence " << r.id << " was released";
+      if (!s) return ref;
+      ref[r.id] = reference_logits(rig.weights, s->tokens);
+    }
+    const Eigen::RowVectorXd want = ref[r.id].row(r.position);
+    const double scale = std::max(1.0, want.cwiseAbs().maxCoeff());
+    const double err = (Eigen::Map<const Eigen::RowVectorXf>(r.logits.data(), Eigen::Index(r.logits.size())).cast<double>() - want)
+                           .cwiseAbs()
+                           .maxCoeff();
+    worst = std::max(worst, err / scale);
+    EXPECT_LE(err, kRelTol * scale) << "sequence " << r.id << " position " << r.position;
+  }
+  EXPECT_FALSE(rig.rows.empty());
+  std::printf("  [%zu logits rows, worst relative error %.2e]\n", rig.rows.size(), worst);
+  return ref;
+}
+
+// Greedy sequences: each output token is the argmax of the reference at the position before it.
+void expect_greedy(const Sequence& s, const Eigen::MatrixXd& ref) {
+  for (int p = s.num_prompt_tokens; p < s.num_tokens(); ++p) {
+    Eigen::Index best;
+    ref.row(p - 1).maxCoeff(&best);
+    EXPECT_EQ(s.tokens[std::size_t(p)], TokenId(best)) << "sequence " << s.id << " position " << p;
+  }
+}
+
+// --- Tests ------------------------------------------------------------------------------------
+
+// Three prompts share a prefix; the budget of 7 tokens chunks every prefill and mixes chunks with
+// decodes; blocks of 4 make the later prompts hit the first one's cached blocks. In step 2, `a`
+// computes positions 7..9 and `b` is admitted with a hit on blocks 0 and 1, so b's attention reads
+// position 7's K/V from the same forward pass that writes it.
+void check_shared_prefix_generation(const ModelSpec& spec) {
+  Rig rig(spec, 64, 7);
+  const std::vector<TokenId> prefix = random_tokens(9, 1);
+  Sequence& a = rig.add(1, concat(prefix, random_tokens(1, 2)), 6);
+  Sequence& b = rig.add(2, concat(prefix, random_tokens(4, 3)), 6, sampling(0.8f, 42, 0.9f));
+  Sequence& c = rig.add(3, a.tokens, 6);
+  rig.run();
+  for (const Sequence* s : {&a, &b, &c}) EXPECT_EQ(s->finish_reason, FinishReason::Length);
+  EXPECT_GT(rig.engine.kv().counters().hit_tokens, 0);
+  EXPECT_GT(b.num_cached_prompt_tokens, 0);
+  EXPECT_GT(c.num_cached_prompt_tokens, 0);
+  EXPECT_GT(rig.mixed_steps, 0) << "some steps mix prefill chunks and decodes";
+  EXPECT_GT(rig.same_step_hits, 0) << "a prefix hit on blocks written in the same step";
+  auto ref = expect_rows_match_reference(rig);
+  expect_greedy(a, ref[1]);
+  expect_greedy(c, ref[3]);
+  EXPECT_EQ(outputs(a), outputs(c));
+
+  // The sampled sequence does not depend on its batch: alone, it draws the same tokens.
+  Rig alone(spec, 64, 64);
+  Sequence& b2 = alone.add(2, std::vector<TokenId>(b.tokens.begin(), b.tokens.begin() + b.num_prompt_tokens), 6, b.sampling);
+  alone.run();
+  EXPECT_EQ(outputs(b2), outputs(b));
+}
+
+TEST(CpuExecutor, ChunkedPrefixCachedGenerationMatchesFullRecompute) { check_shared_prefix_generation(tiny_spec()); }
+
+TEST(CpuExecutor, Llama3RopeScalingMatchesFullRecompute) { check_shared_prefix_generation(tiny_spec(true)); }
+
+TEST(CpuExecutor, ForkedBeamsMatchIndependentSequences) {
+  Rig rig(tiny_spec(), 64, 7);
+  Sequence& parent = rig.add(1, random_tokens(6, 4), 1);  // 6 prompt + 1 output: 6 slots computed
+  parent.keep_kv = true;
+  rig.run();
+  ASSERT_TRUE(parent.finished());
+  expect_rows_match_reference(rig);
+  rig.rows.clear();  // the parent is released below
+  for (SeqId id = 10; id < 13; ++id) {
+    Sequence child;
+    child.id = id;
+    child.tokens = random_tokens(2, id);
+    child.sampling = sampling(id == 12 ? 1.0f : 0.0f, id);
+    child.sampling.max_tokens = 4;
+    rig.engine.fork(1, std::move(child), 0.0);
+  }
+  rig.engine.release(1);
+  rig.run();
+  EXPECT_GT(rig.engine.kv().counters().cow_copies, 0) << "the shared partial block was copied";
+  auto ref = expect_rows_match_reference(rig);
+  for (SeqId id = 10; id < 13; ++id) {
+    const Sequence& beam = *rig.engine.find(id);
+    ASSERT_EQ(beam.num_output_tokens(), 4);
+    if (beam.sampling.temperature == 0.0f) expect_greedy(beam, ref[id]);
+    // The same tokens as the beam's whole prompt served on its own, from an empty cache.
+    Rig alone(tiny_spec(), 64, 64);
+    const Sequence& s = alone.add(id, std::vector<TokenId>(beam.tokens.begin(), beam.tokens.begin() + beam.num_prompt_tokens),
+                                  4, beam.sampling);
+    alone.run();
+    EXPECT_EQ(outputs(s), outputs(beam)) << "beam " << id;
+  }
+}
+
+// 3 requests of 8 + 12 tokens need 15 blocks of 4 in all; 8 blocks force preemption by recompute.
+TEST(CpuExecutor, PreemptedRequestsContinueAsIfNeverPreempted) {
+  auto serve = [](int num_blocks) {
+    auto rig = std::make_unique<Rig>(tiny_spec(), num_blocks, 16);
+    for (SeqId id = 1; id <= 3; ++id)
+      rig->add(id, random_tokens(8, 20 + id), 12, sampling(id == 2 ? 0.9f : 0.0f, id));
+    rig->run();
+    return rig;
+  };
+  const auto tight = serve(8);
+  const auto roomy = serve(64);
+  EXPECT_GT(tight->engine.scheduler().num_preemptions(), 0);
+  EXPECT_EQ(roomy->engine.scheduler().num_preemptions(), 0);
+  for (SeqId id = 1; id <= 3; ++id)
+    EXPECT_EQ(outputs(*tight->engine.find(id)), outputs(*roomy->engine.find(id))) << "sequence " << id;
+  expect_rows_match_reference(*tight);
+}
+
+TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
+  const CpuExecutorOptions options{.prm_plus_id = 10, .prm_minus_id = 20};
+  Rig rig(tiny_spec(), 64, 7, options);
+  auto score_request = [&](SeqId id, std::vector<TokenId> tokens, std::vector<int> positions) -> Sequence& {
+    Sequence s;
+    s.id = id;
+    s.kind = SeqKind::Score;
+    s.num_prompt_tokens = int(tokens.size());
+    s.tokens = std::move(tokens);
+    s.score_positions = std::move(positions);
+    return rig.engine.add(std::move(s), 0.0);
+  };
+  const std::vector<TokenId> solution = random_tokens(20, 5);
+  Sequence& a = score_request(1, solution, {5, 11, 19});
+  // Shares the first 14 tokens: a prefix hit up to its first score position.
+  Sequence& b = score_request(2, concat({solution.begin(), solution.begin() + 14}, random_tokens(6, 6)), {13, 17, 19});
+  rig.run();
+  EXPECT_GT(b.num_cached_prompt_tokens, 0);
+  auto ref = expect_rows_match_reference(rig);
+  for (const Sequence* s : {&a, &b}) {
+    EXPECT_EQ(s->finish_reason, FinishReason::Scored);
+    ASSERT_EQ(s->scores.size(), s->score_positions.size());
+    for (std::size_t k = 0; k < s->scores.size(); ++k) {
+      const auto l = ref[s->id].row(s->score_positions[k]);
+      // Logit errors of <= 1e-4 move p(+) by <= 2.5e-5.
+      EXPECT_NEAR(s->scores[k], 1.0 / (1.0 + std::exp(l(20) - l(10))), 3e-5) << s->id << " score " << k;
+    }
+  }
+}
+
+TEST(CpuExecutor, ForcedScriptsReplaceSamplesAndScores) {
+  Rig rig(tiny_spec(), 64, 7);
+  Sequence gen;
+  gen.id = 1;
+  gen.tokens = random_tokens(9, 7);
+  gen.num_prompt_tokens = 9;
+  gen.sampling.max_tokens = 5;
+  gen.script.seed = 1234;
+  gen.script.force = true;
+  Sequence score;
+  score.id = 2;
+  score.kind = SeqKind::Score;
+  score.tokens = random_tokens(12, 8);
+  score.num_prompt_tokens = 12;
+  score.score_positions = {3, 7, 11};
+  score.script.seed = 77;
+  score.script.force = true;
+  score.script.scores = {0.25f, 0.75f};
+  const Sequence& g = rig.engine.add(gen, 0.0);
+  const Sequence& s = rig.engine.add(score, 0.0);
+  rig.run();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.tokens[std::size_t(9 + i)], scripted_token(g, i, 256)) << i;
+  EXPECT_EQ(s.scores, (std::vector<float>{0.25f, 0.75f, scripted_score(s, 2, 11)}));
+  expect_rows_match_reference(rig);  // the forward pass still ran on the scripted tokens
+
+  // With scripts not honoured the same requests are served from the model.
+  Rig real(tiny_spec(), 64, 7, {.honour_scripts = false});
+  const Sequence& g2 = real.engine.add(gen, 0.0);
+  real.run();
+  auto ref = expect_rows_match_reference(real);
+  expect_greedy(g2, ref[1]);
+}
+
+TEST(CpuExecutor, GreedyDecodeIsTheArgmaxOfTheReference) {
+  Rig rig(tiny_spec(), 64, 64);
+  const Sequence& s = rig.add(1, random_tokens(5, 9), 12);
+  rig.run();
+  EXPECT_EQ(rig.steps, 12) << "one prefill, then 11 decodes";
+  expect_greedy(s, expect_rows_match_reference(rig)[1]);
+}
+
+TEST(CpuExecutor, CopiesRunBeforeTheForwardPassInEveryLayer) {
+  const LlamaWeights w = random_weights(tiny_spec());
+  CpuExecutor exec(w, 8, 4);
+  const KvLayout& L = exec.layout();
+  auto pool = exec.kv_pool();
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = float(i % 1000);
+  Batch batch;
+  batch.copies = {{2, 5}};
+  const StepResult r = exec.execute(batch);
+  EXPECT_TRUE(r.tokens.empty());
+  for (int layer = 0; layer < L.num_layers; ++layer)
+    for (int kv = 0; kv < 2; ++kv)
+      for (std::int64_t e = 0; e < L.block_elems(); ++e)
+        ASSERT_EQ(pool[std::size_t(L.offset(layer, kv, 5, 0, 0) + e)], pool[std::size_t(L.offset(layer, kv, 2, 0, 0) + e)]);
+}
+
+TEST(CpuExecutor, RejectsBadWeightsAndOptions) {
+  LlamaWeights w = random_weights(tiny_spec());
+  EXPECT_THROW(CpuExecutor(w, 8, 4, {.prm_plus_id = 256}), Error);
+  EXPECT_THROW(CpuExecutor(w, 0, 4), Error);
+  w.layers[1].k_proj.shape = {16, 64};
+  EXPECT_THROW(CpuExecutor(w, 8, 4), Error);
+}
+
+}  // namespace
+}  // namespace duet

@@ -1,0 +1,109 @@
+#include "sim/sim_executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/engine.hpp"
+#include "core/kv_cache_manager.hpp"
+#include "core/output_script.hpp"
+#include "sim/roofline.hpp"
+
+namespace duet {
+namespace {
+
+struct Rig {
+  Rig()
+      : cost(gpu_by_name("h100"), model_by_name("llama-3.2-1b")),
+        exec(cost, 1000),
+        engine("llm", {.max_num_seqs = 16, .max_num_batched_tokens = 512},
+               std::make_unique<KvCacheManager>(KvCacheConfig{256, 16, true}), exec) {}
+  Sequence& add(Sequence s) { return engine.add(std::move(s), 0); }
+  void run() {
+    while (engine.has_work()) engine.step(0);
+  }
+  RooflineCostModel cost;
+  SimExecutor exec;
+  Engine engine;
+};
+
+Sequence prompt(SeqId id, int n) {
+  Sequence s;
+  s.id = id;
+  for (int i = 0; i < n; ++i) s.tokens.push_back(i);
+  s.num_prompt_tokens = n;
+  s.script.seed = id * 7919;
+  return s;
+}
+
+TEST(SimExecutor, StepTakesWhatTheCostModelSays) {
+  Rig r;
+  r.add(prompt(1, 100));
+  r.add(prompt(2, 30));
+  Batch b = r.engine.scheduler().schedule();
+  const StepResult res = r.exec.execute(b);
+  EXPECT_DOUBLE_EQ(res.duration_s, r.cost.step_time(shape_of(b)));
+  EXPECT_EQ(res.tokens.size(), 2u);
+}
+
+TEST(SimExecutor, TheStopModelEndsTheSequenceAtItsScriptedLength) {
+  Rig r;
+  Sequence s = prompt(1, 20);
+  s.sampling.max_tokens = 100;
+  s.sampling.stop_token_ids = {999};
+  s.script.stop_at = 6;
+  s.script.stop_token = 999;
+  Sequence& ref = r.add(std::move(s));
+  r.run();
+  EXPECT_EQ(ref.finish_reason, FinishReason::Stop);
+  EXPECT_EQ(ref.num_output_tokens(), 7);
+  EXPECT_EQ(ref.tokens.back(), 999);
+  for (int i = 20; i < 26; ++i) EXPECT_NE(ref.tokens[std::size_t(i)], 999);
+}
+
+TEST(SimExecutor, AForcedOutputLengthIsHonouredExactly) {
+  Rig r;
+  Sequence s = prompt(1, 20);
+  s.sampling.max_tokens = 57;
+  s.sampling.ignore_eos = true;
+  s.sampling.stop_token_ids = {999};
+  s.script.stop_at = 3;  // ignored: ignore_eos
+  s.script.stop_token = 999;
+  Sequence& ref = r.add(std::move(s));
+  r.run();
+  EXPECT_EQ(ref.finish_reason, FinishReason::Length);
+  EXPECT_EQ(ref.num_output_tokens(), 57);
+}
+
+TEST(SimExecutor, TokensAreDeterministicPerSeed) {
+  Rig a, b;
+  Sequence s = prompt(1, 8);
+  s.sampling.max_tokens = 10;
+  Sequence& x = a.add(s);
+  Sequence& y = b.add(s);
+  a.run();
+  b.run();
+  EXPECT_EQ(x.tokens, y.tokens);
+  Rig c;
+  s.script.seed = 1;
+  Sequence& z = c.add(s);
+  c.run();
+  EXPECT_NE(x.tokens, z.tokens);
+}
+
+TEST(SimExecutor, PrmRequestsReturnTheirScoreModel) {
+  Rig r;
+  Sequence s = prompt(1, 700);  // two chunks of the 512-token budget
+  s.kind = SeqKind::Score;
+  s.score_positions = {100, 600, 699};
+  s.script.scores = {0.9f, 0.1f};  // the third comes from the hash
+  Sequence& ref = r.add(std::move(s));
+  r.run();
+  ASSERT_EQ(ref.scores.size(), 3u);
+  EXPECT_FLOAT_EQ(ref.scores[0], 0.9f);
+  EXPECT_FLOAT_EQ(ref.scores[1], 0.1f);
+  EXPECT_FLOAT_EQ(ref.scores[2], scripted_score(ref, 2, 699));
+  EXPECT_GT(ref.scores[2], 0.0f);
+  EXPECT_LT(ref.scores[2], 1.0f);
+}
+
+}  // namespace
+}  // namespace duet
