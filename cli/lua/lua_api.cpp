@@ -16,6 +16,7 @@
 #include "core/gpu_spec.hpp"
 #include "core/mix.hpp"
 #include "core/model_spec.hpp"
+#include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
 
 namespace duet::lua {
@@ -32,6 +33,7 @@ struct ScriptContext {
   std::unique_ptr<RunFileWriter> writer;
   int runs = 0;
   int sweeps = 0;
+  std::unique_ptr<Tokenizer> tokenizer;  // loaded on first use
 };
 
 ScriptContext& context(lua_State* L) {
@@ -114,6 +116,12 @@ int l_uniform(lua_State* L) {
   return 1;
 }
 
+// duet.hash(k1, ...): a non-negative integer from the keys (seeds for token streams).
+int l_hash(lua_State* L) {
+  lua_pushinteger(L, lua_Integer(key_of(L, 1) >> 1));
+  return 1;
+}
+
 // duet.normal(k1, ...): a standard normal from the keys (Box-Muller over two keyed uniforms).
 int l_normal(lua_State* L) {
   const std::uint64_t h = key_of(L, 1);
@@ -147,6 +155,49 @@ int l_synthetic(lua_State* L) {  // duet.synthetic(n, key...) -> TokenList
   const std::uint64_t key = std::uint64_t(luaL_optinteger(L, 2, 0));
   return guarded(L, [&] {
     push_token_list(L, synthetic_tokens(int(n), key, int(vocab), kNoToken, kNoToken));
+    return 1;
+  });
+}
+
+// The repository's sentencepiece model (workloads/data/tokenizer), trained on MATH-500 and
+// PRM800K text: real prompt token ids and lengths for the problem sets.
+const Tokenizer& tokenizer(lua_State* L) {
+  ScriptContext& ctx = context(L);
+  if (!ctx.tokenizer)
+    ctx.tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::load(ctx.opt.source_dir + "/workloads/data/tokenizer/duet-math.model"));
+  return *ctx.tokenizer;
+}
+
+int l_tokens(lua_State* L) {  // duet.tokens(text [, bos]) -> TokenList
+  std::size_t n = 0;
+  const char* text = luaL_checklstring(L, 1, &n);
+  const bool bos = lua_toboolean(L, 2);
+  return guarded(L, [&] {
+    const Tokenizer& t = tokenizer(L);
+    std::vector<TokenId> ids;
+    if (bos && t.bos_id() != kNoToken) ids.push_back(t.bos_id());
+    const auto body = t.encode(std::string_view(text, n));
+    ids.insert(ids.end(), body.begin(), body.end());
+    push_token_list(L, std::move(ids));
+    return 1;
+  });
+}
+
+int l_tokenizer(lua_State* L) {  // duet.tokenizer() -> {vocab_size, step_id, eos_id, bos_id, path}
+  return guarded(L, [&] {
+    const Tokenizer& t = tokenizer(L);
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, t.vocab_size());
+    lua_setfield(L, -2, "vocab_size");
+    lua_pushinteger(L, t.step_separator_id());
+    lua_setfield(L, -2, "step_id");
+    lua_pushinteger(L, t.eos_id());
+    lua_setfield(L, -2, "eos_id");
+    lua_pushinteger(L, t.bos_id());
+    lua_setfield(L, -2, "bos_id");
+    lua_pushstring(L, t.path().c_str());
+    lua_setfield(L, -2, "path");
     return 1;
   });
 }
@@ -378,8 +429,11 @@ const luaL_Reg kFunctions[] = {
     {"now", l_now},
     {"uniform", l_uniform},
     {"normal", l_normal},
+    {"hash", l_hash},
     {"synthetic", l_synthetic},
     {"token_list", l_token_list},
+    {"tokens", l_tokens},
+    {"tokenizer", l_tokenizer},
     {"read_json", l_read_json},
     {"read_jsonl", l_read_jsonl},
     {"model", l_model},

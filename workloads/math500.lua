@@ -1,0 +1,38 @@
+-- MATH-500 (the PRM800K test split of MATH; workloads/data/README.md): problems with their
+-- difficulty level, and the prompt a generator sees, tokenized with the repository's
+-- sentencepiece model (workloads/data/tokenizer).
+local duet = require("duet")
+
+local M = {}
+
+-- Our own instruction, in the spirit of the step-by-step prompts search-and-learn uses: steps
+-- separated by a blank line, so that "\n\n" ends a step, and a boxed final answer.
+M.system_prompt = "You are solving a competition math problem. Work step by step. " ..
+  "Write each step as a short paragraph and separate steps with a blank line. " ..
+  "Finish with the final answer in the form \\boxed{answer}.\n\n"
+
+-- load{limit = N, levels = {1, 2}, path = ...} -> array of problems:
+--   {index, id, level, subject, problem, answer, prompt = TokenList, prompt_tokens}
+function M.load(opts)
+  opts = opts or {}
+  local rows = duet.read_jsonl(opts.path or "workloads/data/math500.jsonl")
+  local wanted
+  if opts.levels then
+    wanted = {}
+    for _, l in ipairs(opts.levels) do wanted[l] = true end
+  end
+  local out = {}
+  for _, row in ipairs(rows) do
+    if not wanted or wanted[row.level] then
+      local prompt = duet.tokens(M.system_prompt .. row.problem .. "\n\n", true)
+      out[#out + 1] = {
+        index = #out + 1, id = row.unique_id, level = row.level, subject = row.subject,
+        problem = row.problem, answer = row.answer, prompt = prompt, prompt_tokens = #prompt,
+      }
+      if opts.limit and #out >= opts.limit then break end
+    end
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,169 @@
+-- The pieces every search workload shares: trajectories that grow one reasoning step at a time on
+-- the generator, and PRM scoring of them, either of the full trajectory each time
+-- (search-and-learn's way) or incrementally (the PRM sequence is forked and only the new step is
+-- prefilled).
+--
+-- A trajectory: {llm = kept generator sequence id (nil for the bare prompt), prm = kept PRM
+-- sequence id (incremental scoring), len = tokens, steps = reasoning steps so far, ends = token
+-- positions where steps end, scores = PRM score per step, q = latent quality, key = its path,
+-- target = steps to its answer, done = finished (answer or truncated), correct}.
+local duet = require("duet")
+local steps = require("workloads.step_model")
+local prm_scores = require("workloads.prm_scores")
+
+local S = {}
+
+S.defaults = {
+  n = 4,                    -- beams (candidates per iteration)
+  beam_width = 4,           -- expansions per surviving beam
+  num_iterations = 40,      -- the last iteration runs to the end of the solution
+  temperature = 0.8,
+  top_p = 1.0,
+  max_tokens = 2048,        -- per step, as search-and-learn's sampling params
+  agg = "last",             -- PRM aggregation: last, min or prod
+  prm_mode = "full",        -- "full" re-scoring of the trajectory, or "incremental"
+  score_cache = false,      -- remember step scores; only new steps are scored
+  priority_eviction = false,-- pruned beams' blocks are evicted first
+  filter_duplicates = false,
+  duplicate_rate = 0.0,     -- chance that a candidate repeats its sibling's step verbatim
+  llm = "llm",
+  prm = "prm",
+  seed = 0,
+}
+
+-- opts with every default filled in; unknown keys are errors.
+function S.options(opts, extra)
+  local o = {}
+  for k, v in pairs(S.defaults) do o[k] = v end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  for k, v in pairs(opts or {}) do
+    if o[k] == nil and k ~= "problems" then
+      local valid = {}
+      for name in pairs(o) do valid[#valid + 1] = name end
+      table.sort(valid)
+      error("unknown search option '" .. k .. "' (valid: " .. table.concat(valid, ", ") .. ")", 3)
+    end
+    o[k] = v
+  end
+  if o.prm_mode ~= "full" and o.prm_mode ~= "incremental" then
+    error("prm_mode must be 'full' or 'incremental', got '" .. tostring(o.prm_mode) .. "'", 3)
+  end
+  return o
+end
+
+function S.root(problem, o)
+  return {llm = nil, prm = nil, len = problem.prompt_tokens, steps = 0, ends = {}, scores = {},
+          q = prm_scores.root_quality(o.seed, problem), key = tostring(problem.index),
+          target = steps.steps_to_answer(problem.level, o.seed, problem.index), done = false}
+end
+
+local function copy(t)
+  local c = {}
+  for i, v in ipairs(t) do c[i] = v end
+  return c
+end
+
+-- Submits the next step of a child of `parent` on the generator; returns the child (pending).
+-- `to_end`: the last iteration runs to the end of the solution instead of stopping at "\n\n".
+function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
+  local llm = ctx.engines[o.llm]
+  local key = same_as and same_as.step_key or (parent.key .. "." .. child_no)
+  local child = {parent = parent, key = parent.key .. "." .. child_no, step_key = key, steps = parent.steps,
+                 ends = copy(parent.ends), scores = copy(parent.scores), target = parent.target}
+  child.q = prm_scores.next_quality(parent.q, o.seed, key)
+  local level = problem.level
+  local answer_now = parent.steps + 1 >= parent.target
+  local length, stop
+  if to_end or answer_now then
+    length = steps.answer_tokens(level, o.seed, key)
+    for s = parent.steps + 1, parent.target - 1 do
+      length = length + steps.step_tokens(level, o.seed, key, s) + 1
+    end
+    stop = {"eos"}
+  else
+    length = steps.step_tokens(level, o.seed, key)
+    stop = {"step", "eos"}
+  end
+  local spec = {max_tokens = o.max_tokens, temperature = o.temperature, top_p = o.top_p, keep = true,
+                stop = stop, stop_at = length, seed = duet.hash(o.seed, "tokens", key)}
+  if parent.llm then spec.parent = parent.llm else spec.prompt = problem.prompt end
+  child.llm = llm:submit(spec)
+  return child
+end
+
+-- Records a generated step; a finished answer (or a truncated step) completes the trajectory.
+function S.step_done(child, result, o)
+  child.len = result.num_tokens
+  child.steps = child.steps + 1
+  child.ends[#child.ends + 1] = result.num_tokens - 1
+  child.done = result.finish ~= "stop" or child.steps >= child.target
+  if child.done then
+    -- A solution cut off by max_tokens has no answer.
+    child.correct = result.finish == "stop" and prm_scores.correct(child.q, o.seed, child.key)
+  end
+end
+
+-- Submits the PRM request that scores a child's new step; returns its id.
+function S.score(ctx, problem, child, o)
+  local prm, llm = ctx.engines[o.prm], ctx.engines[o.llm]
+  local new_score = prm_scores.step_score(child.q, o.seed, child.key)
+  child.scores[#child.scores + 1] = new_score
+  if o.prm_mode == "incremental" then
+    local parent = child.parent
+    local spec = {kind = "score", keep = true, scores = {new_score}}
+    if parent.prm then
+      spec.parent = parent.prm
+      spec.append = llm:tokens(child.llm, parent.len)
+    else
+      spec.prompt = llm:tokens(child.llm)
+    end
+    child.prm = prm:submit(spec)
+    return child.prm
+  end
+  -- Full re-scoring: the whole trajectory, with a score at every step end, unless the score
+  -- cache already holds the earlier steps' scores.
+  local positions, scores = child.ends, child.scores
+  if o.score_cache then positions, scores = {child.ends[#child.ends]}, {new_score} end
+  return prm:submit{kind = "score", prompt = llm:tokens(child.llm), score_positions = positions, scores = scores}
+end
+
+function S.aggregate(t, o) return prm_scores.aggregate(t.scores, o.agg) end
+
+-- Gives a trajectory's kept sequences back; pruned ones may go to the front of the eviction order.
+function S.release(ctx, t, o, pruned)
+  local llm, prm = ctx.engines[o.llm], ctx.engines[o.prm]
+  if pruned and o.priority_eviction then
+    if t.llm then llm:set_priority(t.llm, 1) end
+    if t.prm then prm:set_priority(t.prm, 1) end
+  end
+  if t.llm then llm:release(t.llm) end
+  if t.prm then prm:release(t.prm) end
+  t.llm, t.prm = nil, nil
+end
+
+-- The best of a list by aggregated score (ties: the earlier).
+function S.best(list, o)
+  local best, best_score
+  for _, t in ipairs(list) do
+    local s = S.aggregate(t, o)
+    if not best or s > best_score then best, best_score = t, s end
+  end
+  return best, best_score
+end
+
+-- Generates a step for each child spec {parent, no, same_as} and scores them all; returns children.
+function S.expand_and_score(ctx, problem, specs, o, to_end)
+  local children, ids = {}, {}
+  for i, s in ipairs(specs) do
+    children[i] = S.generate(ctx, problem, s.parent, s.no, o, to_end, s.same_as)
+    ids[i] = children[i].llm
+  end
+  local results = duet.await(ids)
+  for i, child in ipairs(children) do S.step_done(child, results[i], o) end
+  local prm_ids = {}
+  for i, child in ipairs(children) do prm_ids[i] = S.score(ctx, problem, child, o) end
+  duet.await(prm_ids)
+  return children
+end
+
+return S
