@@ -40,7 +40,7 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   child.arrival_time = now;
   child.kv = KvState{};
   auto dst = std::make_unique<Sequence>(std::move(child));
-  kv_->fork(*src, *dst);
+  if (!kv_->fork(*src, *dst)) dst->num_computed_tokens = 0;  // no memory to copy into: recompute
   Sequence& ref = *dst;
   seqs_.emplace(ref.id, std::move(dst));
   scheduler_.add(ref);
@@ -65,6 +65,7 @@ StepOutcome Engine::step(double now) {
   StepOutcome outcome;
   outcome.batch = scheduler_.schedule();
   if (outcome.batch.empty()) return outcome;
+  outcome.kv_scheduled = kv_->usage();
   outcome.result = executor_.execute(outcome.batch);
   postprocess(outcome, now + outcome.result.duration_s);
   return outcome;

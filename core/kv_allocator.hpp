@@ -49,8 +49,9 @@ class KvAllocator {
   // Makes the table cover `num_new_tokens` more slots after num_computed_tokens, taking the
   // `num_hit_tokens` that lookup_prefix just found first. All or nothing: false changes nothing.
   virtual bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) = 0;
-  // Gives dst (holding no blocks) the KV of src.
-  virtual void fork(const Sequence& src, Sequence& dst) = 0;
+  // Gives dst (holding no blocks) the KV of src. False when it cannot (no memory to copy into):
+  // dst then holds nothing and must recompute its tokens.
+  virtual bool fork(const Sequence& src, Sequence& dst) = 0;
   // Releases every block of the sequence, tail first.
   virtual void free(Sequence& seq) = 0;
   // Sets the retention priority of the sequence's blocks (those it holds alone, unless `shared`).

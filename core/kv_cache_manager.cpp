@@ -130,12 +130,13 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, int num_slots) {
   kv.num_cached_blocks = full;
 }
 
-void KvCacheManager::fork(const Sequence& src, Sequence& dst) {
+bool KvCacheManager::fork(const Sequence& src, Sequence& dst) {
   if (!dst.kv.blocks.empty()) throw std::logic_error("fork: destination already holds blocks");
   const std::int32_t naive_region = dst.kv.naive_region;
   dst.kv = src.kv;
   dst.kv.naive_region = naive_region;
   for (BlockId b : dst.kv.blocks) take_block(b);
+  return true;
 }
 
 void KvCacheManager::free(Sequence& seq) {

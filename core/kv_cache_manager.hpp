@@ -23,7 +23,7 @@ class KvCacheManager final : public KvAllocator {
 
   int lookup_prefix(Sequence& seq) override;
   bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
-  void fork(const Sequence& src, Sequence& dst) override;
+  bool fork(const Sequence& src, Sequence& dst) override;
   void free(Sequence& seq) override;
   void set_priority(Sequence& seq, int priority, bool shared = false) override;
   std::vector<BlockCopy> take_copies() override;

@@ -20,7 +20,7 @@ struct StepRecord {
   double prefill_attention_keys = 0;        // see BatchShape: the prefill attention work
   std::int32_t num_running = 0;        // after the step
   std::int32_t num_waiting = 0;        // after the step
-  std::int32_t kv_blocks_used = 0;     // after the step
+  std::int32_t kv_blocks_used = 0;     // as the batch ran (after scheduling, before finishes free)
   std::int32_t kv_blocks_free = 0;
   std::int32_t kv_blocks_cached = 0;
   std::int64_t kv_filled_tokens = 0;

@@ -44,10 +44,10 @@ bool NaiveAllocator::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   return true;
 }
 
-void NaiveAllocator::fork(const Sequence& src, Sequence& dst) {
+bool NaiveAllocator::fork(const Sequence& src, Sequence& dst) {
   if (dst.kv.naive_region >= 0) throw std::logic_error("fork: destination already holds a region");
   const std::int32_t r = reserve();
-  if (r < 0) throw Error("NaiveAllocator: no free region to fork sequence " + std::to_string(src.id));
+  if (r < 0) return false;
   dst.kv.naive_region = r;
   dst.kv.num_slots = src.kv.num_slots;
   dst.kv.blocks.clear();
@@ -58,6 +58,7 @@ void NaiveAllocator::fork(const Sequence& src, Sequence& dst) {
     ++counters_.cow_copies;
   }
   filled_tokens_ += dst.kv.num_slots;
+  return true;
 }
 
 void NaiveAllocator::free(Sequence& seq) {

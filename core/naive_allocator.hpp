@@ -16,7 +16,8 @@ class NaiveAllocator final : public KvAllocator {
 
   int lookup_prefix(Sequence&) override { return 0; }  // no sharing, no cache
   bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
-  void fork(const Sequence& src, Sequence& dst) override;  // a new region, every used block copied
+  // A new region with every used block copied; false (recompute) when no region is free.
+  bool fork(const Sequence& src, Sequence& dst) override;
   void free(Sequence& seq) override;
   void set_priority(Sequence&, int, bool) override {}      // nothing is retained after free
   std::vector<BlockCopy> take_copies() override;

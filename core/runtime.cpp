@@ -214,7 +214,8 @@ void Runtime::record_step(int e, const StepOutcome& o, double start) {
   EngineSlot& slot = engines_[std::size_t(e)];
   const Engine& engine = *slot.engine;
   const BatchShape shape = shape_of(o.batch);
-  const KvUsage kv = engine.kv().usage();
+  // Blocks as the batch ran: finished sequences free theirs in postprocess, before this record.
+  const KvUsage& kv = o.kv_scheduled;
   const KvCounters c = engine.kv().counters();
   StepRecord r;
   r.start_s = start;

@@ -371,7 +371,21 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
   file.file_ = MappedFile::open(path);
-  const std::span<const std::byte> bytes = file.file_.bytes();
+  file.parse();
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const std::string& origin, std::vector<std::byte> bytes) {
+  SafetensorsFile file;
+  file.path_ = origin;
+  file.owned_ = std::move(bytes);
+  file.parse();
+  return file;
+}
+
+void SafetensorsFile::parse() {
+  const std::string& path = path_;
+  const std::span<const std::byte> bytes = file_bytes();
   if (bytes.size() < 8)
     throw Error(path + ": " + std::to_string(bytes.size()) +
                 " bytes is too short for a safetensors file (8-byte header length)");
@@ -386,12 +400,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const json header = parse_header(path, text);
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__")
-      file.metadata_ = parse_metadata(path, value);
+      metadata_ = parse_metadata(path, value);
     else
-      file.tensors_.emplace(key, parse_entry(path, key, value, data));
+      tensors_.emplace(key, parse_entry(path, key, value, data));
   }
-  check_overlaps(path, file.tensors_);
-  return file;
+  check_overlaps(path, tensors_);
 }
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {

@@ -72,6 +72,9 @@ class SafetensorsFile {
  public:
   // Maps and validates the file; every error is a duet::Error naming `path` (and the tensor).
   static SafetensorsFile open(const std::string& path);
+  // The same checks on bytes held in memory (`origin` names them in errors). Tests use it too:
+  // AddressSanitizer sees out-of-bounds reads of a heap buffer, not of a mapping.
+  static SafetensorsFile from_bytes(const std::string& origin, std::vector<std::byte> bytes);
 
   const TensorView* find(const std::string& name) const;  // nullptr when absent
   std::vector<std::string> names() const;                 // sorted
@@ -79,11 +82,13 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
   // The whole mapped file, header included: every view's bytes lie inside it.
-  std::span<const std::byte> file_bytes() const { return file_.bytes(); }
+  std::span<const std::byte> file_bytes() const { return owned_.empty() ? file_.bytes() : owned_; }
 
  private:
+  void parse();  // fills tensors_ and metadata_ from file_bytes()
   std::string path_;
   MappedFile file_;
+  std::vector<std::byte> owned_;  // from_bytes; a moved vector keeps its buffer, so views stay valid
   // A node-based map: views keep their addresses when the file object is moved.
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> metadata_;

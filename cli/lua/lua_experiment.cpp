@@ -415,12 +415,15 @@ int timeline(lua_State* L) {
     push_column(L, s, &StepRecord::kv_blocks_used, "kv_blocks_used");
     push_column(L, s, &StepRecord::kv_blocks_free, "kv_blocks_free");
     push_column(L, s, &StepRecord::kv_blocks_cached, "kv_blocks_cached");
+    push_column(L, s, &StepRecord::kv_filled_tokens, "kv_filled_tokens");
     push_column(L, s, &StepRecord::prefix_hit_tokens, "prefix_hit_tokens");
     push_column(L, s, &StepRecord::evictions, "evictions");
     push_column(L, s, &StepRecord::preemptions, "preemptions");
     push_column(L, s, &StepRecord::cow_copies, "cow_copies");
     lua_pushinteger(L, r.total_blocks);
     lua_setfield(L, -2, "total_blocks");
+    lua_pushinteger(L, r.block_size);
+    lua_setfield(L, -2, "block_size");
     return 1;
   }
   return luaL_error(L, "timeline: no engine '%s' in this run", name.c_str());

@@ -181,6 +181,28 @@ void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
   resume(task, 1);
 }
 
+int LuaWorkload::lua_sleep_until(lua_State* co, double t) {
+  Task& task = task_of(co);
+  if (t <= rt_->now()) return 0;
+  const std::uint64_t tag = next_tag_++;
+  sleepers_[tag] = co;
+  task.suspended = true;
+  rt_->wake_at(t, tag);
+  return -1;
+}
+
+void LuaWorkload::on_wakeup(Runtime&, std::uint64_t tag) {
+  auto it = sleepers_.find(tag);
+  if (it == sleepers_.end()) return;
+  lua_State* co = it->second;
+  sleepers_.erase(it);
+  auto task = tasks_.find(co);
+  if (task == tasks_.end()) return;
+  task->second->suspended = false;
+  task->second->awaiting.clear();
+  resume(*task->second, 0);
+}
+
 void LuaWorkload::push_results(Task& task, lua_State* co) {
   lua_createtable(co, int(task.awaiting.size()), 0);
   int i = 0;

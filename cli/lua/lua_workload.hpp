@@ -41,6 +41,7 @@ class LuaWorkload final : public Workload {
 
   void start(Runtime& rt) override;
   void on_finished(Runtime& rt, int engine, Sequence& seq) override;
+  void on_wakeup(Runtime& rt, std::uint64_t tag) override;
 
   std::size_t total() const { return total_; }
   std::size_t done() const { return results_.size(); }
@@ -50,6 +51,7 @@ class LuaWorkload final : public Workload {
   static LuaWorkload& from(lua_State* L);
   int lua_submit(lua_State* co, int engine, int spec_index);
   int lua_await(lua_State* co);
+  int lua_sleep_until(lua_State* co, double t);  // -1: the caller yields
   int lua_release(lua_State* co, int engine, SeqId id);
   int lua_tokens(lua_State* co, int engine, SeqId id, int from);
   int lua_set_priority(lua_State* co, int engine, SeqId id, int priority, bool shared);
@@ -94,6 +96,8 @@ class LuaWorkload final : public Workload {
   std::size_t next_problem_ = 0;
   std::unordered_map<lua_State*, std::unique_ptr<Task>> tasks_;
   std::unordered_map<SeqId, Task*> owner_;  // live sequence -> its task
+  std::unordered_map<std::uint64_t, lua_State*> sleepers_;  // wake-up tag -> sleeping coroutine
+  std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
 };
 

@@ -1,0 +1,40 @@
+-- The max_num_seqs x max_num_batched_tokens grid, for each model in turn (the other keeps the
+-- defaults), and beam-search throughput at each point.
+--   duet run scripts/batch_params.lua [-- --problems 100]
+local duet = require("duet")
+local math500 = require("workloads.math500")
+local beam_search = require("workloads.beam_search")
+
+local args = duet.args{problems = 100, gpu = "h100", llm_util = 0.3, prm_util = 0.6, prm_mode = "incremental",
+                       concurrency = 128, seed = 0}
+local problems = math500.load{limit = args.problems}
+
+local function config(target, seqs, tokens)
+  local engines = {
+    {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = args.llm_util},
+    {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.prm_util},
+  }
+  local e = target == "llm" and engines[1] or engines[2]
+  e.max_num_seqs, e.max_num_batched_tokens = seqs, tokens
+  return {gpu = args.gpu, engines = engines, concurrency = args.concurrency, seed = args.seed,
+          workload = beam_search.workload{problems = problems, prm_mode = args.prm_mode, seed = args.seed}}
+end
+
+local all = {}
+for _, target in ipairs{"llm", "prm"} do
+  local results = duet.sweep{
+    label = "batch_params_" .. target,
+    grid = {max_num_seqs = {32, 64, 128, 256, 512}, max_num_batched_tokens = {2048, 4096, 8192, 16384}},
+    run = function(p) return config(target, p.max_num_seqs, p.max_num_batched_tokens) end,
+  }
+  print(string.format("%s: problems/s by max_num_seqs (rows) x max_num_batched_tokens (columns)", target))
+  print(string.format("%8s %10s %10s %10s %10s", "", "2048", "4096", "8192", "16384"))
+  -- Grid keys vary in sorted order, the last fastest: index = (tokens index - 1) * 5 + seqs index.
+  for row = 1, 5 do
+    local line = string.format("%8d", results[row].point.max_num_seqs)
+    for col = 1, 4 do line = line .. string.format(" %10.3f", results[(col - 1) * 5 + row].result.problems_per_s) end
+    print(line)
+  end
+  all[target] = results
+end
+return all

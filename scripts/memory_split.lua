@@ -1,0 +1,39 @@
+-- The thesis's memory-split sweep: the generator's gpu_memory_utilization from 0.08 to 0.5, the
+-- rest (up to 0.9 of the GPU) for the PRM, and beam-search throughput at each point.
+--   duet run scripts/memory_split.lua [-- --problems 100 --prm-mode full]
+local duet = require("duet")
+local math500 = require("workloads.math500")
+local beam_search = require("workloads.beam_search")
+
+local args = duet.args{problems = 200, gpu = "h100", total = 0.9, prm_mode = "full", seed = 0,
+                       concurrency = 128}
+local problems = math500.load{limit = args.problems}
+
+local results = duet.sweep{
+  label = "memory_split",
+  grid = {llm_util = {0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5}},
+  run = function(point)
+    return {
+      gpu = args.gpu,
+      engines = {
+        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util},
+        {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util},
+      },
+      workload = beam_search.workload{problems = problems, n = 4, beam_width = 4, prm_mode = args.prm_mode,
+                                      seed = args.seed},
+      concurrency = args.concurrency,
+      seed = args.seed,
+    }
+  end,
+}
+
+print(string.format("memory split sweep: %d problems, %s PRM scoring, %s", #problems, args.prm_mode, args.gpu))
+print(string.format("%8s %8s %10s %10s %12s %10s %10s %8s", "llm", "prm", "llm blks", "prm blks", "problems/s",
+                    "llm tok/s", "prm hit%", "prm evict"))
+for _, r in ipairs(results) do
+  local llm, prm = r.result.engines.llm, r.result.engines.prm
+  print(string.format("%8.2f %8.2f %10d %10d %12.3f %10.1f %10.1f %8d", r.point.llm_util, args.total - r.point.llm_util,
+                      llm.total_blocks, prm.total_blocks, r.result.problems_per_s, llm.generated_tokens_per_s,
+                      100 * prm.prefix_hit_rate, prm.evictions))
+end
+return results

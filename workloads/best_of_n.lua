@@ -1,0 +1,27 @@
+-- Best-of-N with a PRM (search-and-learn's best_of_n): n complete solutions are sampled per
+-- problem, the PRM scores every step of each, and the solution with the best aggregated score is
+-- the answer.
+local duet = require("duet")
+local S = require("workloads.search")
+
+local M = {}
+
+local function solve(ctx, problem, o)
+  local root = S.root(problem, o)
+  local specs = {}
+  for i = 1, o.n do specs[i] = {parent = root, no = i} end
+  local samples = S.expand_and_score(ctx, problem, specs, o, true)
+  for _, s in ipairs(samples) do S.release(ctx, s, o, false) end
+  local best, score = S.best(samples, o)
+  return {score = score, correct = best.correct, iterations = 1, level = problem.level}
+end
+
+-- workload{problems, n = 4, agg = "last", ...}: a duet.run workload. A sample's PRM request scores
+-- the whole solution (prm_mode "full"; its step scores at every step end).
+function M.workload(opts)
+  local o = S.options(opts)
+  o.prm_mode = "full"
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+end
+
+return M

@@ -1,0 +1,26 @@
+-- Chat serving: a public trace replayed through the Lua API. Each request is a "problem" whose
+-- solve() sleeps until the request's arrival time and then generates exactly its output length
+-- (vLLM's ignore_eos + max_tokens), with the trace's prompt tokens (Mooncake's block hashes give
+-- the prefix sharing the trace recorded).
+local duet = require("duet")
+
+local M = {}
+
+-- workload{trace = path, max_requests = N, rate_scale = 1, engine = "llm"}
+function M.workload(opts)
+  local requests = duet.trace(opts.trace, {max_requests = opts.max_requests, vocab_size = opts.vocab_size})
+  local scale = opts.rate_scale or 1
+  local engine = opts.engine or "llm"
+  return {
+    problems = requests,
+    solve = function(ctx, r)
+      duet.sleep_until(r.arrival_s / scale)
+      local id = ctx.engines[engine]:submit{prompt = r.prompt, max_tokens = math.max(1, r.output_tokens),
+                                            ignore_eos = true}
+      local res = duet.await(id)[1]
+      return {score = res.output_tokens, iterations = 1}
+    end,
+  }
+end
+
+return M

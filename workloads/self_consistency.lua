@@ -1,0 +1,37 @@
+-- Self-consistency (Wang et al., 2023): n sampled solutions, no verifier, and the answer given by
+-- most of them wins. Each sample's answer is the right one with probability that grows with its
+-- trajectory's quality; wrong answers fall on a few distractors, so that they can also agree.
+local duet = require("duet")
+local S = require("workloads.search")
+
+local M = {}
+
+local function solve(ctx, problem, o)
+  local root = S.root(problem, o)
+  local llm = ctx.engines[o.llm]
+  local samples, ids = {}, {}
+  for i = 1, o.n do
+    samples[i] = S.generate(ctx, problem, root, i, o, true)
+    ids[i] = samples[i].llm
+  end
+  local results = duet.await(ids)
+  local votes = {}
+  for i, s in ipairs(samples) do
+    S.step_done(s, results[i], o)
+    llm:release(s.llm)
+    local answer = s.correct and 0 or 1 + math.floor(duet.uniform(o.seed, "distractor", s.key) * o.distractors)
+    votes[answer] = (votes[answer] or 0) + 1
+  end
+  local winner, most = nil, -1
+  for answer = 0, o.distractors do
+    if (votes[answer] or 0) > most then winner, most = answer, votes[answer] or 0 end
+  end
+  return {score = most / o.n, correct = winner == 0, iterations = 1, level = problem.level}
+end
+
+function M.workload(opts)
+  local o = S.options(opts, {distractors = 3})
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+end
+
+return M
