@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/options_style.hpp"
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "io/trace_replay.hpp"
@@ -76,7 +77,7 @@ int bench(int argc, char** argv) {
   positional.add("name", 1);
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).positional(positional).run(), vm);
     if (vm.count("help") || !vm.count("name")) {
       std::cout << options << "\n";
       return vm.count("help") ? 0 : 2;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/options_style.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "sim/calibrated.hpp"
@@ -27,7 +28,7 @@ int fit(int argc, char** argv) {
     ("help,h", "this help");
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).run(), vm);
     if (vm.count("help")) {
       std::cout << options << "\n";
       return 0;

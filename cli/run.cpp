@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/options_style.hpp"
 #include "cli/lua/lua_api.hpp"
 #include "core/error.hpp"
 
@@ -39,7 +40,7 @@ int run(int argc, char** argv) {
   for (int i = own + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(own, argv).options(options).positional(positional).run(), vm);
+    po::store(po::command_line_parser(own, argv).options(options).style(kStyle).positional(positional).run(), vm);
     if (vm.count("help") || !vm.count("script")) {
       std::cout << options << "\n";
       return vm.count("help") ? 0 : 2;

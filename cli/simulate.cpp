@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cli/commands.hpp"
+#include "cli/options_style.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/run_metadata.hpp"
@@ -150,7 +151,7 @@ int simulate(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) command_line += std::string(" ") + argv[i];
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).run(), vm);
     if (vm.count("help")) {
       std::cout << options << "\n";
       return 0;

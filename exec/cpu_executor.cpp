@@ -46,7 +46,7 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_
       throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
                   std::to_string(vocab));
   check_weights();
-  inv_freq_ = rope_inv_freq(weights.spec);
+  inv_freq_ = rope_inv_freq(weights.spec.head_dim, weights.spec.rope_theta, std::nullopt);
   kv_.assign(std::size_t(layout_.total_elems()), 0.0f);
 }
 
@@ -103,7 +103,7 @@ StepResult CpuExecutor::execute(const Batch& batch) {
   check_batch(batch);
   // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
   // tokens before the fork writes its own after them.
-  (void)0;
+  for (const BlockCopy& c : batch.copies) kv_copy_block(kv_, layout_, c.src, c.dst);
 
   const RowPlan plan = plan_rows(batch);
   MatrixRM x = embed(plan);

@@ -577,6 +577,7 @@ int l_sweep(lua_State* L) {
     const int fn = lua_gettop(L);
     const int threads = int(t.integer("threads").value_or(ctx.opt.threads));
     const std::string label = t.string("label").value_or("sweep");
+    t.has("out");  // out = false: no file, as for duet.run
     t.finish();
     std::vector<SweepPoint> points = grid_points(L, grid);
     ExperimentDefaults d = defaults_of(ctx);

@@ -1,0 +1,47 @@
+-- Policies written in Lua: scheduler ordering, admission, victim, arbitration. Each is called,
+-- and a simulation with them is no more than 3x slower than with the built-in policies.
+local math500 = require("workloads.math500")
+local beam_search = require("workloads.beam_search")
+local problems = math500.load{limit = 40}
+local calls = {order = 0, admit = 0, arbiter = 0}
+
+local function config(with_lua)
+  local policy = with_lua and {
+    order = function(id, num_tokens, problem, kind) calls.order = calls.order + 1; return problem end,
+    admit = function(id, num_tokens, problem, running, waiting, kv_used) calls.admit = calls.admit + 1; return kv_used < 0.95 end,
+    victim = function(candidates) return #candidates end,
+  } or nil
+  return {
+    gpu = "h100", out = false, progress = false, concurrency = 40,
+    engines = {
+      {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3, policy = policy},
+      {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.6, policy = policy},
+    },
+    arbiter = with_lua and function(engines)
+      calls.arbiter = calls.arbiter + 1
+      -- The PRM first whenever it has work: it unblocks the searches.
+      if engines[2].has_work then return "prm" end
+      return 1
+    end or "alternate",
+    workload = beam_search.workload{problems = problems, prm_mode = "incremental"},
+  }
+end
+
+local function timed(with_lua)
+  local best = math.huge
+  local r
+  for _ = 1, 3 do
+    local t0 = os.clock()
+    r = duet.run(config(with_lua))
+    best = math.min(best, os.clock() - t0)
+  end
+  return best, r
+end
+local builtin_s, builtin = timed(false)
+local lua_s, with_lua = timed(true)
+print(string.format("built-in %.3f s, Lua policies %.3f s: %.2fx; calls: order %d, admit %d, arbiter %d",
+                    builtin_s, lua_s, lua_s / builtin_s, calls.order, calls.admit, calls.arbiter))
+assert(calls.order > 0 and calls.admit > 0 and calls.arbiter > 0, "every policy was called")
+assert(with_lua.problems == builtin.problems)
+assert(lua_s <= 3 * builtin_s + 0.05, "Lua policies must cost at most 3x the built-in ones")
+print("policies ok")

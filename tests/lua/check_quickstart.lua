@@ -1,0 +1,16 @@
+-- The main job on a few problems: sane, finite figures.
+local r = dofile(duet.source_dir .. "/scripts/quickstart.lua")
+local n = 8
+assert(r.problems == n, "problems " .. r.problems)
+assert(r.problems_per_s > 0 and r.problems_per_s < math.huge, "problems/s " .. r.problems_per_s)
+for _, name in ipairs{"llm", "prm"} do
+  local e = r.engines[name]
+  assert(e.requests > 0, name .. " served nothing")
+  assert(e.prefix_hit_rate >= 0 and e.prefix_hit_rate <= 1, name .. " hit rate out of range")
+  assert(e.peak_kv_utilisation > 0 and e.peak_kv_utilisation <= 1, name .. " kv utilisation out of range")
+end
+assert(r.engines.llm.generated_tokens_per_s > 0)
+assert(r.makespan_s > 0 and r.makespan_s < math.huge)
+local tl = r.timeline("prm")
+assert(#tl.start_s == r.engines.prm.steps, "timeline rows")
+print("quickstart ok")

@@ -1,0 +1,24 @@
+-- duet.sweep: grid order, one result per point, the same results whatever the thread count.
+local math500 = require("workloads.math500")
+local beam_search = require("workloads.beam_search")
+local problems = math500.load{limit = 4}
+local function sweep(threads)
+  return duet.sweep{
+    threads = threads, out = false,
+    grid = {llm_util = {0.1, 0.3}, max_num_seqs = {64, 256}},
+    run = function(p)
+      return {gpu = "h100", out = false, progress = false,
+              engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.llm_util, max_num_seqs = p.max_num_seqs},
+                         {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.5}},
+              workload = beam_search.workload{problems = problems}}
+    end,
+  }
+end
+local one, two = sweep(1), sweep(2)
+assert(#one == 4 and #two == 4)
+assert(one[1].point.llm_util == 0.1 and one[1].point.max_num_seqs == 64 and one[2].point.max_num_seqs == 256)
+for i = 1, 4 do
+  assert(one[i].result.makespan_s == two[i].result.makespan_s, "deterministic across thread counts")
+  assert(one[i].result.engines.llm.total_blocks == two[i].result.engines.llm.total_blocks)
+end
+print("sweep ok")
