@@ -46,7 +46,7 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_
       throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
                   std::to_string(vocab));
   check_weights();
-  inv_freq_ = rope_inv_freq(weights.spec.head_dim, weights.spec.rope_theta, std::nullopt);
+  inv_freq_ = rope_inv_freq(weights.spec);
   kv_.assign(std::size_t(layout_.total_elems()), 0.0f);
 }
 

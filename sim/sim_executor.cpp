@@ -13,6 +13,7 @@ StepResult SimExecutor::execute(const Batch& batch) {
     r.tokens.push_back(it.want == Want::Sample ? scripted_token(s, s.num_output_tokens(), vocab_size_) : kNoToken);
     // Scores are numbered by position order across the whole sequence, whatever the chunking.
     const auto positions = positions_to_score(it);
+    if (positions.empty()) continue;
     const int first = int(positions.data() - s.score_positions.data());
     for (std::size_t k = 0; k < positions.size(); ++k)
       r.scores.push_back(scripted_score(s, first + int(k), positions[k]));
