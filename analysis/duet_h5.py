@@ -84,6 +84,8 @@ def load_run(path, group="/", tables=True):
             "attrs": _attrs(run),
             "summary": _attrs(run["summary"]),
             "engines": {name: _engine(engine, tables) for name, engine in run["engines"].items()},
+            # Search workloads (duet run) add one row per problem.
+            "problems": pd.DataFrame(run["problems"][()]) if tables and "problems" in run else None,
         }
 
 

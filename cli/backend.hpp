@@ -24,6 +24,7 @@ struct BackendOptions {
   std::string cost_model = "roofline";
   std::string load_format = "dummy";  // cpu: "dummy" or a checkpoint path
   std::uint64_t seed = 0;
+  std::string source_dir = ".";       // the repository: the tokenizer for PRM label ids
 };
 
 std::unique_ptr<BuiltEngine> build_engine(const BackendOptions& backend, const GpuSpec& gpu, const EngineConfig& config,

@@ -10,15 +10,23 @@ local args = duet.args{problems = 500, gpu = "h100", llm_util = 0.3, prm_util = 
                        prm_mode = "incremental", concurrency = 128, seed = 0}
 
 local llm_model, prm_model = "llama-3.2-1b", "llama-3.1-8b"
-if args.tiny then llm_model, prm_model = "models/tiny-llama/config.json", "models/tiny-llama/config.json" end
+-- The tiny model (models/tiny-llama) runs on the CPU backend with dummy weights; its pools are
+-- sized in blocks, since host memory is not an H100's.
+local blocks
+if args.tiny then
+  llm_model, prm_model = "models/tiny-llama/config.json", "models/tiny-llama/config.json"
+  blocks = 4096
+end
 
 local problems = math500.load{limit = args.problems}
 local result = duet.run{
   label = "quickstart",
   gpu = args.gpu,
   engines = {
-    {name = "llm", model = llm_model, gpu_memory_utilization = args.llm_util, max_num_seqs = 256},
-    {name = "prm", model = prm_model, gpu_memory_utilization = args.prm_util, max_num_seqs = 256},
+    {name = "llm", model = llm_model, gpu_memory_utilization = args.llm_util, max_num_seqs = 256,
+     num_gpu_blocks_override = blocks},
+    {name = "prm", model = prm_model, gpu_memory_utilization = args.prm_util, max_num_seqs = 256,
+     num_gpu_blocks_override = blocks},
   },
   workload = beam_search.workload{problems = problems, n = 4, beam_width = 4, num_iterations = 40,
                                   prm_mode = args.prm_mode, seed = args.seed},
@@ -29,7 +37,7 @@ local result = duet.run{
 local llm, prm = result.engines.llm, result.engines.prm
 print(string.format("quickstart: %d MATH-500 problems, beam search n=4 beam_width=4 depth<=40, %s on %s",
                     result.problems, args.prm_mode .. " PRM scoring", args.gpu))
-print(string.format("%-28s %12s", "simulated time (s)", string.format("%.1f", result.makespan_s)))
+print(string.format("%-28s %12s", duet.backend == "sim" and "simulated time (s)" or "device time (s)", string.format("%.1f", result.makespan_s)))
 print(string.format("%-28s %12s", "wall time (s)", string.format("%.2f", result.wall_s)))
 print(string.format("%-28s %12.3f", "problems/s", result.problems_per_s))
 print(string.format("%-28s %12.1f", "LLM generated tokens/s", llm.generated_tokens_per_s))

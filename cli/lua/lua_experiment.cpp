@@ -1,6 +1,7 @@
 #include "cli/lua/lua_experiment.hpp"
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 
@@ -64,7 +65,15 @@ struct Experiment {
   bool progress = true;
 };
 
-EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::string& default_cost) {
+// A model name, or a config.json path as given or relative to the repository.
+ModelSpec model_of(const std::string& name, const std::string& source_dir) {
+  if (name.ends_with(".json") && !std::filesystem::exists(name) && std::filesystem::exists(source_dir + "/" + name))
+    return resolve_model(source_dir + "/" + name);
+  return resolve_model(name);
+}
+
+EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::string& default_cost,
+                         const std::string& source_dir) {
   TableReader t(L, index, "engines[" + std::to_string(ex.engines.size() + 1) + "]");
   EngineConfig c;
   c.name = t.string("name").value_or("");
@@ -73,7 +82,7 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
     if (e.name == c.name) t.fail("name", "engine name '" + c.name + "' is used twice");
   const auto model = t.string("model");
   if (!model) t.fail("model", "missing: a built-in model name or a HuggingFace config.json path");
-  c.model = resolve_model(*model);
+  c.model = model_of(*model, source_dir);
   if (auto u = t.number("gpu_memory_utilization")) c.gpu_memory_utilization = *u;
   if (auto g = t.number("budget_gib")) {
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
@@ -116,7 +125,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   if (n < 1) t.fail("engines", "needs at least one engine");
   for (lua_Integer i = 1; i <= n; ++i) {
     lua_rawgeti(L, -1, i);
-    ex.engines.push_back(read_engine(L, -1, ex, cost));
+    ex.engines.push_back(read_engine(L, -1, ex, cost, d.source_dir));
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
@@ -323,7 +332,7 @@ ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefault
   std::vector<std::unique_ptr<BuiltEngine>> built;
   std::vector<EngineVocab> vocabs;
   for (std::size_t i = 0; i < ex.engines.size(); ++i) {
-    BackendOptions b{ex.backend, ex.cost_models[i], ex.load_formats[i], ex.workload.seed};
+    BackendOptions b{ex.backend, ex.cost_models[i], ex.load_formats[i], ex.workload.seed, d.source_dir};
     built.push_back(build_engine(b, ex.gpu, ex.engines[i], plan.engine(ex.engines[i].name), std::uint32_t(i),
                                  make_policy(L, *ex.policies[i])));
     vocabs.push_back(engine_vocab(ex.engines[i], 4, 2));

@@ -1,0 +1,33 @@
+-- The simulator and the CPU engine run the same scheduler and allocator on the same token
+-- streams (forced outputs), so a small beam search is scheduled identically, step by step.
+local math500 = require("workloads.math500")
+local beam_search = require("workloads.beam_search")
+local problems = math500.load{limit = 3}
+
+local function run(backend)
+  return duet.run{
+    backend = backend, gpu = "h100", out = false, progress = false, concurrency = 3,
+    engines = {
+      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = 512, max_num_batched_tokens = 256},
+      {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = 512, max_num_batched_tokens = 256},
+    },
+    workload = beam_search.workload{problems = problems, n = 4, beam_width = 2, num_iterations = 6,
+                                    prm_mode = "incremental"},
+  }
+end
+
+local sim, cpu = run("sim"), run("cpu")
+for _, name in ipairs{"llm", "prm"} do
+  local a, b = sim.timeline(name), cpu.timeline(name)
+  assert(#a.start_s == #b.start_s, string.format("%s: %d steps simulated, %d executed", name, #a.start_s, #b.start_s))
+  for i = 1, #a.start_s do
+    for _, col in ipairs{"prefill_tokens", "decode_tokens", "num_seqs", "kv_blocks_used", "prefix_hit_tokens",
+                         "cow_copies"} do
+      assert(a[col][i] == b[col][i], string.format("%s step %d: %s %d simulated, %d executed", name, i, col,
+                                                   a[col][i], b[col][i]))
+    end
+  end
+  print(string.format("%s: %d identical steps", name, #a.start_s))
+end
+assert(sim.mean_score == cpu.mean_score)
+print("backends ok")
