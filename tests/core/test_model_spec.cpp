@@ -12,31 +12,18 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "core/model_spec.hpp"
 
 namespace duet {
 namespace {
 
+using test_support::error_of;
+using test_support::contains;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Runs f, which must throw duet::Error, and returns the message ("" and a failure otherwise).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected duet::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected duet::Error, nothing was thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // --- Built-in shapes ----------------------------------------------------------------------------
 

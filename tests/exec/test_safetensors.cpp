@@ -20,52 +20,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "exec/safetensors.hpp"
 
 namespace duet {
 namespace {
 
+using test_support::error_of;
+using test_support::contains;
+using test_support::TempDir;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Runs f, which must throw duet::Error, and returns the message ("" and a failure otherwise).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected duet::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected duet::Error, nothing was thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// A fresh directory per test (ctest runs tests in parallel processes), removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("duet-" + std::string(info->test_suite_name()) + "-" + info->name() + "-" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::vector<std::byte> to_bytes(const std::string& s) {
   std::vector<std::byte> out;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/weights.hpp"
@@ -19,43 +20,11 @@
 namespace duet {
 namespace {
 
+using test_support::error_of;
+using test_support::contains;
+using test_support::TempDir;
+
 namespace fs = std::filesystem;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected duet::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected duet::Error, nothing was thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("duet-" + std::string(info->test_suite_name()) + "-" + info->name() + "-" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 ModelSpec tiny_spec(bool tied) {
   ModelSpec m;
@@ -161,11 +130,11 @@ TEST(Weights, TensorSpecsCoverTheModelsParameters) {
 TEST(Weights, SaveLoadRoundTripF32Untied) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 1);
-  save_llama_weights(w, dir / "model.safetensors", DType::F32);
-  const LlamaWeights loaded = load_llama_weights(w.spec, dir / "model.safetensors");
+  save_llama_weights(w, dir.file("model.safetensors"), DType::F32);
+  const LlamaWeights loaded = load_llama_weights(w.spec, dir.file("model.safetensors"));
   expect_equal_weights(loaded, w);
   EXPECT_NE(loaded.lm_head.data, loaded.embed_tokens.data);
-  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  const SafetensorsFile file = SafetensorsFile::open(dir.file("model.safetensors"));
   EXPECT_EQ(file.size(), 21u);  // 1 + 9 per layer + norm + lm_head
   EXPECT_EQ(file.metadata().at("format"), "pt");
 }
@@ -173,11 +142,11 @@ TEST(Weights, SaveLoadRoundTripF32Untied) {
 TEST(Weights, SaveLoadRoundTripBf16Tied) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(true), 2);
-  save_llama_weights(w, dir / "model.safetensors", DType::BF16);
-  const LlamaWeights loaded = load_llama_weights(w.spec, dir.path());  // the directory's model.safetensors
+  save_llama_weights(w, dir.file("model.safetensors"), DType::BF16);
+  const LlamaWeights loaded = load_llama_weights(w.spec, dir.path().string());  // the directory's model.safetensors
   expect_equal_weights(loaded, rounded_to_bf16(w));
   EXPECT_EQ(loaded.lm_head.data, loaded.embed_tokens.data);
-  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  const SafetensorsFile file = SafetensorsFile::open(dir.file("model.safetensors"));
   EXPECT_EQ(file.find("lm_head.weight"), nullptr);
   EXPECT_EQ(file.find("model.norm.weight")->dtype, DType::BF16);
 }
@@ -185,8 +154,8 @@ TEST(Weights, SaveLoadRoundTripBf16Tied) {
 TEST(Weights, SaveLoadRoundTripF16) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 3);
-  save_llama_weights(w, dir / "h.safetensors", DType::F16);
-  const LlamaWeights loaded = load_llama_weights(w.spec, dir / "h.safetensors");
+  save_llama_weights(w, dir.file("h.safetensors"), DType::F16);
+  const LlamaWeights loaded = load_llama_weights(w.spec, dir.file("h.safetensors"));
   const float expected = f16_to_float(float_to_f16(w.layers[1].down_proj.data[17]));
   EXPECT_EQ(loaded.layers[1].down_proj.data[17], expected);
   EXPECT_NEAR(loaded.layers[1].down_proj.data[17], w.layers[1].down_proj.data[17], 1e-3);
@@ -206,8 +175,8 @@ TEST(Weights, SaveLoadRoundTripSharded) {
 TEST(Weights, TiedModelIgnoresAnLmHeadInTheCheckpoint) {
   TempDir dir;
   const LlamaWeights untied = dummy_llama_weights(tiny_spec(false), 5);
-  save_llama_weights(untied, dir / "model.safetensors", DType::F32);
-  const LlamaWeights tied = load_llama_weights(tiny_spec(true), dir / "model.safetensors");
+  save_llama_weights(untied, dir.file("model.safetensors"), DType::F32);
+  const LlamaWeights tied = load_llama_weights(tiny_spec(true), dir.file("model.safetensors"));
   EXPECT_EQ(tied.lm_head.data, untied.embed_tokens.data);
   EXPECT_NE(tied.lm_head.data, untied.lm_head.data);
 }
@@ -218,47 +187,47 @@ TEST(Weights, MissingTensorIsNamedWithTheFile) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 6);
   const RawCheckpoint raw = raw_tensors(w, "model.layers.1.mlp.up_proj.weight");
-  write_safetensors(dir / "model.safetensors", raw.tensors);
-  EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir / "model.safetensors"); }),
-            "missing tensor 'model.layers.1.mlp.up_proj.weight' in " + dir / "model.safetensors" +
+  write_safetensors(dir.file("model.safetensors"), raw.tensors);
+  EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir.file("model.safetensors")); }),
+            "missing tensor 'model.layers.1.mlp.up_proj.weight' in " + dir.file("model.safetensors") +
                 " (model 'tiny' expects shape [128, 64])");
   // An untied model needs lm_head.weight, which a tied checkpoint does not have.
-  save_llama_weights(dummy_llama_weights(tiny_spec(true), 6), dir / "tied.safetensors", DType::BF16);
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(tiny_spec(false), dir / "tied.safetensors"); }),
-                       "missing tensor 'lm_head.weight' in " + dir / "tied.safetensors"));
+  save_llama_weights(dummy_llama_weights(tiny_spec(true), 6), dir.file("tied.safetensors"), DType::BF16);
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(tiny_spec(false), dir.file("tied.safetensors")); }),
+                       "missing tensor 'lm_head.weight' in " + dir.file("tied.safetensors")));
   // In a sharded checkpoint the message names the checkpoint and its index.
-  write_safetensors_sharded(dir / "sharded", raw.tensors, 64 * 1024);
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(w.spec, dir / "sharded"); }),
-                       "missing tensor 'model.layers.1.mlp.up_proj.weight' in checkpoint " + dir / "sharded" +
-                           " (index " + dir / "sharded/model.safetensors.index.json" + ")"));
+  write_safetensors_sharded(dir.file("sharded"), raw.tensors, 64 * 1024);
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(w.spec, dir.file("sharded")); }),
+                       "missing tensor 'model.layers.1.mlp.up_proj.weight' in checkpoint " + dir.file("sharded") +
+                           " (index " + dir.file("sharded/model.safetensors.index.json") + ")"));
 }
 
 TEST(Weights, WrongShapeNamesTheShardAndBothShapes) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 7);
-  save_llama_weights_sharded(w, dir / "ckpt", DType::BF16, 32 * 1024);
+  save_llama_weights_sharded(w, dir.file("ckpt"), DType::BF16, 32 * 1024);
   ModelSpec narrower = tiny_spec(false);
   narrower.intermediate_size = 96;
-  const Checkpoint ckpt = Checkpoint::open(dir / "ckpt");
+  const Checkpoint ckpt = Checkpoint::open(dir.file("ckpt"));
   const std::string shard = ckpt.file_of("model.layers.0.mlp.gate_proj.weight");
   EXPECT_TRUE(contains(shard, "model-0000")) << shard;
-  EXPECT_EQ(error_of([&] { load_llama_weights(narrower, dir / "ckpt"); }),
+  EXPECT_EQ(error_of([&] { load_llama_weights(narrower, dir.file("ckpt")); }),
             shard + ": tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], model 'tiny' expects [96, 64]");
   ModelSpec bigger_vocab = tiny_spec(false);
   bigger_vocab.vocab_size = 300;
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(bigger_vocab, dir / "ckpt"); }),
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(bigger_vocab, dir.file("ckpt")); }),
                        "tensor 'model.embed_tokens.weight' has shape [256, 64], model 'tiny' expects [300, 64]"));
 }
 
 TEST(Weights, MissingShardNamesTheIndexAndTheShard) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 8);
-  save_llama_weights_sharded(w, dir / "ckpt", DType::BF16, 32 * 1024);
-  const std::string index = dir / "ckpt/model.safetensors.index.json";
-  const Checkpoint ckpt = Checkpoint::open(dir / "ckpt");
+  save_llama_weights_sharded(w, dir.file("ckpt"), DType::BF16, 32 * 1024);
+  const std::string index = dir.file("ckpt/model.safetensors.index.json");
+  const Checkpoint ckpt = Checkpoint::open(dir.file("ckpt"));
   const std::string shard = ckpt.file_of("model.layers.1.mlp.up_proj.weight");
   fs::remove(shard);
-  const std::string message = error_of([&] { load_llama_weights(w.spec, dir / "ckpt"); });
+  const std::string message = error_of([&] { load_llama_weights(w.spec, dir.file("ckpt")); });
   EXPECT_TRUE(contains(message, index + ": shard '" + fs::path(shard).filename().string() + "'")) << message;
   EXPECT_TRUE(contains(message, "is missing: no file " + shard)) << message;
 }
@@ -269,12 +238,12 @@ TEST(Weights, ExtraTensorsAreIgnoredButExtraLayersAreNot) {
   // Older exports carry RoPE buffers; PRMs may carry a value head.
   const RawCheckpoint extras = raw_tensors(
       w, "", {{"model.layers.0.self_attn.rotary_emb.inv_freq", {8}}, {"score.weight", {1, 64}}});
-  write_safetensors(dir / "extras.safetensors", extras.tensors);
-  expect_equal_weights(load_llama_weights(w.spec, dir / "extras.safetensors"), w);
+  write_safetensors(dir.file("extras.safetensors"), extras.tensors);
+  expect_equal_weights(load_llama_weights(w.spec, dir.file("extras.safetensors")), w);
   const RawCheckpoint deeper = raw_tensors(w, "", {{"model.layers.2.input_layernorm.weight", {64}}});
-  write_safetensors(dir / "deeper.safetensors", deeper.tensors);
-  EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir / "deeper.safetensors"); }),
-            dir / "deeper.safetensors" +
+  write_safetensors(dir.file("deeper.safetensors"), deeper.tensors);
+  EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir.file("deeper.safetensors")); }),
+            dir.file("deeper.safetensors") +
                 ": tensor 'model.layers.2.input_layernorm.weight' belongs to layer 2, but model 'tiny' has 2 layers "
                 "(num_hidden_layers)");
 }
@@ -284,17 +253,17 @@ TEST(Weights, InvalidSpecOrMissingPathIsAnError) {
   ModelSpec bad = tiny_spec(false);
   bad.num_kv_heads = 3;
   EXPECT_TRUE(contains(error_of([&] { dummy_llama_weights(bad, 0); }), "num_key_value_heads"));
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(tiny_spec(false), dir / "absent"); }), "absent"));
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(tiny_spec(false), dir.file("absent")); }), "absent"));
 }
 
 TEST(Weights, SaveRejectsTensorsThatDoNotMatchTheSpec) {
   TempDir dir;
   LlamaWeights w = dummy_llama_weights(tiny_spec(false), 10);
   w.layers[1].v_proj.data.pop_back();
-  EXPECT_TRUE(contains(error_of([&] { save_llama_weights(w, dir / "x.safetensors", DType::F32); }),
+  EXPECT_TRUE(contains(error_of([&] { save_llama_weights(w, dir.file("x.safetensors"), DType::F32); }),
                        "tensor 'model.layers.1.self_attn.v_proj.weight' has shape [32, 64] and 2047 values"));
   w.layers.pop_back();
-  EXPECT_TRUE(contains(error_of([&] { save_llama_weights(w, dir / "x.safetensors", DType::F32); }),
+  EXPECT_TRUE(contains(error_of([&] { save_llama_weights(w, dir.file("x.safetensors"), DType::F32); }),
                        "1 layers, model 'tiny' has 2"));
 }
 

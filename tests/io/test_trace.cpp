@@ -19,49 +19,18 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "io/trace.hpp"
 
 namespace duet {
 namespace {
 
+using test_support::error_of;
+using test_support::contains;
+using test_support::TempDir;
+
 namespace fs = std::filesystem;
-
-// Runs f, which must throw duet::Error, and returns the message ("" and a failure otherwise).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected duet::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected duet::Error, nothing was thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// A fresh directory per test, removed afterwards, so tests can run in parallel.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("duet_trace_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::string write_text(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
