@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/options_style.hpp"
 #include "core/error.hpp"
@@ -26,14 +27,7 @@ int fit(int argc, char** argv) {
     ("gpu", po::value(&gpu)->default_value(""), "GPU name recorded in the profile")
     ("out", po::value(&out)->required(), "profile JSON to write")
     ("help,h", "this help");
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).run(), vm);
-    if (vm.count("help")) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    po::notify(vm);
+  return run_command({"fit", options}, argc, argv, [&](const po::variables_map&) {
     if (csv.empty() == run.empty()) throw Error("give exactly one of --csv and --run");
     CalibrationProfile p;
     if (!csv.empty()) {
@@ -56,13 +50,7 @@ int fit(int argc, char** argv) {
       std::printf("  %-24s %.6g\n", calibration_feature_names()[i], p.coefficients[i]);
     std::printf("wrote %s\n", out.c_str());
     return 0;
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "duet fit: %s (see duet fit --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "duet fit: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }
 
 }  // namespace duet::cli

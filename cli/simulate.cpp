@@ -6,6 +6,7 @@
 #include <iostream>
 #include <random>
 
+#include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/options_style.hpp"
 #include "cli/progress.hpp"
@@ -149,22 +150,8 @@ int simulate(int argc, char** argv) {
   const po::options_description options = describe(args);
   std::string command_line = "duet";
   for (int i = 0; i < argc; ++i) command_line += std::string(" ") + argv[i];
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).run(), vm);
-    if (vm.count("help")) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    return run_simulate(args, command_line);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "duet simulate: %s (see duet simulate --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "duet simulate: error: %s\n", e.what());
-    return 2;
-  }
+  return run_command({"simulate", options}, argc, argv,
+                     [&](const po::variables_map&) { return run_simulate(args, command_line); });
 }
 
 }  // namespace duet::cli

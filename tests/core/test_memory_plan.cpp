@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
 #include "core/memory_plan.hpp"
@@ -15,25 +16,11 @@
 namespace duet {
 namespace {
 
+using test_support::error_of;
+using test_support::contains;
+
 constexpr std::int64_t kMiB = 1024LL * 1024;
 constexpr std::int64_t kGiB = 1024 * kMiB;
-
-// Runs f, which must throw duet::Error, and returns the message ("" and a failure otherwise).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected duet::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected duet::Error, nothing was thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 EngineMemoryRequest by_utilisation(const std::string& label, const std::string& model, double u) {
   EngineMemoryRequest r;
