@@ -5,7 +5,9 @@ local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
-local args = duet.args{problems = 200, gpu = "h100", total = 0.9, prm_mode = "full", seed = 0,
+-- score_cache: earlier steps' scores are reused and the PRM prefix-cache hits up to the new step,
+-- which is what prefix caching gave the thesis's vLLM PRM; without it every step is re-prefilled.
+local args = duet.args{problems = 200, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
                        concurrency = 128}
 local problems = math500.load{limit = args.problems}
 
@@ -20,7 +22,7 @@ local results = duet.sweep{
         {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util},
       },
       workload = beam_search.workload{problems = problems, n = 4, beam_width = 4, prm_mode = args.prm_mode,
-                                      seed = args.seed},
+                                      score_cache = args.score_cache, seed = args.seed},
       concurrency = args.concurrency,
       seed = args.seed,
     }
