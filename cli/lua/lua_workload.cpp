@@ -37,6 +37,10 @@ int ref_field(lua_State* L, int index, const char* key, int type, const char* wh
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines, LuaWorkloadOptions options)
     : L_(L), engines_(std::move(engines)), opt_(options) {
   index = lua_absindex(L, index);
+  lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
+  const bool nested = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (nested) throw Error("duet.run: cannot run inside another run's workload (call it from the script's top level)");
   if (!lua_istable(L, index)) throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
