@@ -87,10 +87,11 @@ BENCHMARK(BM_Fork64Blocks);
 // none is admitted), followed by the engine's token append: the per-step cost of the simulator.
 void BM_SchedulerStep256Decodes(benchmark::State& state) {
   const int blocks = 256 * 160;
+  std::deque<Sequence> seqs;  // before the scheduler that links them
   auto kv = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 16, true});
   auto sched = std::make_unique<Scheduler>(SchedulerConfig{256, 8192, true, 1 << 30}, *kv);
-  std::deque<Sequence> seqs;
   auto rebuild = [&] {
+    sched.reset();  // its running list links the sequences: it goes first
     seqs.clear();
     kv = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 16, true});
     sched = std::make_unique<Scheduler>(SchedulerConfig{256, 8192, true, 1 << 30}, *kv);

@@ -70,7 +70,7 @@ class Scheduler {
   };
 
   using RunningList = boost::intrusive::list<
-      Sequence, boost::intrusive::member_hook<Sequence, boost::intrusive::list_member_hook<>, &Sequence::running_hook>>;
+      Sequence, boost::intrusive::member_hook<Sequence, Sequence::RunningHook, &Sequence::running_hook>>;
 
   void schedule_running(Batch& batch, int& budget, bool& preempted);
   void schedule_waiting(Batch& batch, int& budget);

@@ -81,8 +81,10 @@ struct Sequence {
   double finish_time = kNotYet;
 
   KvState kv;
-  // The scheduler's running list: O(1) removal in admission order. Copies start unlinked.
-  boost::intrusive::list_member_hook<> running_hook;
+  // The scheduler's running list: O(1) removal in admission order. Normal (unchecked) links, so
+  // that neither a scheduler nor a sequence has to outlive the other on destruction.
+  using RunningHook = boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>>;
+  RunningHook running_hook;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
