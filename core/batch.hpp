@@ -27,9 +27,8 @@ struct Batch {
   std::vector<BatchItem> items;       // in scheduling order: running first, then admissions
   std::vector<BlockCopy> copies;      // copy-on-write, to run before the forward pass
   std::vector<Sequence*> preempted;   // sent back to waiting this step (recompute)
-  int num_prefill_tokens = 0;
+  int num_prefill_tokens = 0;            // the budget's accounting; shape_of() has the rest
   int num_decode_tokens = 0;
-  std::int64_t decode_context_tokens = 0;  // KV tokens the decodes read
 
   bool empty() const { return items.empty(); }
   int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }

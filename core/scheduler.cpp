@@ -118,7 +118,6 @@ void Scheduler::add_item(Batch& batch, Sequence& seq, int n) {
   }
   if (item.is_decode) {
     batch.num_decode_tokens += n;
-    batch.decode_context_tokens += seq.num_computed_tokens;
   } else {
     batch.num_prefill_tokens += n;
   }
