@@ -1,5 +1,6 @@
 #pragma once
-// Engines by backend: the simulator's (cost model) or the real ones (CPU reference; CUDA later).
+// Engines by backend: the simulator's (cost model) or the real ones (CPU reference; CUDA when the
+// build has it).
 // Every backend builds core's Engine over the allocator its config names, with block counts from
 // the same MemoryPlan.
 #include <memory>
@@ -17,12 +18,18 @@ class BuiltEngine {
   virtual ~BuiltEngine() = default;
   virtual Engine& engine() = 0;
   virtual std::string describe() const = 0;
+  // Host time of the last step spent preparing its batch (StepRecord::cpu_s); 0 where the backend
+  // does not measure it (the simulator, the CPU reference).
+  virtual double last_cpu_s() const { return 0.0; }
 };
 
+// The backends this build has, for messages: "sim, cpu" or "sim, cpu, cuda".
+const char* backend_names();
+
 struct BackendOptions {
-  std::string name = "sim";       // sim or cpu
+  std::string name = "sim";       // sim, cpu or (DUET_HAVE_CUDA builds) cuda
   std::string cost_model = "roofline";
-  std::string load_format = "dummy";  // cpu: "dummy" or a checkpoint path
+  std::string load_format = "dummy";  // cpu, cuda: "dummy" or a checkpoint path
   std::uint64_t seed = 0;
   std::string source_dir = ".";       // the repository: the tokenizer for PRM label ids
 };

@@ -23,7 +23,7 @@ int run(int argc, char** argv) {
       "duet run SCRIPT.lua [options] [-- script arguments]: run a Lua experiment (see docs/lua-api.md)");
   options.add_options()
     ("script", po::value(&opt.script), "the Lua script")
-    ("backend", po::value(&opt.backend)->default_value("sim"), "sim (simulator) or cpu (CPU reference engine)")
+    ("backend", po::value(&opt.backend)->default_value("sim"), "sim (simulator), cpu (CPU reference engine) or cuda (CUDA engine, in CUDA builds)")
     ("out", po::value(&opt.out), "HDF5 file for the runs (default: SCRIPT's name with .h5, in the current directory)")
     ("threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")
     ("no-progress", "never draw progress bars")
@@ -47,7 +47,14 @@ int run(int argc, char** argv) {
     }
     po::notify(vm);
     opt.progress = !vm.count("no-progress");
-    if (opt.backend != "sim" && opt.backend != "cpu") throw Error("--backend must be sim or cpu, got '" + opt.backend + "'");
+#if DUET_HAVE_CUDA
+    if (opt.backend != "sim" && opt.backend != "cpu" && opt.backend != "cuda")
+      throw Error("--backend must be sim or cpu, or cuda (this build has CUDA), got '" + opt.backend + "'");
+#else
+    if (opt.backend != "sim" && opt.backend != "cpu")
+      throw Error("--backend must be sim or cpu, got '" + opt.backend + "'" +
+                  (opt.backend == "cuda" ? " (this build has no CUDA: configure with -DDUET_CUDA=ON where nvcc is)" : ""));
+#endif
     if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     const char* home = std::getenv("DUET_HOME");
     opt.source_dir = home ? home : DUET_SOURCE_DIR;

@@ -1,0 +1,807 @@
+#include "exec/cuda_executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/output_script.hpp"
+#include "exec/cpu_ops.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/device.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/ops.hpp"
+
+namespace duet {
+
+namespace k = kernels;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using bf16 = k::bf16;
+
+double seconds_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+constexpr std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+
+// float32 -> bfloat16, round to nearest even (NaN stays a quiet NaN): what kernels::to_bf16 does,
+// inlined because an 8B model has 8e9 values to convert.
+inline bf16 to_bf16_rne(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16(u >> 16);
+}
+
+std::string gib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1LL << 30));
+  return buf;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int next_pow2(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// Where each tensor of llama_tensor_specs lands in the one device weight buffer (bf16 elements).
+struct WeightPlan {
+  struct Layer {
+    std::int64_t input_norm, qkv, o, post_norm, gate_up, down;
+  };
+  std::int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
+  std::vector<Layer> layers;
+  std::vector<std::int64_t> dst;  // per tensor spec
+  std::int64_t total = 0;
+};
+
+WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& specs) {
+  const std::int64_t h = m.hidden_size, q = std::int64_t(m.num_heads) * m.head_dim,
+                     kv = std::int64_t(m.num_kv_heads) * m.head_dim, f = m.intermediate_size, v = m.vocab_size;
+  WeightPlan p;
+  std::int64_t off = 0;
+  auto take = [&](std::int64_t elems) {
+    const std::int64_t o = off;
+    off = std::int64_t(align_up(std::size_t(off + elems), 128));  // 256-byte aligned
+    return o;
+  };
+  p.embed = take(v * h);
+  for (int l = 0; l < m.num_layers; ++l) {
+    WeightPlan::Layer L{};
+    L.input_norm = take(h);
+    L.qkv = take((q + 2 * kv) * h);
+    L.o = take(h * q);
+    L.post_norm = take(h);
+    L.gate_up = take(2 * f * h);
+    L.down = take(h * f);
+    p.layers.push_back(L);
+  }
+  p.final_norm = take(h);
+  p.lm_head = m.tie_word_embeddings ? p.embed : take(v * h);
+  p.total = off;
+
+  // The destinations, in llama_tensor_specs order: q, k, v stacked into qkv; gate, up into gate_up.
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (const LlamaTensorSpec& t : specs) {
+    std::int64_t d = -1;
+    if (t.name == "model.embed_tokens.weight") d = p.embed;
+    else if (t.name == "model.norm.weight") d = p.final_norm;
+    else if (t.name == "lm_head.weight") d = p.lm_head;
+    else if (t.name.rfind("model.layers.", 0) == 0) {
+      const std::size_t dot = t.name.find('.', 13);
+      const int l = std::stoi(t.name.substr(13, dot - 13));
+      const WeightPlan::Layer& L = p.layers.at(std::size_t(l));
+      if (ends_with(t.name, ".input_layernorm.weight")) d = L.input_norm;
+      else if (ends_with(t.name, ".self_attn.q_proj.weight")) d = L.qkv;
+      else if (ends_with(t.name, ".self_attn.k_proj.weight")) d = L.qkv + q * h;
+      else if (ends_with(t.name, ".self_attn.v_proj.weight")) d = L.qkv + (q + kv) * h;
+      else if (ends_with(t.name, ".self_attn.o_proj.weight")) d = L.o;
+      else if (ends_with(t.name, ".post_attention_layernorm.weight")) d = L.post_norm;
+      else if (ends_with(t.name, ".mlp.gate_proj.weight")) d = L.gate_up;
+      else if (ends_with(t.name, ".mlp.up_proj.weight")) d = L.gate_up + f * h;
+      else if (ends_with(t.name, ".mlp.down_proj.weight")) d = L.down;
+    }
+    if (d < 0) throw std::logic_error("CudaExecutor: no place for tensor " + t.name);
+    p.dst.push_back(d);
+  }
+  return p;
+}
+
+// The step's metadata as one packed block: the same byte layout on the host (staging) and on the
+// device, so that one copy uploads it. Copies come last so that a decode graph's pointers (which
+// depend on the other sections only) stay valid whatever the step's copy count.
+struct MetaLayout {
+  std::size_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_len = 0, tables = 0, rows = 0,
+              params = 0, copy_src = 0, copy_dst = 0, total = 0;
+};
+
+MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
+  MetaLayout m;
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    off = align_up(off, 16);
+    const std::size_t o = off;
+    off += bytes;
+    return o;
+  };
+  m.tokens = take(4 * std::size_t(T));
+  m.positions = take(4 * std::size_t(T));
+  m.slots = take(8 * std::size_t(T));
+  m.query_start = take(4 * std::size_t(S + 1));
+  m.context_len = take(4 * std::size_t(S));
+  m.tables = take(4 * std::size_t(S) * std::size_t(W));
+  m.rows = take(4 * std::size_t(R));
+  m.params = take(sizeof(k::SampleParams) * std::size_t(P));
+  m.copy_src = take(4 * std::size_t(C));
+  m.copy_dst = take(4 * std::size_t(C));
+  m.total = align_up(off, 16);
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct CudaExecutor::Impl {
+  ModelSpec spec;
+  KvLayout layout;           // the plan's pool, exactly
+  k::KvPoolShape pool_shape;
+  CudaExecutorOptions opt;
+  std::vector<int> buckets;  // sorted graph batch sizes
+  std::string device_name;
+  int sm_count = 0;
+
+  // Dimensions.
+  int H = 0, Q = 0, KV = 0, F = 0, V = 0, QKV = 0, scratch_width = 0;
+
+  // Created once a device is known to be usable (their constructors call the runtime).
+  std::unique_ptr<k::StreamHandle> stream;
+  std::unique_ptr<k::Gemm> gemm;
+  std::unique_ptr<k::Event> ev_start, ev_end;
+
+  WeightPlan wplan;
+  k::DeviceBuffer weights;
+  k::DeviceBuffer pool;
+  k::DeviceBuffer inv_freq;
+
+  // Activations and step buffers, with their capacities (rows, logits rows, bytes).
+  int cap_tokens = 0, cap_rows = 0;
+  std::size_t cap_meta = 0, cap_ws = 0;
+  k::DeviceBuffer x, h, d, scratch, gathered, logits, out, meta, ws;
+
+  std::vector<std::uint64_t> staging;  // 8-byte aligned host staging of the metadata
+  std::vector<std::int32_t> host_out;
+  std::vector<float> host_logits;
+
+  std::map<std::tuple<int, int, int>, k::Graph> graphs;  // (bucket, splits, table width)
+  std::set<std::tuple<int, int, int>> failed_keys;
+
+  CudaExecutorStats stats;
+  CudaExecutorMemory mem;
+  double prep_s = 0, cpu_s = 0, wall_s = 0;
+  bool used_graph = false;
+  std::vector<ItemLogits> last_logits;
+
+  // ---- construction ----
+  void init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o);
+  void upload(const std::vector<LlamaTensorSpec>& specs,
+              const std::function<const HostTensor&(std::size_t, HostTensor& scratch)>& get);
+  void allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
+  std::size_t activation_bytes(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) const;
+
+  // ---- a step ----
+  struct Fwd {
+    int T = 0, S = 0, W = 0, max_q = 1, splits = 1;
+    bool decode = false;
+    int R = 0;               // logits rows
+    bool identity_rows = false;
+    int Rs = 0;              // sampled rows, logits rows [0, Rs)
+    int score_row0 = 0, Rp = 0;  // PRM-scored rows, logits rows [score_row0, score_row0 + Rp)
+    MetaLayout ml;
+  };
+  void forward(const Fwd& f);
+  void ensure(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
+  template <typename T>
+  T* meta_ptr(std::size_t off) const {
+    return reinterpret_cast<T*>(static_cast<std::byte*>(meta.get()) + off);
+  }
+  template <typename T>
+  T* stage(std::size_t off) {
+    return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(staging.data()) + off);
+  }
+  void check_batch(const Batch& batch) const;
+  StepResult execute(const Batch& batch);
+};
+
+void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o) {
+  m.validate();
+  spec = m;
+  opt = o;
+  if (num_blocks <= 0 || block_size <= 0)
+    throw Error("CudaExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) + " and " +
+                std::to_string(block_size));
+  for (TokenId id : {o.prm_plus_id, o.prm_minus_id})
+    if (id < 0 || id >= m.vocab_size)
+      throw Error("CudaExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
+                  std::to_string(m.vocab_size));
+  if (o.max_num_batched_tokens <= 0 || o.max_num_seqs <= 0 || o.max_model_len <= 0)
+    throw Error("CudaExecutor: max_num_batched_tokens, max_num_seqs and max_model_len must be positive");
+  for (int b : o.graph_batch_sizes)
+    if (b <= 0) throw Error("CudaExecutor: graph batch sizes must be positive, got " + std::to_string(b));
+  buckets = o.graph_batch_sizes;
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (!o.use_cuda_graphs) buckets.clear();
+
+  std::string why;
+  if (!k::device_available(&why)) throw Error("CudaExecutor: no usable CUDA device: " + why);
+  const k::DeviceInfo info = k::device_info();
+  device_name = info.name;
+  sm_count = std::max(1, info.sm_count);
+
+  layout = KvLayout::of(m, num_blocks, block_size);
+  pool_shape = {m.num_layers, num_blocks, m.num_kv_heads, block_size, m.head_dim};
+  H = m.hidden_size;
+  Q = m.num_heads * m.head_dim;
+  KV = m.num_kv_heads * m.head_dim;
+  F = m.intermediate_size;
+  V = m.vocab_size;
+  QKV = Q + 2 * KV;
+  scratch_width = std::max(QKV + Q, 3 * F);
+
+  // Sizes first, so that a model that cannot fit fails before anything is allocated.
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(m);
+  wplan = plan_weights(m, specs);
+  const int max_bucket = buckets.empty() ? 0 : buckets.back();
+  const int tokens = std::max(o.max_num_batched_tokens, max_bucket);
+  const int seqs = std::max(o.max_num_seqs, max_bucket);
+  const int rows = seqs;
+  const int width = (o.max_model_len + block_size - 1) / block_size + 1;
+  const std::size_t meta_bytes = meta_layout(tokens, seqs, width, rows, rows, 0).total + 64 * 1024;
+  std::size_t ws_bytes = 0;
+  for (int b : buckets)
+    ws_bytes = std::max(ws_bytes, k::decode_workspace_bytes(
+                                      b, m.num_heads, m.head_dim,
+                                      k::choose_decode_splits(b, m.num_kv_heads, o.max_model_len, sm_count)));
+  ws_bytes = std::max(ws_bytes, k::decode_workspace_bytes(
+                                    seqs, m.num_heads, m.head_dim,
+                                    k::choose_decode_splits(seqs, m.num_kv_heads, o.max_model_len, sm_count)));
+
+  constexpr std::size_t kGemmWorkspace = 32u << 20;
+  mem.weights = wplan.total * 2;
+  mem.kv_pool = std::int64_t(pool_shape.num_layers) * 2 * pool_shape.num_blocks * std::int64_t(pool_shape.num_kv_heads) *
+                pool_shape.block_size * pool_shape.head_dim * 2;
+  mem.activations = std::int64_t(activation_bytes(tokens, rows, meta_bytes, ws_bytes));
+  mem.gemm_workspace = std::int64_t(kGemmWorkspace);
+  if (mem.total() > info.free_bytes)
+    throw Error("CudaExecutor: " + m.name + " needs " + gib(mem.total()) + " of device memory (weights " +
+                gib(mem.weights) + ", KV pool of " + std::to_string(num_blocks) + " blocks " + gib(mem.kv_pool) +
+                ", activations " + gib(mem.activations) + ") but " + info.name + " has " + gib(info.free_bytes) +
+                " free of " + gib(info.total_bytes) + "; lower gpu_memory_utilization or the block count");
+
+  stream = std::make_unique<k::StreamHandle>();
+  ev_start = std::make_unique<k::Event>();
+  ev_end = std::make_unique<k::Event>();
+  gemm = std::make_unique<k::Gemm>(kGemmWorkspace);
+  weights = k::DeviceBuffer(std::size_t(mem.weights));
+  pool = k::DeviceBuffer(std::size_t(mem.kv_pool));
+  k::fill_zero(pool.get(), pool.bytes(), stream->get());
+  const std::vector<double> freq = rope_inv_freq(m);
+  const std::vector<float> freq32(freq.begin(), freq.end());
+  inv_freq = k::DeviceBuffer(freq32.size() * sizeof(float));
+  k::copy_to_device(inv_freq.get(), freq32.data(), freq32.size() * sizeof(float), stream->get());
+  allocate_step_buffers(tokens, rows, meta_bytes, ws_bytes);
+  stream->synchronize();
+}
+
+std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size_t meta_bytes,
+                                                 std::size_t ws_bytes) const {
+  const std::size_t t = std::size_t(tokens), r = std::size_t(rows);
+  return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H)) +  // bf16
+         4 * r * std::size_t(V) + 8 * r + meta_bytes + ws_bytes;
+}
+
+void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) {
+  if (tokens > cap_tokens) {
+    x = {}, h = {}, d = {}, scratch = {};
+    const std::size_t t = std::size_t(tokens);
+    x = k::DeviceBuffer(2 * t * std::size_t(H));
+    h = k::DeviceBuffer(2 * t * std::size_t(H));
+    d = k::DeviceBuffer(2 * t * std::size_t(H));
+    scratch = k::DeviceBuffer(2 * t * std::size_t(scratch_width));
+    cap_tokens = tokens;
+  }
+  if (rows > cap_rows) {
+    gathered = {}, logits = {}, out = {};
+    const std::size_t r = std::size_t(rows);
+    gathered = k::DeviceBuffer(2 * r * std::size_t(H));
+    logits = k::DeviceBuffer(4 * r * std::size_t(V));
+    out = k::DeviceBuffer(8 * r);  // int32 tokens then float32 scores
+    cap_rows = rows;
+  }
+  if (meta_bytes > cap_meta) {
+    meta = {};
+    meta = k::DeviceBuffer(meta_bytes);
+    cap_meta = meta_bytes;
+  }
+  if (ws_bytes > cap_ws) {
+    ws = {};
+    ws = k::DeviceBuffer(ws_bytes);
+    cap_ws = ws_bytes;
+  }
+}
+
+void CudaExecutor::Impl::ensure(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) {
+  if (tokens <= cap_tokens && rows <= cap_rows && meta_bytes <= cap_meta && ws_bytes <= cap_ws) return;
+  // The graphs point into these buffers: drop them before the memory goes.
+  stream->synchronize();
+  graphs.clear();
+  failed_keys.clear();
+  ++stats.buffer_growths;
+  auto grow = [](auto need, auto have) { return need <= have ? have : std::max(need, have + have / 2); };
+  allocate_step_buffers(grow(tokens, cap_tokens), grow(rows, cap_rows), grow(meta_bytes, cap_meta),
+                        grow(ws_bytes, cap_ws));
+  mem.activations = std::int64_t(activation_bytes(cap_tokens, cap_rows, cap_meta, cap_ws));
+}
+
+void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
+                                const std::function<const HostTensor&(std::size_t, HostTensor&)>& get) {
+  // Tensors are produced and converted on several threads (dummy weights are generated per
+  // tensor; float32 -> bf16 is the other cost), and copied one at a time.
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned workers = std::min<unsigned>(std::min(hw, 8u), unsigned(specs.size()));
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex copy_mutex, error_mutex;
+  std::exception_ptr error;
+  bf16* base = weights.as<bf16>();
+  auto work = [&] {
+    std::vector<bf16> buf;
+    for (;;) {
+      const std::size_t i = next++;
+      if (i >= specs.size() || failed) return;
+      try {
+        HostTensor scratch;
+        const HostTensor& t = get(i, scratch);
+        std::int64_t numel = 1;
+        for (std::int64_t dim : specs[i].shape) numel *= dim;
+        if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
+          throw Error("CudaExecutor: weight " + specs[i].name + " has shape " + shape_string(t.shape) + " and " +
+                      std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
+                      shape_string(specs[i].shape));
+        buf.resize(std::size_t(numel));
+        for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = to_bf16_rne(t.data[e]);
+        scratch = {};
+        std::lock_guard<std::mutex> lock(copy_mutex);
+        k::copy_to_device(base + wplan.dst[i], buf.data(), buf.size() * sizeof(bf16), stream->get());
+        stream->synchronize();  // buf is reused
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// A batch that breaks these is a scheduler bug, except token ids out of the vocabulary, which
+// come from the request (the same checks as CpuExecutor).
+void CudaExecutor::Impl::check_batch(const Batch& batch) const {
+  for (const BlockCopy& c : batch.copies)
+    if (c.src < 0 || c.src >= layout.num_blocks || c.dst < 0 || c.dst >= layout.num_blocks)
+      throw std::logic_error("CudaExecutor: block copy outside the pool");
+  for (const BatchItem& it : batch.items) {
+    if (!it.seq) throw std::logic_error("CudaExecutor: batch item without a sequence");
+    const Sequence& s = *it.seq;
+    const int end = it.context_len + it.num_new_tokens;
+    if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
+      throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) + ": tokens [" +
+                             std::to_string(it.context_len) + ", " + std::to_string(end) + ") are not all known");
+    if (std::int64_t(s.kv.blocks.size()) * layout.block_size < end)
+      throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) +
+                             ": the block table covers fewer than " + std::to_string(end) + " slots");
+    for (int b = 0; b < (end + layout.block_size - 1) / layout.block_size; ++b)
+      if (s.kv.blocks[std::size_t(b)] < 0 || s.kv.blocks[std::size_t(b)] >= layout.num_blocks)
+        throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) + ": block " +
+                               std::to_string(s.kv.blocks[std::size_t(b)]) + " is outside the pool");
+    for (int p = it.context_len; p < end; ++p)
+      if (s.tokens[std::size_t(p)] < 0 || s.tokens[std::size_t(p)] >= spec.vocab_size)
+        throw Error("sequence " + std::to_string(s.id) + ": token id " + std::to_string(s.tokens[std::size_t(p)]) +
+                    " at position " + std::to_string(p) + " is outside the vocabulary");
+  }
+}
+
+void CudaExecutor::Impl::forward(const Fwd& f) {
+  const k::Stream s = stream->get();
+  const float eps = float(spec.rms_norm_eps);
+  const bf16* W = weights.as<const bf16>();
+  bf16* X = x.as<bf16>();
+  bf16* Hn = h.as<bf16>();
+  bf16* D = d.as<bf16>();
+  bf16* qkv = scratch.as<bf16>();
+  bf16* attn = qkv + std::size_t(f.T) * std::size_t(QKV);
+  bf16* gate_up = scratch.as<bf16>();
+  bf16* act = gate_up + std::size_t(f.T) * std::size_t(2 * F);
+  const auto* tokens = meta_ptr<const std::int32_t>(f.ml.tokens);
+  const auto* positions = meta_ptr<const std::int32_t>(f.ml.positions);
+  const auto* slots = meta_ptr<const std::int64_t>(f.ml.slots);
+
+  k::AttentionBatch ab;
+  ab.q = qkv;
+  ab.q_stride = QKV;
+  ab.out = attn;
+  ab.out_stride = Q;
+  ab.query_start = meta_ptr<const std::int32_t>(f.ml.query_start);
+  ab.context_len = meta_ptr<const std::int32_t>(f.ml.context_len);
+  ab.block_tables = meta_ptr<const std::int32_t>(f.ml.tables);
+  ab.max_blocks = f.W;
+  ab.num_seqs = f.S;
+  ab.num_heads = spec.num_heads;
+  ab.scale = float(1.0 / std::sqrt(double(spec.head_dim)));
+
+  k::embedding_gather(W + wplan.embed, tokens, X, f.T, H, s);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    const WeightPlan::Layer& L = wplan.layers[std::size_t(l)];
+    if (l == 0) k::rmsnorm(X, W + L.input_norm, Hn, f.T, H, eps, s);
+    else k::add_rmsnorm(X, D, W + L.input_norm, Hn, f.T, H, eps, s);
+    gemm->bf16_out(Hn, W + L.qkv, qkv, f.T, QKV, H, s);
+    k::rope(qkv, qkv + Q, positions, inv_freq.as<const float>(), f.T, spec.num_heads, spec.num_kv_heads,
+            spec.head_dim, QKV, QKV, s);
+    // Every item's K/V of this layer before any attention reads (a same-step prefix hit).
+    k::kv_write(pool.as<bf16>(), pool_shape, l, qkv + Q, qkv + Q + KV, QKV, QKV, slots, f.T, s);
+    if (f.decode) k::paged_decode_attention(pool.as<const bf16>(), pool_shape, l, ab, f.splits, ws.get(), s);
+    else k::paged_prefill_attention(pool.as<const bf16>(), pool_shape, l, ab, f.max_q, s);
+    gemm->bf16_out(attn, W + L.o, D, f.T, H, Q, s);
+    k::add_rmsnorm(X, D, W + L.post_norm, Hn, f.T, H, eps, s);
+    gemm->bf16_out(Hn, W + L.gate_up, gate_up, f.T, 2 * F, H, s);
+    k::silu_mul(gate_up, act, f.T, F, s);
+    gemm->bf16_out(act, W + L.down, D, f.T, H, F, s);
+  }
+  k::add_rmsnorm(X, D, W + wplan.final_norm, Hn, f.T, H, eps, s);
+  if (f.R == 0) return;
+  const bf16* rows = Hn;
+  if (!f.identity_rows) {
+    k::gather_rows(Hn, meta_ptr<const std::int32_t>(f.ml.rows), gathered.as<bf16>(), f.R, H, s);
+    rows = gathered.as<const bf16>();
+  }
+  float* L = logits.as<float>();
+  gemm->f32_out(rows, W + wplan.lm_head, L, f.R, V, H, s);
+  auto* out_tokens = out.as<std::int32_t>();
+  auto* out_scores = reinterpret_cast<float*>(out_tokens + f.Rs);
+  if (f.Rs > 0) k::sample(L, meta_ptr<const k::SampleParams>(f.ml.params), out_tokens, f.Rs, V, s);
+  if (f.Rp > 0)
+    k::prm_scores(L + std::size_t(f.score_row0) * std::size_t(V), out_scores, f.Rp, V, opt.prm_plus_id,
+                  opt.prm_minus_id, s);
+}
+
+StepResult CudaExecutor::Impl::execute(const Batch& batch) {
+  const auto t0 = Clock::now();
+  check_batch(batch);
+  const int n = int(batch.items.size());
+  const int C = int(batch.copies.size());
+  const int bs = layout.block_size;
+  used_graph = false;
+  last_logits.clear();
+
+  // --- The step's shape ---
+  bool decode_only = n > 0;
+  int T = 0, W = 0, max_q = 1, max_ctx = 0, Rs = 0, Rp = 0;
+  for (const BatchItem& it : batch.items) {
+    const int end = it.context_len + it.num_new_tokens;
+    decode_only = decode_only && it.is_decode && it.num_new_tokens == 1;
+    T += it.num_new_tokens;
+    W = std::max(W, (end + bs - 1) / bs);
+    max_q = std::max(max_q, it.num_new_tokens);
+    max_ctx = std::max(max_ctx, end);
+    if (it.want == Want::Sample) ++Rs;
+    if (it.want == Want::Score) Rp += int(positions_to_score(it).size());
+  }
+  const auto bucket_it = std::lower_bound(buckets.begin(), buckets.end(), n);
+  const bool graph = decode_only && bucket_it != buckets.end();
+  Fwd f;
+  f.decode = decode_only;
+  f.max_q = max_q;
+  if (graph) {
+    const int b = *bucket_it;
+    f.T = f.S = f.R = b;
+    f.W = next_pow2(std::max(W, 1));
+    f.splits = std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, max_ctx, sm_count));
+    f.identity_rows = true;
+    f.Rs = b;
+    f.score_row0 = 0;
+    f.Rp = b;
+    f.ml = meta_layout(b, b, f.W, b, b, C);
+  } else {
+    f.T = T;
+    f.S = n;
+    f.W = std::max(W, 1);
+    f.R = Rs + Rp;
+    f.Rs = Rs;
+    f.score_row0 = Rs;
+    f.Rp = Rp;
+    if (decode_only) f.splits = std::max(1, k::choose_decode_splits(n, spec.num_kv_heads, max_ctx, sm_count));
+    f.ml = meta_layout(T, n, f.W, f.R, Rs, C);
+  }
+  const std::size_t ws_need =
+      f.decode ? k::decode_workspace_bytes(f.S, spec.num_heads, spec.head_dim, f.splits) : std::size_t(0);
+  // The output buffer holds 2 entries per logits row: a graph samples and scores every row.
+  ensure(f.T, f.R, f.ml.total, ws_need);
+
+  // --- Host arrays, in the staging buffer ---
+  if (staging.size() < f.ml.total / 8 + 1) staging.resize(f.ml.total / 8 + 1);
+  auto* tokens = stage<std::int32_t>(f.ml.tokens);
+  auto* positions = stage<std::int32_t>(f.ml.positions);
+  auto* slots = stage<std::int64_t>(f.ml.slots);
+  auto* qstart = stage<std::int32_t>(f.ml.query_start);
+  auto* ctx = stage<std::int32_t>(f.ml.context_len);
+  auto* tables = stage<std::int32_t>(f.ml.tables);
+  auto* rows = stage<std::int32_t>(f.ml.rows);
+  auto* params = stage<k::SampleParams>(f.ml.params);
+  std::vector<int> first_row(static_cast<std::size_t>(n));
+  std::vector<int> logit_row(std::size_t(n), -1);  // Sample: the row; Score: the first score row
+  {
+    int r = 0, sample_row = 0, score_row = Rs;
+    for (int i = 0; i < n; ++i) {
+      const BatchItem& it = batch.items[std::size_t(i)];
+      const Sequence& s = *it.seq;
+      first_row[std::size_t(i)] = r;
+      qstart[i] = r;
+      ctx[i] = it.context_len + it.num_new_tokens;
+      const int need = (ctx[i] + bs - 1) / bs;
+      std::int32_t* table = tables + std::size_t(i) * std::size_t(f.W);
+      for (int b = 0; b < f.W; ++b) table[b] = b < need ? s.kv.blocks[std::size_t(b)] : 0;
+      for (int p = it.context_len; p < ctx[i]; ++p, ++r) {
+        tokens[r] = s.tokens[std::size_t(p)];
+        positions[r] = p;
+        slots[r] = std::int64_t(s.kv.blocks[std::size_t(p / bs)]) * bs + p % bs;
+      }
+      k::SampleParams sp;
+      sp.temperature = s.sampling.temperature;
+      sp.top_p = s.sampling.top_p;
+      sp.seed = s.sampling.seed;
+      sp.counter = std::uint64_t(s.num_output_tokens());
+      if (graph) {
+        params[i] = sp;  // rows are the items: every row is sampled and scored
+        logit_row[std::size_t(i)] = i;
+      } else if (it.want == Want::Sample) {
+        rows[sample_row] = r - 1;
+        params[sample_row] = sp;
+        logit_row[std::size_t(i)] = sample_row++;
+      } else if (it.want == Want::Score) {
+        logit_row[std::size_t(i)] = score_row;
+        for (int p : positions_to_score(it)) rows[score_row++] = first_row[std::size_t(i)] + p - it.context_len;
+      }
+    }
+    qstart[n] = r;
+    if (graph) {
+      // Padding rows: token 0 at position 0; kv_write skips their negative slot, and their
+      // attention reads slot 0 of block 0 (finite, whatever it holds). Rows are independent all
+      // the way to the sampler, so nothing of theirs reaches a real row.
+      for (int i = n; i < f.S; ++i) {
+        tokens[i] = 0;
+        positions[i] = 0;
+        slots[i] = -1;
+        qstart[i + 1] = i + 1;
+        ctx[i] = 1;
+        std::fill_n(tables + std::size_t(i) * std::size_t(f.W), f.W, 0);
+        rows[i] = i;
+        params[i] = k::SampleParams{};
+      }
+      for (int i = 0; i < n; ++i) rows[i] = i;
+    }
+    auto* copy_src = stage<std::int32_t>(f.ml.copy_src);
+    auto* copy_dst = stage<std::int32_t>(f.ml.copy_dst);
+    for (int c = 0; c < C; ++c) {
+      copy_src[c] = batch.copies[std::size_t(c)].src;
+      copy_dst[c] = batch.copies[std::size_t(c)].dst;
+    }
+  }
+  const auto t_prep = Clock::now();
+
+  // --- Device work ---
+  const k::Stream s = stream->get();
+  ev_start->record(s);
+  k::copy_to_device(meta.get(), staging.data(), f.ml.total, s);
+  // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
+  // tokens before the fork writes its own after them.
+  if (C > 0)
+    k::copy_blocks(pool.as<bf16>(), pool_shape, meta_ptr<const std::int32_t>(f.ml.copy_src),
+                   meta_ptr<const std::int32_t>(f.ml.copy_dst), C, s);
+  if (n > 0) {
+    ++stats.steps;
+    if (graph) {
+      const auto key = std::make_tuple(f.S, f.splits, f.W);
+      const auto g = graphs.find(key);
+      if (g != graphs.end()) {
+        g->second.launch(s);
+        used_graph = true;
+        ++stats.graph_steps;
+      } else {
+        // First step of this shape: run it eagerly (its results are this step's, and every kernel
+        // and cuBLASLt plan has run once), then capture the same launches for the next ones.
+        forward(f);
+        ++stats.eager_steps;
+        if (!failed_keys.count(key)) {
+          stream->synchronize();
+          try {
+            k::begin_capture(s);
+            try {
+              forward(f);
+            } catch (...) {
+              try {
+                k::end_capture(s);
+              } catch (...) {
+              }
+              throw;
+            }
+            k::Graph captured = k::end_capture(s);
+            graphs.emplace(key, std::move(captured));
+            ++stats.graphs_captured;
+          } catch (const std::exception& e) {
+            failed_keys.insert(key);
+            ++stats.capture_failures;
+            std::fprintf(stderr, "CudaExecutor: CUDA graph capture failed for batch %d (%s); running eagerly\n",
+                         f.S, e.what());
+          }
+        }
+      }
+    } else {
+      forward(f);
+      ++stats.eager_steps;
+    }
+  }
+  const auto t_launched = Clock::now();
+  const int out_rows = f.Rs + f.Rp;
+  host_out.resize(std::size_t(out_rows));
+  if (n > 0 && out_rows > 0)
+    k::copy_to_host(host_out.data(), out.get(), std::size_t(out_rows) * 4, s);
+  if (n > 0 && opt.keep_logits && f.R > 0) {
+    host_logits.resize(std::size_t(f.R) * std::size_t(V));
+    k::copy_to_host(host_logits.data(), logits.get(), host_logits.size() * sizeof(float), s);
+  }
+  ev_end->record(s);
+  ev_end->synchronize();
+  const auto t_synced = Clock::now();
+
+  // --- Outputs: sampled or scripted, as CpuExecutor::outputs ---
+  StepResult result;
+  result.duration_s = double(k::Event::elapsed_ms(*ev_start, *ev_end)) * 1e-3;
+  result.tokens.reserve(std::size_t(n));
+  const std::int32_t* out_tokens = host_out.data();
+  const float* out_scores = reinterpret_cast<const float*>(host_out.data() + f.Rs);
+  if (opt.keep_logits) last_logits.resize(std::size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const BatchItem& it = batch.items[std::size_t(i)];
+    const Sequence& seq = *it.seq;
+    const bool scripted = opt.honour_scripts && seq.script.force;
+    const int row = logit_row[std::size_t(i)];
+    TokenId token = kNoToken;
+    if (it.want == Want::Sample)
+      token = scripted ? scripted_token(seq, seq.num_output_tokens(), V) : TokenId(out_tokens[row]);
+    result.tokens.push_back(token);
+    const auto positions_scored = positions_to_score(it);
+    const int first = positions_scored.empty() ? 0 : int(positions_scored.data() - seq.score_positions.data());
+    for (std::size_t q = 0; q < positions_scored.size(); ++q) {
+      // Graph steps hold one row per item; eager ones the score rows after the sampled rows.
+      const int score_index = graph ? row : row - f.Rs + int(q);
+      result.scores.push_back(scripted ? scripted_score(seq, first + int(q), positions_scored[q])
+                                       : out_scores[score_index]);
+    }
+    if (opt.keep_logits) {
+      ItemLogits& l = last_logits[std::size_t(i)];
+      if (it.want == Want::Sample) l.positions = {it.context_len + it.num_new_tokens - 1};
+      if (it.want == Want::Score) l.positions.assign(positions_scored.begin(), positions_scored.end());
+      l.logits.resize(Eigen::Index(l.positions.size()), V);
+      for (std::size_t q = 0; q < l.positions.size(); ++q)
+        std::memcpy(l.logits.row(Eigen::Index(q)).data(),
+                    host_logits.data() + std::size_t(row + int(q)) * std::size_t(V), sizeof(float) * std::size_t(V));
+    }
+  }
+  const auto t_end = Clock::now();
+  prep_s = seconds_since(t0, t_prep);
+  // The output copies block until the forward is done (pageable host memory): waiting, not work.
+  cpu_s = seconds_since(t0, t_launched) + seconds_since(t_synced, t_end);
+  wall_s = seconds_since(t0, t_end);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CudaExecutorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  const ModelSpec& m = weights.spec;
+  m.validate();
+  if (std::int64_t(weights.layers.size()) != m.num_layers)
+    throw Error("CudaExecutor: " + std::to_string(weights.layers.size()) + " layers of weights for a model of " +
+                std::to_string(m.num_layers));
+  impl_->init(m, num_blocks, block_size, options);
+  // The tensors in llama_tensor_specs order (the LM head is the embedding when tied).
+  std::vector<const HostTensor*> slots{&weights.embed_tokens};
+  for (const LlamaLayerWeights& l : weights.layers)
+    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
+                               &l.up_proj, &l.down_proj});
+  slots.push_back(&weights.final_norm);
+  if (!m.tie_word_embeddings) slots.push_back(&weights.lm_head);
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(m);
+  if (specs.size() != slots.size()) throw std::logic_error("CudaExecutor: tensor list mismatch");
+  impl_->upload(specs, [&](std::size_t i, HostTensor&) -> const HostTensor& { return *slots[i]; });
+}
+
+CudaExecutor::CudaExecutor(const ModelSpec& spec, const TensorSource& source, int num_blocks, int block_size,
+                           CudaExecutorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->init(spec, num_blocks, block_size, options);
+  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
+  impl_->upload(specs, [&](std::size_t i, HostTensor& scratch) -> const HostTensor& {
+    scratch = source(specs[i]);
+    return scratch;
+  });
+}
+
+CudaExecutor::~CudaExecutor() {
+  if (!impl_ || !impl_->stream) return;
+  try {
+    impl_->stream->synchronize();
+  } catch (...) {
+  }
+}
+
+CudaExecutor::TensorSource CudaExecutor::dummy_source(std::uint64_t seed) {
+  return [seed](const LlamaTensorSpec& t) { return dummy_tensor(t, seed); };
+}
+
+StepResult CudaExecutor::execute(const Batch& batch) { return impl_->execute(batch); }
+
+const ModelSpec& CudaExecutor::spec() const { return impl_->spec; }
+const CudaExecutorOptions& CudaExecutor::options() const { return impl_->opt; }
+const KvLayout& CudaExecutor::layout() const { return impl_->layout; }
+std::string CudaExecutor::device_name() const { return impl_->device_name; }
+CudaExecutorMemory CudaExecutor::memory() const { return impl_->mem; }
+CudaExecutorStats CudaExecutor::stats() const { return impl_->stats; }
+double CudaExecutor::last_prep_s() const { return impl_->prep_s; }
+double CudaExecutor::last_cpu_s() const { return impl_->cpu_s; }
+double CudaExecutor::last_wall_s() const { return impl_->wall_s; }
+bool CudaExecutor::last_used_graph() const { return impl_->used_graph; }
+const std::vector<ItemLogits>& CudaExecutor::last_logits() const { return impl_->last_logits; }
+
+std::vector<float> CudaExecutor::kv_pool_to_host() const {
+  Impl& m = *impl_;
+  m.stream->synchronize();
+  std::vector<bf16> raw(std::size_t(m.layout.total_elems()));
+  k::copy_to_host(raw.data(), m.pool.get(), raw.size() * sizeof(bf16), m.stream->get());
+  m.stream->synchronize();
+  std::vector<float> out(raw.size());
+  for (std::size_t e = 0; e < raw.size(); ++e) out[e] = k::from_bf16(raw[e]);
+  return out;
+}
+
+}  // namespace duet

@@ -1,0 +1,149 @@
+// y[m, n] = x[m, k] * W^T through cuBLASLt, bf16 inputs, float32 accumulation and scaling.
+//
+// Layout. cuBLASLt is column-major; a row-major [r, c] matrix with leading dimension c is the
+// same memory as a column-major [c, r] matrix with leading dimension c. So:
+//   y row-major [m, n]  = column-major y^T [n, m], ld n          -> D (and C, with beta = 0)
+//   W row-major [n, k]  = column-major W^T [k, n], ld k          -> A, with transa = T: op(A) = W [n, k]
+//   x row-major [m, k]  = column-major x^T [k, m], ld k          -> B, with transb = N: op(B) = x^T [k, m]
+// and D = op(A) * op(B) = W x^T = (x W^T)^T = y^T. cuBLAS's (m, n, k) are therefore (n, m, k).
+// This "TN" form is the one every cuBLASLt tensor-core kernel supports.
+//
+// Alignment. The plans are chosen with a minimum alignment of 16 bytes for every matrix (cuBLASLt
+// otherwise assumes 256 and may pick kernels that fault on a pointer into the middle of a fused
+// buffer), so any call may reuse a cached plan, CUDA-graph replays included. Its requirements,
+// checked before each call (duet::Error otherwise): x, W and y 16-byte aligned, and every leading
+// dimension a multiple of 16 bytes: k % 8 == 0 (bf16 x and W), n % 8 == 0 for bf16 y, n % 4 == 0
+// for float32 y. m is a column count in cuBLAS's view and may be anything (m = 0 is a no-op).
+//
+// A Gemm owns one workspace, so it must not run on two streams at once; it is not thread-safe.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "kernels/gemm.hpp"
+
+namespace duet::kernels {
+
+namespace {
+
+void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string(call) + ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) +
+                ")");
+}
+
+std::string shape(int m, int n, int k) {
+  return "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+struct Gemm::Impl {
+  // One cached plan per shape and output type: descriptors and the heuristic's first algorithm.
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int, int, int>;  // m, n, k, output cudaDataType
+
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  std::map<Key, Plan> plans;
+
+  ~Impl() {
+    for (auto& [key, p] : plans) destroy(p);
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  static void destroy(Plan& p) {
+    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  }
+
+  const Plan& plan(int m, int n, int k, cudaDataType_t out) {
+    const Key key{m, n, k, int(out)};
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    Plan p;
+    try {
+      check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+            "cublasLtMatmulDescSetAttribute(TRANSA)");
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+            "cublasLtMatmulDescSetAttribute(TRANSB)");
+      check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate(W)");
+      check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "cublasLtMatrixLayoutCreate(x)");
+      check(cublasLtMatrixLayoutCreate(&p.d, out, n, m, n), "cublasLtMatrixLayoutCreate(y)");
+
+      cublasLtMatmulPreference_t pref = nullptr;
+      check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      const std::uint64_t ws = workspace.bytes();
+      const std::uint32_t align = 16;
+      cublasStatus_t st =
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      check(st, "cublasLtMatmulAlgoGetHeuristic");
+      if (found == 0)
+        throw Error("Gemm: cuBLASLt has no algorithm for " + shape(m, n, k) +
+                    (out == CUDA_R_16BF ? " (bf16 out)" : " (float32 out)"));
+      p.algo = result.algo;
+    } catch (...) {
+      destroy(p);
+      throw;
+    }
+    return plans.emplace(key, p).first->second;
+  }
+
+  void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s) {
+    const char* what = out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
+    const int out_align = out == CUDA_R_16BF ? 8 : 4;  // elements per 16 bytes
+    if (m < 0 || n <= 0 || k <= 0) throw Error(std::string(what) + ": bad shape " + shape(m, n, k));
+    if (k % 8 != 0 || n % out_align != 0)
+      throw Error(std::string(what) + ": " + shape(m, n, k) +
+                  ": cuBLASLt's bf16 tensor-core path needs leading dimensions of a multiple of 16 bytes "
+                  "(k % 8 == 0, n % " +
+                  std::to_string(out_align) + " == 0)");
+    if (m == 0) return;
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y))
+      throw Error(std::string(what) + ": x, W and y must be 16-byte aligned (" + shape(m, n, k) + ")");
+    const Plan& p = plan(m, n, k, out);
+    const float alpha = 1.0f, beta = 0.0f;
+    check(cublasLtMatmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace.get(),
+                         workspace.bytes(), s),
+          "cublasLtMatmul");
+  }
+};
+
+Gemm::Gemm(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  impl_->workspace = DeviceBuffer(workspace_bytes);
+}
+
+Gemm::~Gemm() = default;
+
+void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s) {
+  impl_->run(x, w, y, m, n, k, CUDA_R_16BF, s);
+}
+
+void Gemm::f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s) {
+  impl_->run(x, w, y, m, n, k, CUDA_R_32F, s);
+}
+
+}  // namespace duet::kernels

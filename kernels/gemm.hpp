@@ -1,0 +1,27 @@
+#pragma once
+// GEMMs through cuBLASLt: bf16 inputs, float32 compute. y[m, n] = x[m, k] * W^T, with W stored as
+// HuggingFace stores a Linear's weight, [n, k] row-major.
+#include <cstdint>
+#include <memory>
+
+#include "kernels/device.hpp"
+
+namespace duet::kernels {
+
+class Gemm {
+ public:
+  explicit Gemm(std::size_t workspace_bytes = 32u << 20);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  // y (bf16) = x * W^T; ldy = n.
+  void bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s);
+  // y (float32) = x * W^T: logits.
+  void f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace duet::kernels

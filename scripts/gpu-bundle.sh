@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the CUDA engine on this machine (nvcc is enough: no GPU is needed to compile) and packs a
+# self-contained bundle to copy to a GPU machine:
+#   bundle/duet             Release build, -static-libstdc++ -static-libgcc, static CUDA runtime,
+#                           RUNPATH $ORIGIN/lib:/usr/local/cuda/lib64
+#   bundle/test_kernels     the GPU tests (kernels and CudaExecutor against the CPU reference)
+#   bundle/lib/             every shared library they need except glibc's, the driver's libcuda
+#                           and cuBLAS/cuBLASLt (those come from the GPU machine's CUDA 13 toolkit)
+#   bundle/run-tests.sh     runs the GPU tests
+#   bundle/{workloads,scripts,models,traces,docs/examples}   the data duet reads at run time
+# On the GPU machine:  DUET_HOME=bundle bundle/duet run bundle/scripts/quickstart.lua --backend cuda
+#                      bundle/run-tests.sh
+#                      bundle/duet bench decode --json decode.json
+#
+#   scripts/gpu-bundle.sh [BUNDLE_DIR]      default: bundle (gitignored)
+# Environment: BUILD_DIR (default build-gpu), JOBS (default nproc), CUDA_ARCHS (default "80;90"),
+# DUET_CMAKE_ARGS (extra configure arguments).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+
+build_dir="${BUILD_DIR:-build-gpu}"
+bundle="${1:-${BUNDLE_DIR:-bundle}}"
+jobs="${JOBS:-$(nproc)}"
+archs="${CUDA_ARCHS:-80;90}"
+limit_mib=64
+
+if ! command -v patchelf >/dev/null; then
+  echo "gpu-bundle: patchelf is missing (scripts/setup.sh --deps-only installs it)" >&2
+  exit 1
+fi
+if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  echo "gpu-bundle: no nvcc (CUDA 13 at /usr/local/cuda): cannot build the CUDA engine" >&2
+  exit 1
+fi
+
+# --- Build ---------------------------------------------------------------------------------------
+# The binary's RUNPATH is set at link time (CMake's install RPATH used for the build tree,
+# DT_RUNPATH through --enable-new-dtags); patchelf sets the bundled libraries' below. cudart is linked statically by kernels/; cuBLASLt
+# stays dynamic (the toolkit here ships no static cuBLAS) and is found in /usr/local/cuda/lib64.
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DDUET_CUDA=ON \
+  -DDUET_BUILD_BENCH=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES="$archs" \
+  -DCMAKE_CUDA_RUNTIME_LIBRARY=Static \
+  -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc -Wl,--enable-new-dtags" \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  -DCMAKE_INSTALL_RPATH='$ORIGIN/lib;/usr/local/cuda/lib64' \
+  ${DUET_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j "$jobs" --target duet test_kernels
+
+bins=("$build_dir/cli/duet" "$build_dir/tests/kernels/test_kernels")
+for b in "${bins[@]}"; do
+  runpath="$(readelf -d "$b" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')"
+  if [ "$runpath" != '$ORIGIN/lib:/usr/local/cuda/lib64' ]; then
+    echo "gpu-bundle: $b has RUNPATH '$runpath', expected \$ORIGIN/lib:/usr/local/cuda/lib64" >&2
+    exit 1
+  fi
+  if readelf -d "$b" | grep -q 'NEEDED.*libcudart'; then
+    echo "gpu-bundle: $b links the shared CUDA runtime; expected cudart_static" >&2
+    exit 1
+  fi
+done
+
+# --- Bundle --------------------------------------------------------------------------------------
+rm -rf "$bundle"
+mkdir -p "$bundle/lib"
+for b in "${bins[@]}"; do
+  cp "$b" "$bundle/"
+  strip --strip-unneeded "$bundle/$(basename "$b")"
+done
+
+# Shared libraries: what ldd resolves here, minus glibc (it must be the GPU machine's own, and its
+# pieces must match each other), the driver's libcuda and the toolkit's cuBLAS.
+is_system_lib() {
+  case "$1" in
+    linux-vdso.so* | ld-linux*.so* | libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | \
+      libresolv.so* | libutil.so* | libanl.so* | libnsl.so* | libnss_*.so* | libmvec.so* | libthread_db.so* | \
+      libBrokenLocale.so* | libcuda.so* | libnvidia-*.so* | libcublas.so* | libcublasLt.so*)
+      return 0 ;;
+  esac
+  return 1
+}
+missing=0
+while read -r name path; do
+  is_system_lib "$name" && continue
+  if [ "$path" = "not" ] || [ ! -e "$path" ]; then
+    echo "gpu-bundle: $name is not found here" >&2
+    missing=1
+    continue
+  fi
+  cp -L "$path" "$bundle/lib/$name"
+done < <(for b in "${bins[@]}"; do ldd "$b"; done | awk '/=>/ {print $1, $3}' | sort -u)
+[ "$missing" = 0 ] || exit 1
+# DT_RUNPATH is not inherited: the binary's $ORIGIN/lib finds its direct dependencies only, so
+# each bundled library gets RUNPATH $ORIGIN for its own (libhdf5 -> libcurl -> libssl ...).
+for lib in "$bundle"/lib/*.so*; do
+  strip --strip-unneeded "$lib" 2>/dev/null || true
+  patchelf --set-rpath '$ORIGIN' "$lib"
+done
+# Every dependency of the bundle must now resolve inside it, glibc and the CUDA libraries aside.
+leaks="$(for b in "$bundle/duet" "$bundle/test_kernels"; do ldd "$b"; done | awk '/=>/ {print $1, $3}' | sort -u |
+  while read -r name path; do
+    is_system_lib "$name" && continue
+    # libgcc_s is bundled for the bundled C++ libraries, but cuBLASLt (not bundled) asks for it
+    # too and finds the machine's own, which every Linux has.
+    case "$name" in libgcc_s.so*) continue ;; esac
+    case "$path" in "$(cd "$bundle" && pwd)"/lib/*) ;; *) echo "$name => $path" ;; esac
+  done)"
+if [ -n "$leaks" ]; then
+  echo "gpu-bundle: libraries resolved outside the bundle:" >&2
+  echo "$leaks" >&2
+  exit 1
+fi
+
+# Run-time data: Lua workloads and their data, experiment scripts, model configs, the small
+# traces, the documented examples.
+cp -r workloads scripts models "$bundle/"
+mkdir -p "$bundle/docs"
+[ -d docs/examples ] && cp -r docs/examples "$bundle/docs/"
+[ -f docs/lua-api.md ] && cp docs/lua-api.md "$bundle/docs/"
+while IFS= read -r -d '' f; do
+  mkdir -p "$bundle/$(dirname "$f")"
+  cp "$f" "$bundle/$f"
+done < <(find traces -type f -size -8M -print0)
+find "$bundle" -name __pycache__ -prune -exec rm -rf {} +
+
+cat >"$bundle/run-tests.sh" <<'EOF'
+#!/usr/bin/env bash
+# The GPU tests of this bundle: kernels and the CUDA executor against the CPU reference
+# (test_kernels; gtest arguments pass through, e.g. --gtest_filter='CudaExecutor*').
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export DUET_HOME="$here"
+# cuBLASLt comes from the machine's CUDA 13 toolkit (RUNPATH: /usr/local/cuda/lib64). Where it is
+# elsewhere, look in the usual places, pip's nvidia-cublas wheel included.
+if ldd "$here/test_kernels" | grep -q 'libcublasLt.so.13 => not found'; then
+  candidates=(/usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu)
+  pip_dir="$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(os.path.dirname(c.__file__), "lib"))' 2>/dev/null || true)"
+  [ -n "$pip_dir" ] && candidates+=("$pip_dir")
+  for d in "${candidates[@]}"; do
+    if [ -e "$d/libcublasLt.so.13" ]; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "run-tests: cuBLASLt from $d"
+      break
+    fi
+  done
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+exec "$here/test_kernels" "$@"
+EOF
+chmod +x "$bundle/run-tests.sh"
+
+cat >"$bundle/README.txt" <<EOF
+duet GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+for CUDA architectures $archs. Needs: x86-64 Linux, glibc >= $(ldd --version | head -1 | awk '{print $NF}'),
+an NVIDIA driver for CUDA 13, and CUDA 13's cuBLAS in /usr/local/cuda/lib64.
+  DUET_HOME=\$PWD/$(basename "$bundle") $(basename "$bundle")/duet run $(basename "$bundle")/scripts/quickstart.lua --backend cuda
+  $(basename "$bundle")/run-tests.sh
+  $(basename "$bundle")/duet bench decode --json decode.json     (also: attention, prefill, cpu-overhead)
+EOF
+
+size_kib="$(du -sk "$bundle" | cut -f1)"
+echo "gpu-bundle: $bundle is $((size_kib / 1024)) MiB ($(ls "$bundle/lib" | wc -l) libraries)"
+if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
+  echo "gpu-bundle: $bundle exceeds $limit_mib MiB (the device tool's carry limit)" >&2
+  exit 1
+fi
