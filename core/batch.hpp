@@ -57,6 +57,7 @@ std::span<const int> positions_to_score(const BatchItem& item);
 
 struct StepResult {
   double duration_s = 0.0;          // device time of the step
+  double cpu_s = 0.0;               // host time of the executor's work (real engines; 0 in simulation)
   std::vector<TokenId> tokens;      // one per batch item; kNoToken where nothing was sampled
   std::vector<float> scores;        // Score items' scores, item after item, position order
 };

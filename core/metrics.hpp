@@ -11,7 +11,7 @@ namespace duet {
 struct StepRecord {
   double start_s = 0.0;        // device time the step began
   double duration_s = 0.0;     // device time of the step (cost model or measured)
-  double cpu_s = 0.0;          // host time spent scheduling and preparing the batch (real engine)
+  double cpu_s = 0.0;          // host time of the executor: batch preparation, launches, outputs (CUDA engine)
   std::int32_t prefill_tokens = 0;
   std::int32_t decode_tokens = 0;
   std::int32_t num_seqs = 0;           // batch items

@@ -220,6 +220,7 @@ void Runtime::record_step(int e, const StepOutcome& o, double start) {
   StepRecord r;
   r.start_s = start;
   r.duration_s = o.result.duration_s;
+  r.cpu_s = o.result.cpu_s;
   r.prefill_tokens = shape.prefill_tokens;
   r.decode_tokens = shape.decode_tokens;
   r.num_seqs = static_cast<std::int32_t>(o.batch.items.size());

@@ -731,6 +731,7 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   // The output copies block until the forward is done (pageable host memory): waiting, not work.
   cpu_s = seconds_since(t0, t_launched) + seconds_since(t_synced, t_end);
   wall_s = seconds_since(t0, t_end);
+  result.cpu_s = cpu_s;
   return result;
 }
 

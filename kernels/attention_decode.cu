@@ -26,6 +26,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/launch.cuh"
 
 namespace duet::kernels {
 
@@ -40,17 +41,11 @@ constexpr int loads_for(int gc) { return gc >= kMaxGroup ? 4 : 8; }
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxSplits = 64;  // choose_decode_splits' ceiling; the kernels accept any count
 
-void check_launch(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw Error(std::string(what) + " launch: " + cudaGetErrorString(status));
-}
+using detail::check_launch;
+using detail::require;
 
-void require(bool ok, const std::string& what) {
-  if (!ok) throw Error(what);
-}
-
-__device__ __forceinline__ float bf16_to_float(bf16 b) { return __uint_as_float(std::uint32_t(b) << 16); }
-__device__ __forceinline__ bf16 float_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+using detail::bf16_to_float;
+using detail::float_to_bf16;
 
 // The 8 bf16 of a 16-byte load, widened to float.
 __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {

@@ -29,6 +29,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/launch.cuh"
 
 namespace duet::kernels {
 
@@ -42,16 +43,10 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 static_assert(kBM == 16 * kWarps, "one 16-row WMMA strip per warp");
 
-void check_launch(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw Error(std::string(what) + " launch: " + cudaGetErrorString(status));
-}
+using detail::check_launch;
+using detail::require;
 
-void require(bool ok, const std::string& what) {
-  if (!ok) throw Error(what);
-}
-
-__device__ __forceinline__ bf16 float_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+using detail::float_to_bf16;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

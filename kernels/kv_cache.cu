@@ -10,19 +10,14 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/launch.cuh"
 
 namespace duet::kernels {
 
 namespace {
 
-void check_launch(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw Error(std::string(what) + " launch: " + cudaGetErrorString(status));
-}
-
-void require(bool ok, const std::string& what) {
-  if (!ok) throw Error(what);
-}
+using detail::check_launch;
+using detail::require;
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

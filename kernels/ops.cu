@@ -11,26 +11,21 @@
 
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/launch.cuh"
 
 namespace duet::kernels {
 
 namespace {
 
-void check_launch(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw Error(std::string(what) + " launch: " + cudaGetErrorString(status));
-}
-
-void require(bool ok, const std::string& what) {
-  if (!ok) throw Error(what);
-}
+using detail::check_launch;
+using detail::require;
 
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 // --- bf16 <-> float and vector access -----------------------------------------------------------
 
-__device__ __forceinline__ float bf16_to_float(bf16 b) { return __uint_as_float(std::uint32_t(b) << 16); }
-__device__ __forceinline__ bf16 float_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+using detail::bf16_to_float;
+using detail::float_to_bf16;
 
 // V consecutive bf16 moved as one load/store: 16 bytes (V = 8), 4 bytes (V = 2) or 2 bytes.
 template <int V> struct Raw;
