@@ -41,7 +41,7 @@ print(string.format("%-28s %12s", duet.backend == "sim" and "simulated time (s)"
 print(string.format("%-28s %12s", "wall time (s)", string.format("%.2f", result.wall_s)))
 print(string.format("%-28s %12.3f", "problems/s", result.problems_per_s))
 print(string.format("%-28s %12.1f", "LLM generated tokens/s", llm.generated_tokens_per_s))
-print(string.format("%-28s %12.1f", "PRM prompt tokens/s", prm.prompt_tokens_per_s))
+print(string.format("%-28s %12.1f", "PRM prefill tokens/s", prm.prefill_tokens_per_s))
 print(string.format("%-28s %11.1f%%", "LLM prefix hit rate", 100 * llm.prefix_hit_rate))
 print(string.format("%-28s %11.1f%%", "PRM prefix hit rate", 100 * prm.prefix_hit_rate))
 print(string.format("%-28s %12d", "LLM / PRM KV blocks", llm.total_blocks) .. string.format(" / %d", prm.total_blocks))

@@ -492,8 +492,15 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     push_percentiles(L, "ttft_s", e.ttft_s);
     push_percentiles(L, "tpot_s", e.tpot_s);
     push_percentiles(L, "e2e_s", e.e2e_s);
-    for (const EngineRecords& rec : *r.records)
-      if (rec.name == e.name) set_number(L, "total_blocks", rec.total_blocks);
+    for (const EngineRecords& rec : *r.records) {
+      if (rec.name != e.name) continue;
+      set_number(L, "total_blocks", rec.total_blocks);
+      // Tokens the engine actually computed (prefix hits and forked KV are not recomputed).
+      double prefill = 0;
+      for (const StepRecord& st : rec.steps) prefill += st.prefill_tokens;
+      set_number(L, "prefill_tokens", prefill);
+      set_number(L, "prefill_tokens_per_s", r.summary.makespan_s > 0 ? prefill / r.summary.makespan_s : 0);
+    }
     lua_setfield(L, -2, e.name.c_str());
   }
   lua_setfield(L, -2, "engines");
