@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "cli/options_style.hpp"
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "exec/cpu_executor.hpp"
@@ -655,14 +655,7 @@ int bench(int argc, char** argv) {
     ("help,h", "this help");
   po::positional_options_description positional;
   positional.add("name", 1);
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(options).style(kStyle).positional(positional).run(), vm);
-    if (vm.count("help") || !vm.count("name")) {
-      std::cout << options << "\n";
-      return vm.count("help") ? 0 : 2;
-    }
-    po::notify(vm);
+  return run_command({"bench", options, &positional, "name"}, argc, argv, [&](const po::variables_map& vm) {
     if (!vm["gpu"].defaulted()) g.gpu = gpu;
     if (g.iters <= 0) throw Error("--iters must be positive");
     if (which == "sim-trace") return bench_sim_trace(trace, model, gpu, target_s);
@@ -672,13 +665,7 @@ int bench(int argc, char** argv) {
     if (which == "prefill") return bench_prefill(g);
     if (which == "cpu-overhead") return bench_cpu_overhead(g);
     throw Error("unknown benchmark '" + which + "' (valid: sim-trace, cpu, decode, attention, prefill, cpu-overhead)");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "duet bench: %s (see duet bench --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "duet bench: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }
 
 }  // namespace duet::cli

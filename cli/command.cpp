@@ -3,12 +3,19 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/options_style.hpp"
 #include "core/error.hpp"
 
 namespace po = boost::program_options;
 
 namespace duet::cli {
+
+namespace {
+
+// Boost's default style guesses an option from a prefix ("--max-num-seq" for "--max-num-seqs");
+// a typo must be an error, not a silent choice.
+constexpr int kStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+}  // namespace
 
 int run_command(const Command& c, int argc, char** argv, const std::function<int(const po::variables_map&)>& body) {
   try {
@@ -17,9 +24,9 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
     parser.options(c.options).style(kStyle);
     if (c.positional) parser.positional(*c.positional);
     po::store(parser.run(), vm);
-    if (vm.count("help")) {
+    if (vm.count("help") || (c.required && !vm.count(c.required))) {
       std::cout << c.options << "\n";
-      return 0;
+      return vm.count("help") ? 0 : 2;
     }
     po::notify(vm);
     return body(vm);
@@ -28,7 +35,7 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
     return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
-    return 2;
+    return c.error_status;
   }
 }
 

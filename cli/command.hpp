@@ -10,6 +10,8 @@ struct Command {
   const char* name;  // "simulate": messages read "duet simulate: ..."
   const boost::program_options::options_description& options;
   const boost::program_options::positional_options_description* positional = nullptr;
+  const char* required = nullptr;  // a positional without which the command prints its help
+  int error_status = 2;            // exit status for a duet::Error from the body
 };
 
 int run_command(const Command& command, int argc, char** argv,

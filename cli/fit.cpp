@@ -5,7 +5,6 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "cli/options_style.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "sim/calibrated.hpp"

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "cli/options_style.hpp"
 #include "cli/lua/lua_api.hpp"
 #include "core/error.hpp"
 
@@ -38,14 +38,8 @@ int run(int argc, char** argv) {
       break;
     }
   for (int i = own + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(own, argv).options(options).style(kStyle).positional(positional).run(), vm);
-    if (vm.count("help") || !vm.count("script")) {
-      std::cout << options << "\n";
-      return vm.count("help") ? 0 : 2;
-    }
-    po::notify(vm);
+  // A failed run exits 1; bad usage 2.
+  return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
     opt.progress = !vm.count("no-progress");
 #if DUET_HAVE_CUDA
     if (opt.backend != "sim" && opt.backend != "cpu" && opt.backend != "cuda")
@@ -60,13 +54,7 @@ int run(int argc, char** argv) {
     opt.source_dir = home ? home : DUET_SOURCE_DIR;
     lua::run_script(opt);
     return 0;
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "duet run: %s (see duet run --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "duet run: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace duet::cli

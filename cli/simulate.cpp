@@ -8,7 +8,6 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "cli/options_style.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/run_metadata.hpp"
