@@ -5,6 +5,7 @@
 //
 // Tolerance: |logit - reference| <= 1e-4 * max(1, max |reference logit| of the row). The float32
 // executor differs from the double reference by rounding only (observed ~1e-6 on this model).
+#include "tests/support/test_support.hpp"
 #include "exec/cpu_executor.hpp"
 
 #include <gtest/gtest.h>
@@ -216,25 +217,12 @@ struct Rig {
   int same_step_hits = 0;
 };
 
+// The tiny test model's vocabulary.
 std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab = 256) {
-  std::mt19937_64 rng(seed);
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  for (TokenId& x : t) x = TokenId(rng() % std::uint64_t(vocab));
-  return t;
+  return test_support::random_tokens(n, seed, vocab);
 }
-
-std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_p = top_p;
-  p.seed = seed;
-  return p;
-}
+using test_support::concat;
+using test_support::sampling;
 
 std::vector<TokenId> outputs(const Sequence& s) { return {s.tokens.begin() + s.num_prompt_tokens, s.tokens.end()}; }
 

@@ -199,30 +199,39 @@ struct GpuResult {
   int padding_touched = 0;  // out padding columns that changed
 };
 
+// A problem's queries, output and metadata on the device, and the AttentionBatch naming them.
+struct DeviceProblem {
+  DeviceProblem(const Problem& p, Stream s)
+      : q(upload(to_bf16_vec(p.q), s)),
+        out(upload(std::vector<bf16>(std::size_t(p.rows) * p.out_stride, kSentinel), s)),
+        query_start(upload(p.query_start, s)),
+        context_len(upload(p.context_len, s)),
+        tables(upload(p.flat_tables, s)) {
+    batch.q = q.as<bf16>();
+    batch.q_stride = p.q_stride;
+    batch.out = out.as<bf16>();
+    batch.out_stride = p.out_stride;
+    batch.query_start = query_start.as<std::int32_t>();
+    batch.context_len = context_len.as<std::int32_t>();
+    batch.block_tables = tables.as<std::int32_t>();
+    batch.max_blocks = p.max_blocks;
+    batch.num_seqs = int(p.seqs.size());
+    batch.num_heads = p.num_heads;
+    batch.scale = 1.0f / std::sqrt(float(p.cfg.head_dim));
+  }
+  DeviceBuffer q, out, query_start, context_len, tables;
+  AttentionBatch batch;
+};
+
 // Runs one kernel on the problem; num_splits applies to decode. extra_rows enlarges the prefill
 // grid past the longest sequence (those thread blocks must do nothing).
 GpuResult run_gpu(const Problem& p, Kernel kernel, int num_splits = 1, int extra_rows = 0) {
   StreamHandle stream;
   const Stream s = stream.get();
   const DeviceBuffer pool = upload(to_bf16_vec(p.pool), s);
-  const DeviceBuffer q = upload(to_bf16_vec(p.q), s);
-  const DeviceBuffer out = upload(std::vector<bf16>(std::size_t(p.rows) * p.out_stride, kSentinel), s);
-  const DeviceBuffer query_start = upload(p.query_start, s);
-  const DeviceBuffer context_len = upload(p.context_len, s);
-  const DeviceBuffer tables = upload(p.flat_tables, s);
-
-  AttentionBatch b;
-  b.q = q.as<bf16>();
-  b.q_stride = p.q_stride;
-  b.out = out.as<bf16>();
-  b.out_stride = p.out_stride;
-  b.query_start = query_start.as<std::int32_t>();
-  b.context_len = context_len.as<std::int32_t>();
-  b.block_tables = tables.as<std::int32_t>();
-  b.max_blocks = p.max_blocks;
-  b.num_seqs = int(p.seqs.size());
-  b.num_heads = p.num_heads;
-  b.scale = 1.0f / std::sqrt(float(p.cfg.head_dim));
+  const DeviceProblem d(p, s);
+  const AttentionBatch& b = d.batch;
+  const DeviceBuffer& out = d.out;
   const KvPoolShape shape = shape_of(p.layout);
   if (kernel == Kernel::Decode) {
     const std::size_t bytes = decode_workspace_bytes(b.num_seqs, p.num_heads, p.cfg.head_dim, num_splits);
@@ -594,24 +603,9 @@ TEST(AttentionPrefill, KvWriteThenPrefillMatchesReference) {
            d_slots.as<std::int64_t>(), p.rows, s);
   EXPECT_TRUE(bit_equal(download<bf16>(pool, p.pool.size(), stream), to_bf16_vec(p.pool)));
 
-  const DeviceBuffer q = upload(to_bf16_vec(p.q), s);
-  const DeviceBuffer out = upload(std::vector<bf16>(std::size_t(p.rows) * p.out_stride, kSentinel), s);
-  const DeviceBuffer query_start = upload(p.query_start, s), context_len = upload(p.context_len, s);
-  const DeviceBuffer tables = upload(p.flat_tables, s);
-  AttentionBatch b;
-  b.q = q.as<bf16>();
-  b.q_stride = p.q_stride;
-  b.out = out.as<bf16>();
-  b.out_stride = p.out_stride;
-  b.query_start = query_start.as<std::int32_t>();
-  b.context_len = context_len.as<std::int32_t>();
-  b.block_tables = tables.as<std::int32_t>();
-  b.max_blocks = p.max_blocks;
-  b.num_seqs = int(p.seqs.size());
-  b.num_heads = p.num_heads;
-  b.scale = 1.0f / std::sqrt(float(cfg.head_dim));
-  paged_prefill_attention(pool.as<bf16>(), shape_of(p.layout), p.layer, b, p.max_rows, s);
-  const std::vector<bf16> raw = download<bf16>(out, std::size_t(p.rows) * p.out_stride, stream);
+  const DeviceProblem d(p, s);
+  paged_prefill_attention(pool.as<bf16>(), shape_of(p.layout), p.layer, d.batch, p.max_rows, s);
+  const std::vector<bf16> raw = download<bf16>(d.out, std::size_t(p.rows) * p.out_stride, stream);
   std::vector<float> got(raw.size());
   std::transform(raw.begin(), raw.end(), got.begin(), [](bf16 x) { return from_bf16(x); });
   EXPECT_TRUE(all_close(got, reference(p), p.width, cfg.head_dim, kPrefillAtol, kPrefillRtol));

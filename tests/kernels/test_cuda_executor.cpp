@@ -25,6 +25,7 @@
 //  - PRM scores: exactly (1e-5) the two-way softmax of the GPU's own row; within 0.03 of the CPU's.
 //  - KV pool, forced-script lockstep (identical token streams and block tables on both):
 //    max |gpu - cpu| <= 5% and RMS <= 1% of max(1, max |cpu value|).
+#include "tests/support/test_support.hpp"
 #include "exec/cuda_executor.hpp"
 
 #include <gtest/gtest.h>
@@ -239,25 +240,9 @@ struct Rig {
 using GpuRig = Rig<CudaExecutor>;
 using CpuRig = Rig<CpuExecutor>;
 
-std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab) {
-  std::mt19937_64 rng(seed);
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  for (TokenId& x : t) x = TokenId(rng() % std::uint64_t(vocab));
-  return t;
-}
-
-std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_p = top_p;
-  p.seed = seed;
-  return p;
-}
+using test_support::concat;
+using test_support::random_tokens;
+using test_support::sampling;
 
 // --- The CPU reference on the same tokens ----------------------------------------------------
 

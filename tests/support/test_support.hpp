@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <random>
+#include <vector>
 #include <filesystem>
 #include <string>
 #include <system_error>
 
 #include "core/error.hpp"
+#include "core/sequence.hpp"
 
 namespace duet::test_support {
 
@@ -54,5 +58,26 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// n token ids in [0, vocab), from a seed.
+inline std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab) {
+  std::mt19937_64 rng(seed);
+  std::vector<TokenId> t(static_cast<std::size_t>(n));
+  for (TokenId& x : t) x = TokenId(rng() % std::uint64_t(vocab));
+  return t;
+}
+
+inline std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+inline SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
 
 }  // namespace duet::test_support
