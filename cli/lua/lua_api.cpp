@@ -204,14 +204,10 @@ int l_trace(lua_State* L) {
     for (std::size_t i = 0; i < n; ++i) {
       const TraceRequest& r = trace.requests[i];
       lua_createtable(L, 0, 5);
-      lua_pushnumber(L, r.arrival_s);
-      lua_setfield(L, -2, "arrival_s");
-      lua_pushinteger(L, r.input_tokens);
-      lua_setfield(L, -2, "input_tokens");
-      lua_pushinteger(L, r.output_tokens);
-      lua_setfield(L, -2, "output_tokens");
-      lua_pushinteger(L, lua_Integer(i + 1));
-      lua_setfield(L, -2, "index");
+      set_number(L, "arrival_s", r.arrival_s);
+      set_integer(L, "input_tokens", r.input_tokens);
+      set_integer(L, "output_tokens", r.output_tokens);
+      set_integer(L, "index", lua_Integer(i + 1));
       push_token_list(L, trace_prompt_tokens(trace, i, vocab, seed));
       lua_setfield(L, -2, "prompt");
       lua_rawseti(L, -2, lua_Integer(i + 1));
@@ -267,16 +263,11 @@ int l_tokenizer(lua_State* L) {  // duet.tokenizer() -> {vocab_size, step_id, eo
   return guarded(L, [&] {
     const Tokenizer& t = tokenizer(L);
     lua_createtable(L, 0, 5);
-    lua_pushinteger(L, t.vocab_size());
-    lua_setfield(L, -2, "vocab_size");
-    lua_pushinteger(L, t.step_separator_id());
-    lua_setfield(L, -2, "step_id");
-    lua_pushinteger(L, t.eos_id());
-    lua_setfield(L, -2, "eos_id");
-    lua_pushinteger(L, t.bos_id());
-    lua_setfield(L, -2, "bos_id");
-    lua_pushstring(L, t.path().c_str());
-    lua_setfield(L, -2, "path");
+    set_integer(L, "vocab_size", t.vocab_size());
+    set_integer(L, "step_id", t.step_separator_id());
+    set_integer(L, "eos_id", t.eos_id());
+    set_integer(L, "bos_id", t.bos_id());
+    set_string(L, "path", t.path().c_str());
     return 1;
   });
 }
@@ -374,23 +365,18 @@ int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and der
   return guarded(L, [&] {
     const ModelSpec m = resolve_model(name);
     lua_createtable(L, 0, 12);
-    auto num = [&](const char* k, double v) {
-      lua_pushnumber(L, v);
-      lua_setfield(L, -2, k);
-    };
-    lua_pushstring(L, m.name.c_str());
-    lua_setfield(L, -2, "name");
-    num("num_layers", m.num_layers);
-    num("hidden_size", m.hidden_size);
-    num("num_heads", m.num_heads);
-    num("num_kv_heads", m.num_kv_heads);
-    num("head_dim", m.head_dim);
-    num("intermediate_size", m.intermediate_size);
-    num("vocab_size", m.vocab_size);
-    num("num_parameters", double(m.num_parameters()));
-    num("weight_bytes", double(m.weight_bytes()));
-    num("kv_bytes_per_token", double(m.kv_bytes_per_token()));
-    num("linear_flops_per_token", m.linear_flops_per_token());
+    set_string(L, "name", m.name.c_str());
+    set_number(L, "num_layers", m.num_layers);
+    set_number(L, "hidden_size", m.hidden_size);
+    set_number(L, "num_heads", m.num_heads);
+    set_number(L, "num_kv_heads", m.num_kv_heads);
+    set_number(L, "head_dim", m.head_dim);
+    set_number(L, "intermediate_size", m.intermediate_size);
+    set_number(L, "vocab_size", m.vocab_size);
+    set_number(L, "num_parameters", double(m.num_parameters()));
+    set_number(L, "weight_bytes", double(m.weight_bytes()));
+    set_number(L, "kv_bytes_per_token", double(m.kv_bytes_per_token()));
+    set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
     return 1;
   });
 }
@@ -400,16 +386,11 @@ int l_gpu(lua_State* L) {
   return guarded(L, [&] {
     const GpuSpec g = gpu_by_name(name);
     lua_createtable(L, 0, 6);
-    lua_pushstring(L, g.name.c_str());
-    lua_setfield(L, -2, "name");
-    lua_pushnumber(L, double(g.hbm_bytes));
-    lua_setfield(L, -2, "hbm_bytes");
-    lua_pushnumber(L, g.hbm_bandwidth);
-    lua_setfield(L, -2, "hbm_bandwidth");
-    lua_pushnumber(L, g.bf16_flops);
-    lua_setfield(L, -2, "bf16_flops");
-    lua_pushinteger(L, g.sm_count);
-    lua_setfield(L, -2, "sm_count");
+    set_string(L, "name", g.name.c_str());
+    set_number(L, "hbm_bytes", double(g.hbm_bytes));
+    set_number(L, "hbm_bandwidth", g.hbm_bandwidth);
+    set_number(L, "bf16_flops", g.bf16_flops);
+    set_integer(L, "sm_count", g.sm_count);
     return 1;
   });
 }
@@ -672,12 +653,9 @@ void open_duet(lua_State* L, ScriptContext& ctx) {
   lua_pushlightuserdata(L, &ctx);
   lua_setfield(L, LUA_REGISTRYINDEX, kContextKey);
   luaL_newlib(L, kFunctions);
-  lua_pushstring(L, ctx.opt.backend.c_str());
-  lua_setfield(L, -2, "backend");
-  lua_pushstring(L, ctx.opt.source_dir.c_str());
-  lua_setfield(L, -2, "source_dir");
-  lua_pushstring(L, ctx.out_path.c_str());
-  lua_setfield(L, -2, "out");
+  set_string(L, "backend", ctx.opt.backend.c_str());
+  set_string(L, "source_dir", ctx.opt.source_dir.c_str());
+  set_string(L, "out", ctx.out_path.c_str());
   // require("duet") and the global `duet` are the same table.
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "loaded");
@@ -690,8 +668,7 @@ void open_duet(lua_State* L, ScriptContext& ctx) {
                            std::filesystem::path(ctx.opt.script).parent_path().string() + "/?.lua;" +
                            lua_tostring(L, -1);
   lua_pop(L, 1);
-  lua_pushstring(L, path.c_str());
-  lua_setfield(L, -2, "path");
+  set_string(L, "path", path.c_str());
   lua_pop(L, 1);
   lua_setglobal(L, "duet");
 }

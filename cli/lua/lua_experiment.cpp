@@ -167,19 +167,14 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
   if (!ex.memory_split) return;
   ex.memory_split.push();
   lua_createtable(L, 0, 3);
-  lua_pushstring(L, ex.gpu.name.c_str());
-  lua_setfield(L, -2, "gpu");
-  lua_pushnumber(L, double(ex.gpu.hbm_bytes));
-  lua_setfield(L, -2, "hbm_bytes");
+  set_string(L, "gpu", ex.gpu.name.c_str());
+  set_number(L, "hbm_bytes", double(ex.gpu.hbm_bytes));
   lua_createtable(L, 0, int(ex.engines.size()));
   for (const EngineConfig& c : ex.engines) {
     lua_createtable(L, 0, 3);
-    lua_pushstring(L, c.model.name.c_str());
-    lua_setfield(L, -2, "model");
-    lua_pushnumber(L, double(c.model.weight_bytes()));
-    lua_setfield(L, -2, "weight_bytes");
-    lua_pushnumber(L, double(c.model.kv_bytes_per_token()));
-    lua_setfield(L, -2, "kv_bytes_per_token");
+    set_string(L, "model", c.model.name.c_str());
+    set_number(L, "weight_bytes", double(c.model.weight_bytes()));
+    set_number(L, "kv_bytes_per_token", double(c.model.kv_bytes_per_token()));
     lua_setfield(L, -2, c.name.c_str());
   }
   lua_setfield(L, -2, "engines");
@@ -233,12 +228,9 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p) {
       lua_createtable(L, int(c.size()), 0);
       for (std::size_t i = 0; i < c.size(); ++i) {
         lua_createtable(L, 0, 3);
-        lua_pushinteger(L, lua_Integer(c[i]->id));
-        lua_setfield(L, -2, "id");
-        lua_pushinteger(L, c[i]->num_tokens());
-        lua_setfield(L, -2, "num_tokens");
-        lua_pushinteger(L, lua_Integer(c[i]->owner) + 1);
-        lua_setfield(L, -2, "problem");
+        set_integer(L, "id", lua_Integer(c[i]->id));
+        set_integer(L, "num_tokens", c[i]->num_tokens());
+        set_integer(L, "problem", lua_Integer(c[i]->owner) + 1);
         lua_rawseti(L, -2, lua_Integer(i + 1));
       }
       pcall(L, 1, 1);
@@ -268,18 +260,13 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
       lua_createtable(L, int(statuses.size()), 0);
       for (const EngineStatus& s : statuses) {
         lua_createtable(L, 0, 6);
-        lua_pushstring(L, names[std::size_t(s.index)].c_str());
-        lua_setfield(L, -2, "name");
+        set_string(L, "name", names[std::size_t(s.index)].c_str());
         lua_pushboolean(L, s.has_work);
         lua_setfield(L, -2, "has_work");
-        lua_pushinteger(L, lua_Integer(s.num_waiting));
-        lua_setfield(L, -2, "waiting");
-        lua_pushinteger(L, lua_Integer(s.num_running));
-        lua_setfield(L, -2, "running");
-        lua_pushnumber(L, s.ready_since);
-        lua_setfield(L, -2, "ready_since");
-        lua_pushnumber(L, s.kv.block_utilisation());
-        lua_setfield(L, -2, "kv_used");
+        set_integer(L, "waiting", lua_Integer(s.num_waiting));
+        set_integer(L, "running", lua_Integer(s.num_running));
+        set_number(L, "ready_since", s.ready_since);
+        set_number(L, "kv_used", s.kv.block_utilisation());
         lua_rawseti(L, -2, s.index + 1);
       }
       pcall(L, 1, 1);
@@ -429,18 +416,11 @@ int timeline(lua_State* L) {
     push_column(L, s, &StepRecord::evictions, "evictions");
     push_column(L, s, &StepRecord::preemptions, "preemptions");
     push_column(L, s, &StepRecord::cow_copies, "cow_copies");
-    lua_pushinteger(L, r.total_blocks);
-    lua_setfield(L, -2, "total_blocks");
-    lua_pushinteger(L, r.block_size);
-    lua_setfield(L, -2, "block_size");
+    set_integer(L, "total_blocks", r.total_blocks);
+    set_integer(L, "block_size", r.block_size);
     return 1;
   }
   return luaL_error(L, "timeline: no engine '%s' in this run", name.c_str());
-}
-
-void set_number(lua_State* L, const char* key, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, key);
 }
 
 void push_percentiles(lua_State* L, const char* key, const Percentiles& p) {
@@ -473,8 +453,7 @@ void push_result(lua_State* L, const ExperimentResult& r) {
   lua_createtable(L, 0, int(r.summary.engines.size()));
   for (const EngineSummary& e : r.summary.engines) {
     lua_createtable(L, 0, 20);
-    lua_pushstring(L, e.model.c_str());
-    lua_setfield(L, -2, "model");
+    set_string(L, "model", e.model.c_str());
     set_number(L, "steps", double(e.steps));
     set_number(L, "requests", double(e.requests));
     set_number(L, "prompt_tokens", double(e.prompt_tokens));

@@ -60,6 +60,20 @@ class TableReader {
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
 
+// t[key] = value for the table on top of the stack.
+inline void set_number(lua_State* L, const char* key, lua_Number v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+inline void set_integer(lua_State* L, const char* key, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, key);
+}
+inline void set_string(lua_State* L, const char* key, const char* v) {
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, key);
+}
+
 // Runs a C++ body for a Lua C function. C++ errors become Lua errors only after every C++ object
 // of the body is destroyed: lua_error unwinds with longjmp, which must never skip a destructor.
 template <typename F>

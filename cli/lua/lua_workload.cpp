@@ -102,10 +102,8 @@ void LuaWorkload::launch(std::size_t problem) {
     lua_setfield(co, -2, engines_[e].name.c_str());
   }
   lua_setfield(co, -2, "engines");
-  lua_pushinteger(co, lua_Integer(problem + 1));
-  lua_setfield(co, -2, "index");
-  lua_pushinteger(co, lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));
-  lua_setfield(co, -2, "seed");
+  set_integer(co, "index", lua_Integer(problem + 1));
+  set_integer(co, "seed", lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));
   lua_rawgeti(co, LUA_REGISTRYINDEX, problems_ref_);
   lua_rawgeti(co, -1, lua_Integer(problem + 1));
   lua_remove(co, -2);
@@ -214,18 +212,12 @@ void LuaWorkload::push_results(Task& task, lua_State* co) {
     auto it = task.finished.find(id);
     const Finished& f = it->second;
     lua_createtable(co, 0, 8);
-    lua_pushinteger(co, lua_Integer(id));
-    lua_setfield(co, -2, "id");
-    lua_pushstring(co, engines_[std::size_t(f.engine)].name.c_str());
-    lua_setfield(co, -2, "engine");
-    lua_pushinteger(co, f.prompt_tokens);
-    lua_setfield(co, -2, "prompt_tokens");
-    lua_pushinteger(co, f.output_tokens);
-    lua_setfield(co, -2, "output_tokens");
-    lua_pushinteger(co, f.num_tokens);
-    lua_setfield(co, -2, "num_tokens");
-    lua_pushstring(co, finish_name(f.reason));
-    lua_setfield(co, -2, "finish");
+    set_integer(co, "id", lua_Integer(id));
+    set_string(co, "engine", engines_[std::size_t(f.engine)].name.c_str());
+    set_integer(co, "prompt_tokens", f.prompt_tokens);
+    set_integer(co, "output_tokens", f.output_tokens);
+    set_integer(co, "num_tokens", f.num_tokens);
+    set_string(co, "finish", finish_name(f.reason));
     if (!f.scores.empty()) {
       lua_createtable(co, int(f.scores.size()), 0);
       for (std::size_t k = 0; k < f.scores.size(); ++k) {
@@ -233,8 +225,7 @@ void LuaWorkload::push_results(Task& task, lua_State* co) {
         lua_rawseti(co, -2, lua_Integer(k + 1));
       }
       lua_setfield(co, -2, "scores");
-      lua_pushnumber(co, f.scores.back());
-      lua_setfield(co, -2, "score");
+      set_number(co, "score", f.scores.back());
     }
     lua_rawseti(co, -2, ++i);
     task.finished.erase(it);
