@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "exec/batch_check.hpp"
 #include "core/output_script.hpp"
 
 namespace duet {
@@ -75,32 +76,9 @@ void CpuExecutor::check_weights() const {
   }
 }
 
-// A batch that breaks these is a scheduler bug, except token ids out of the vocabulary, which
-// come from the request.
-void CpuExecutor::check_batch(const Batch& batch) const {
-  for (const BlockCopy& c : batch.copies)
-    if (c.src < 0 || c.src >= layout_.num_blocks || c.dst < 0 || c.dst >= layout_.num_blocks)
-      throw std::logic_error("CpuExecutor: block copy outside the pool");
-  for (const BatchItem& it : batch.items) {
-    if (!it.seq) throw std::logic_error("CpuExecutor: batch item without a sequence");
-    const Sequence& s = *it.seq;
-    const int end = it.context_len + it.num_new_tokens;
-    if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
-      throw std::logic_error("CpuExecutor: sequence " + std::to_string(s.id) + ": tokens [" +
-                             std::to_string(it.context_len) + ", " + std::to_string(end) + ") are not all known");
-    if (std::int64_t(s.kv.blocks.size()) * layout_.block_size < end)
-      throw std::logic_error("CpuExecutor: sequence " + std::to_string(s.id) + ": the block table covers fewer than " +
-                             std::to_string(end) + " slots");
-    for (int p = it.context_len; p < end; ++p)
-      if (s.tokens[std::size_t(p)] < 0 || s.tokens[std::size_t(p)] >= weights_.spec.vocab_size)
-        throw Error("sequence " + std::to_string(s.id) + ": token id " + std::to_string(s.tokens[std::size_t(p)]) +
-                    " at position " + std::to_string(p) + " is outside the vocabulary");
-  }
-}
-
 StepResult CpuExecutor::execute(const Batch& batch) {
   const auto start = std::chrono::steady_clock::now();
-  check_batch(batch);
+  check_batch(batch, layout_, weights_.spec.vocab_size, "CpuExecutor");
   // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
   // tokens before the fork writes its own after them.
   for (const BlockCopy& c : batch.copies) kv_copy_block(kv_, layout_, c.src, c.dst);

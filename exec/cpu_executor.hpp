@@ -58,7 +58,6 @@ class CpuExecutor final : public Executor {
   };
 
   void check_weights() const;
-  void check_batch(const Batch& batch) const;
   RowPlan plan_rows(const Batch& batch) const;
   MatrixRM embed(const RowPlan& plan) const;
   void attention_block(int layer, const Batch& batch, const RowPlan& plan, MatrixRM& x);

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "exec/batch_check.hpp"
 #include "core/output_script.hpp"
 #include "exec/cpu_ops.hpp"
 #include "kernels/attention.hpp"
@@ -232,7 +233,6 @@ struct CudaExecutor::Impl {
   T* stage(std::size_t off) {
     return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(staging.data()) + off);
   }
-  void check_batch(const Batch& batch) const;
   StepResult execute(const Batch& batch);
 };
 
@@ -413,33 +413,6 @@ void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
   if (error) std::rethrow_exception(error);
 }
 
-// A batch that breaks these is a scheduler bug, except token ids out of the vocabulary, which
-// come from the request (the same checks as CpuExecutor).
-void CudaExecutor::Impl::check_batch(const Batch& batch) const {
-  for (const BlockCopy& c : batch.copies)
-    if (c.src < 0 || c.src >= layout.num_blocks || c.dst < 0 || c.dst >= layout.num_blocks)
-      throw std::logic_error("CudaExecutor: block copy outside the pool");
-  for (const BatchItem& it : batch.items) {
-    if (!it.seq) throw std::logic_error("CudaExecutor: batch item without a sequence");
-    const Sequence& s = *it.seq;
-    const int end = it.context_len + it.num_new_tokens;
-    if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
-      throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) + ": tokens [" +
-                             std::to_string(it.context_len) + ", " + std::to_string(end) + ") are not all known");
-    if (std::int64_t(s.kv.blocks.size()) * layout.block_size < end)
-      throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) +
-                             ": the block table covers fewer than " + std::to_string(end) + " slots");
-    for (int b = 0; b < (end + layout.block_size - 1) / layout.block_size; ++b)
-      if (s.kv.blocks[std::size_t(b)] < 0 || s.kv.blocks[std::size_t(b)] >= layout.num_blocks)
-        throw std::logic_error("CudaExecutor: sequence " + std::to_string(s.id) + ": block " +
-                               std::to_string(s.kv.blocks[std::size_t(b)]) + " is outside the pool");
-    for (int p = it.context_len; p < end; ++p)
-      if (s.tokens[std::size_t(p)] < 0 || s.tokens[std::size_t(p)] >= spec.vocab_size)
-        throw Error("sequence " + std::to_string(s.id) + ": token id " + std::to_string(s.tokens[std::size_t(p)]) +
-                    " at position " + std::to_string(p) + " is outside the vocabulary");
-  }
-}
-
 void CudaExecutor::Impl::forward(const Fwd& f) {
   const k::Stream s = stream->get();
   const float eps = float(spec.rms_norm_eps);
@@ -505,7 +478,7 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
 
 StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t0 = Clock::now();
-  check_batch(batch);
+  check_batch(batch, layout, spec.vocab_size, "CudaExecutor");
   const int n = int(batch.items.size());
   const int C = int(batch.copies.size());
   const int bs = layout.block_size;
