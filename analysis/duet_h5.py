@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 VERSION_ATTR = "duet_schema_version"
 
 

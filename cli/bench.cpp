@@ -18,8 +18,9 @@
 #include "exec/cpu_executor.hpp"
 #include "exec/weights.hpp"
 #include "core/runtime.hpp"
+#include "cli/source_dir.hpp"
+#include "exec/experiment.hpp"
 #include "io/trace_replay.hpp"
-#include "sim/sim_engine.hpp"
 
 #if DUET_HAVE_CUDA
 #include "exec/cuda_executor.hpp"
@@ -27,9 +28,6 @@
 #include "kernels/device.hpp"
 #endif
 
-#ifndef DUET_SOURCE_DIR
-#define DUET_SOURCE_DIR "."
-#endif
 #ifndef DUET_GIT_REVISION
 #define DUET_GIT_REVISION "unknown"
 #endif
@@ -47,30 +45,32 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   const auto t0 = std::chrono::steady_clock::now();
   const Trace trace = load_trace(trace_path);
   const auto t1 = std::chrono::steady_clock::now();
-  EngineConfig cfg;
-  cfg.model = resolve_model(model);
-  cfg.max_model_len = 16384;
-  const GpuSpec gpu = gpu_by_name(gpu_name);
-  const MemoryPlan plan = plan_memory(gpu, {memory_request(cfg)});
-  SimEngine sim(gpu, cfg, plan.engines[0], 0, "roofline");
-  VirtualClock clock;
-  Runtime rt(clock);
-  rt.add_engine(sim.engine, cfg.model.name);
-  TraceReplay replay(trace, {0, 1.0, 0, 0, cfg.model.vocab_size, cfg.max_model_len, TooLong::Error});
-  rt.run(replay);
+  ExperimentSpec spec;
+  spec.gpu = gpu_by_name(gpu_name);
+  spec.source_dir = source_dir();
+  EngineSetup e;
+  e.config.model = resolve_model(model);
+  e.config.max_model_len = 16384;
+  e.cost_model = "roofline";
+  spec.engines.push_back(e);
+  TraceReplay replay(trace, {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Error});
+  std::int64_t steps = 0;
+  double simulated_s = 0;
+  const ExperimentOutcome o = run_experiment(spec, replay);
+  for (const StepRecord& r : o.records[0].steps) simulated_s = std::max(simulated_s, r.start_s + r.duration_s + r.host_s);
+  steps = std::int64_t(o.records[0].steps.size());
   const auto t2 = std::chrono::steady_clock::now();
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   const double sim_s = std::chrono::duration<double>(t2 - t1).count();
   const double wall_s = load_s + sim_s;
-  const RunSummary s = rt.summary();
   std::printf("bench sim-trace: %s, %zu requests, %s on %s (%s)\n", trace.source.c_str(), replay.finished(),
-              cfg.model.name.c_str(), gpu.name.c_str(), sim.cost->describe().c_str());
+              e.config.model.name.c_str(), spec.gpu.name.c_str(), o.cost_models[0].c_str());
   std::printf("  wall time            %8.3f s  (load %.3f s + simulate %.3f s)\n", wall_s, load_s, sim_s);
-  std::printf("  simulated time       %8.1f s\n", rt.now());
-  std::printf("  engine steps         %8lld  (%.0f steps/s, %.2f us per step)\n", (long long)rt.steps(),
-              double(rt.steps()) / sim_s, 1e6 * sim_s / double(rt.steps()));
-  std::printf("  simulated / wall     %8.0f x\n", rt.now() / wall_s);
-  std::printf("  generated tokens/s   %8.1f (simulated)\n", s.engines[0].generated_tokens_per_s);
+  std::printf("  simulated time       %8.1f s\n", simulated_s);
+  std::printf("  engine steps         %8lld  (%.0f steps/s, %.2f us per step)\n", (long long)steps,
+              double(steps) / sim_s, 1e6 * sim_s / double(steps));
+  std::printf("  simulated / wall     %8.0f x\n", simulated_s / wall_s);
+  std::printf("  generated tokens/s   %8.1f (simulated)\n", o.summary.engines[0].generated_tokens_per_s);
   std::printf("  target               %8.3f s wall: %s (ratio %.2f)\n", target_s,
               wall_s <= target_s ? "met" : "MISSED", wall_s / target_s);
   return 0;
@@ -84,8 +84,16 @@ int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) 
   const int block_size = 16;
   const int blocks = batch * ((prompt + decode) / block_size + 2);
   CpuExecutor exec(weights, blocks, block_size);
-  Engine engine("llm", {batch, batch * prompt, true, prompt + decode + 1},
-                std::make_unique<KvCacheManager>(KvCacheConfig{blocks, block_size, false}), exec);
+  EngineConfig config;
+  config.model = spec;
+  config.block_size = block_size;
+  config.max_num_seqs = batch;
+  config.max_num_batched_tokens = batch * prompt;
+  config.max_model_len = prompt + decode + 1;
+  config.enable_prefix_caching = false;
+  EngineMemory memory;
+  memory.num_blocks = blocks;
+  Engine engine = assemble_engine(config, memory, 0, exec);
   for (int i = 0; i < batch; ++i) {
     Sequence s;
     s.id = SeqId(i + 1);
@@ -621,10 +629,10 @@ int bench_cpu_overhead(const GpuBenchOptions&) { no_cuda("cpu-overhead"); }
 }  // namespace
 
 int bench(int argc, char** argv) {
-  std::string which, trace = std::string(DUET_SOURCE_DIR) + "/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv";
+  std::string which, trace = source_dir() + "/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv";
   std::string model = "llama-3.1-8b", gpu = "h100";
   double target_s = 2.0;
-  std::string cpu_model = std::string(DUET_SOURCE_DIR) + "/models/tiny-llama/config.json";
+  std::string cpu_model = source_dir() + "/models/tiny-llama/config.json";
   int batch = 16, prompt = 256, decode = 64;
   GpuBenchOptions g;
   po::options_description options("duet bench NAME: benchmarks that print their figures and ratios\n"

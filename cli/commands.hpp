@@ -7,5 +7,7 @@ int simulate(int argc, char** argv);
 int fit(int argc, char** argv);
 int bench(int argc, char** argv);
 int run(int argc, char** argv);
+int profile(int argc, char** argv);
+int validate(int argc, char** argv);
 
 }  // namespace duet::cli

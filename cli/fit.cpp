@@ -1,53 +1,114 @@
-// duet fit: a calibrated cost profile from measured step timings (CSV, or a run's HDF5 file).
+// duet fit: a calibrated cost profile from measured step timings: a CSV table, or the steps of a
+// real engine's runs (every run of the file, or one group), one profile per engine.
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <iostream>
+#include <filesystem>
+#include <map>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "sim/calibrated.hpp"
+#include "sim/profiles.hpp"
 
 namespace po = boost::program_options;
 
 namespace duet::cli {
 
+namespace {
+
+std::string text_of(const RunMetadata& m, const std::string& key) {
+  for (const auto& [k, v] : m.text)
+    if (k == key) return v;
+  return "";
+}
+
+// OUT for one engine; OUT's stem + ".ENGINE.json" when the file has several.
+std::string out_for(const std::string& out, const std::string& engine, bool several) {
+  if (!several) return out;
+  const std::filesystem::path p(out);
+  return (p.parent_path() / (p.stem().string() + "." + engine + ".json")).string();
+}
+
+void report(const CalibrationProfile& p, const std::string& out) {
+  std::printf("%s on %s: fitted %zu steps, device median |error| %.1f%%, host median |error| %.1f%%\n", p.model.c_str(),
+              p.device.c_str(), p.device_fit.rows, 100 * p.device_fit.median_abs_rel_error,
+              100 * p.host_fit.median_abs_rel_error);
+  for (std::size_t i = 0; i < kNumDeviceFeatures; ++i)
+    std::printf("  %-24s %.6g\n", device_feature_names()[i], p.device_coefficients[i]);
+  for (std::size_t i = 0; i < kNumHostFeatures; ++i)
+    std::printf("  %-24s %.6g\n", host_feature_names()[i], p.host_coefficients[i]);
+  std::printf("wrote %s\n", out.c_str());
+}
+
+int fit_runs(const std::string& path, const std::string& group, const std::string& engine, const std::string& model,
+             const std::string& out) {
+  const std::vector<std::string> groups = group.empty() ? list_runs(path) : std::vector<std::string>{group};
+  if (groups.empty()) throw Error(path + ": holds no run");
+  struct Engine {
+    std::string model, device;
+    std::vector<StepRecord> steps;
+  };
+  std::map<std::string, Engine> engines;
+  for (const std::string& g : groups) {
+    const RunData run = read_run(path, g);
+    const std::string backend = text_of(run.metadata, "backend");
+    if (backend == "sim")
+      throw Error(path + ":" + g + ": a simulated run; fit the steps that a real engine measured (--backend cpu|cuda)");
+    const std::string device = text_of(run.metadata, "device");
+    if (device.empty()) throw Error(path + ":" + g + ": no 'device' attribute (written by duet before profiles existed)");
+    for (const EngineRecords& r : run.engines) {
+      if (!engine.empty() && r.name != engine) continue;
+      Engine& e = engines[r.name];
+      if (!e.device.empty() && (e.device != device || e.model != r.model))
+        throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device + ", another run " +
+                    e.model + " on " + e.device + "; fit them apart with --group");
+      e.model = r.model, e.device = device;
+      e.steps.insert(e.steps.end(), r.steps.begin(), r.steps.end());
+    }
+  }
+  if (engines.empty()) throw Error(path + ": no engine '" + engine + "'");
+  for (const auto& [name, e] : engines) {
+    CalibrationProfile p = fit_profile_steps(e.steps);
+    const ModelSpec spec = resolve_model(model.empty() ? e.model : model);
+    p.model = spec.name;
+    p.model_shape = model_shape(spec);
+    p.device = e.device;
+    p.source = path + " (" + std::to_string(groups.size()) + " run(s), engine " + name + ")";
+    const std::string file = out_for(out, name, engines.size() > 1);
+    save_profile(p, file);
+    report(p, file);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int fit(int argc, char** argv) {
-  std::string csv, run, engine = "llm", group = "/", model, gpu, out;
+  std::string csv, run, engine, group, model, device, out;
   po::options_description options("duet fit: fit a calibrated cost profile (see sim/calibrated.hpp for the format)");
   options.add_options()
-    ("csv", po::value(&csv), "measurements: CSV with prefill_tokens, decode_seqs, decode_context_tokens, "
-                             "prefill_attention_keys and duration_s columns")
-    ("run", po::value(&run), "measurements: a duet HDF5 run file (its steps table)")
-    ("group", po::value(&group)->default_value("/"), "the run's group in that file")
-    ("engine", po::value(&engine)->default_value("llm"), "the engine whose steps to fit")
-    ("model", po::value(&model)->default_value(""), "model name recorded in the profile")
-    ("gpu", po::value(&gpu)->default_value(""), "GPU name recorded in the profile")
-    ("out", po::value(&out)->required(), "profile JSON to write")
+    ("csv", po::value(&csv), "measurements: CSV with feature columns (prefill_tokens, decode_seqs, ...) and duration_s")
+    ("run", po::value(&run), "measurements: a duet HDF5 file of real-engine runs (every run's steps)")
+    ("group", po::value(&group), "only this run of that file (default: every run)")
+    ("engine", po::value(&engine), "only this engine (default: one profile per engine)")
+    ("model", po::value(&model), "the model (name or config.json): required with --csv; "
+                                 "with --run, when the run's model name is not a built-in")
+    ("device", po::value(&device), "--csv: the device the timings were measured on (a profile key, e.g. h100-sxm)")
+    ("out", po::value(&out)->required(), "profile JSON to write (several engines: OUT's stem.ENGINE.json)")
     ("help,h", "this help");
   return run_command({"fit", options}, argc, argv, [&](const po::variables_map&) {
     if (csv.empty() == run.empty()) throw Error("give exactly one of --csv and --run");
-    CalibrationProfile p;
-    if (!csv.empty()) {
-      p = fit_profile_csv(csv);
-    } else {
-      const RunData data = read_run(run, group);
-      const EngineRecords* rec = nullptr;
-      for (const auto& e : data.engines)
-        if (e.name == engine) rec = &e;
-      if (!rec) throw Error(run + ": no engine '" + engine + "' in group " + group);
-      p = fit_profile_steps(rec->steps);
-      p.source = run + ":" + group + ":" + engine;
-      if (model.empty()) model = rec->model;
-    }
-    p.model = model;
-    p.gpu = gpu;
+    if (!run.empty()) return fit_runs(run, group, engine, model, out);
+    if (model.empty() || device.empty()) throw Error("--csv needs --model and --device: a profile names both");
+    CalibrationProfile p = fit_profile_csv(csv);
+    const ModelSpec spec = resolve_model(model);
+    p.model = spec.name;
+    p.model_shape = model_shape(spec);
+    p.device = device;
     save_profile(p, out);
-    std::printf("fitted %zu rows: r2 %.5f, rmse %.3g s\n", p.rows, p.r2, p.rmse_s);
-    for (std::size_t i = 0; i < kNumCalibrationFeatures; ++i)
-      std::printf("  %-24s %.6g\n", calibration_feature_names()[i], p.coefficients[i]);
-    std::printf("wrote %s\n", out.c_str());
+    report(p, out);
     return 0;
   });
 }

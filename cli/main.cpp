@@ -12,8 +12,10 @@ void usage() {
       "duet: LLM + PRM serving testbed (simulator and engines share one scheduler)\n\n"
       "usage: duet COMMAND [options]\n\n"
       "commands:\n"
-      "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu] [--out FILE.h5] [-- args]\n"
+      "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu|cuda] [--out FILE.h5] [-- args]\n"
       "  simulate   replay a trace or a synthetic workload through the simulator, write HDF5\n"
+      "  profile    measure a real engine on a grid of batches and fit its cost profile\n"
+      "  validate   run a script or a trace on the simulator and a real engine, compare\n"
       "  fit        fit a calibrated cost profile to measured step timings\n"
       "  bench      benchmarks that print measured figures as ratios to their targets\n\n"
       "`duet COMMAND --help` documents each command's options.\n");
@@ -29,8 +31,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return duet::cli::run(argc - 1, argv + 1);
   if (command == "simulate") return duet::cli::simulate(argc - 1, argv + 1);
+  if (command == "profile") return duet::cli::profile(argc - 1, argv + 1);
+  if (command == "validate") return duet::cli::validate(argc - 1, argv + 1);
   if (command == "fit") return duet::cli::fit(argc - 1, argv + 1);
   if (command == "bench") return duet::cli::bench(argc - 1, argv + 1);
-  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, fit, bench; see duet --help)\n", command.c_str());
+  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, bench; see duet --help)\n", command.c_str());
   return 2;
 }

@@ -7,11 +7,9 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/lua/lua_api.hpp"
+#include "cli/source_dir.hpp"
 #include "core/error.hpp"
-
-#ifndef DUET_SOURCE_DIR
-#define DUET_SOURCE_DIR "."
-#endif
+#include "exec/backend.hpp"
 
 namespace po = boost::program_options;
 
@@ -41,17 +39,9 @@ int run(int argc, char** argv) {
   // A failed run exits 1; bad usage 2.
   return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
     opt.progress = !vm.count("no-progress");
-#if DUET_HAVE_CUDA
-    if (opt.backend != "sim" && opt.backend != "cpu" && opt.backend != "cuda")
-      throw Error("--backend must be sim or cpu, or cuda (this build has CUDA), got '" + opt.backend + "'");
-#else
-    if (opt.backend != "sim" && opt.backend != "cpu")
-      throw Error("--backend must be sim or cpu, got '" + opt.backend + "'" +
-                  (opt.backend == "cuda" ? " (this build has no CUDA: configure with -DDUET_CUDA=ON where nvcc is)" : ""));
-#endif
+    check_backend(opt.backend);
     if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    const char* home = std::getenv("DUET_HOME");
-    opt.source_dir = home ? home : DUET_SOURCE_DIR;
+    opt.source_dir = source_dir();
     lua::run_script(opt);
     return 0;
   });

@@ -40,7 +40,7 @@ struct BatchShape {
   int decode_tokens = 0;
   int prefill_seqs = 0;
   int decode_seqs = 0;
-  int logit_rows = 0;                       // items that need logits (a sample or scores)
+  int logit_rows = 0;                       // LM-head rows: one per sample, one per scored position
   int copies = 0;                           // copy-on-write block copies
   std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
   std::int64_t prefill_context_tokens = 0;  // KV tokens before each prefill chunk, summed
@@ -57,6 +57,7 @@ std::span<const int> positions_to_score(const BatchItem& item);
 
 struct StepResult {
   double duration_s = 0.0;          // device time of the step
+  double host_s = 0.0;              // simulation only: the cost model's host share (the wall clock measures it)
   double cpu_s = 0.0;               // host time of the executor's work (real engines; 0 in simulation)
   std::vector<TokenId> tokens;      // one per batch item; kNoToken where nothing was sampled
   std::vector<float> scores;        // Score items' scores, item after item, position order

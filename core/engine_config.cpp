@@ -36,4 +36,9 @@ std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineM
       KvCacheConfig{m.num_blocks, c.block_size, c.enable_prefix_caching, model_id, hash_block});
 }
 
+Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id, Executor& executor,
+                       SchedulerPolicy policy) {
+  return Engine(c.name, scheduler_config(c), make_allocator(c, m, model_id), executor, std::move(policy));
+}
+
 }  // namespace duet

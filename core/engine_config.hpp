@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "core/engine.hpp"
+#include "core/executor.hpp"
 #include "core/kv_allocator.hpp"
 #include "core/memory_plan.hpp"
 #include "core/model_spec.hpp"
@@ -36,5 +38,9 @@ EngineMemoryRequest memory_request(const EngineConfig& config);
 SchedulerConfig scheduler_config(const EngineConfig& config);
 std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& config, const EngineMemory& memory,
                                             std::uint32_t model_id);
+// The one place an Engine is put together from its configuration: every backend's engine is
+// this, over its own executor (returned as a prvalue: Engine does not move).
+Engine assemble_engine(const EngineConfig& config, const EngineMemory& memory, std::uint32_t model_id,
+                       Executor& executor, SchedulerPolicy policy = {});
 
 }  // namespace duet

@@ -56,3 +56,16 @@ std::vector<std::string> builtin_gpu_names() {
 }
 
 }  // namespace duet
+
+namespace duet {
+
+GpuSpec gpu_by_device_name(const std::string& device_name) {
+  std::string n = device_name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (n.find("H200") != std::string::npos) return gpu_by_name("h200");
+  if (n.find("H100") != std::string::npos) return gpu_by_name("h100");
+  if (n.find("A100") != std::string::npos) return gpu_by_name("a100");
+  throw Error("no built-in GPU spec for device '" + device_name + "': name one (h100, h200, a100)");
+}
+
+}  // namespace duet

@@ -20,3 +20,9 @@ GpuSpec gpu_by_name(const std::string& name);
 std::vector<std::string> builtin_gpu_names();
 
 }  // namespace duet
+
+namespace duet {
+// The built-in spec of a device by the driver's name for it ("NVIDIA H100 80GB HBM3" -> H100-SXM);
+// throws when none matches.
+GpuSpec gpu_by_device_name(const std::string& device_name);
+}  // namespace duet

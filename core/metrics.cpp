@@ -39,7 +39,7 @@ EngineSummary summarize(const EngineRecords& r, double makespan_s) {
     s.preemptions += st.preemptions;
     s.evictions += st.evictions;
     s.cow_copies += st.cow_copies;
-    s.busy_s += st.duration_s;
+    s.busy_s += st.duration_s + st.host_s;
     const double util = r.total_blocks ? double(st.kv_blocks_used) / r.total_blocks : 0.0;
     s.peak_kv_utilisation = std::max(s.peak_kv_utilisation, util);
     weighted_util += util * st.duration_s;

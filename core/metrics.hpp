@@ -11,6 +11,10 @@ namespace duet {
 struct StepRecord {
   double start_s = 0.0;        // device time the step began
   double duration_s = 0.0;     // device time of the step (cost model or measured)
+  // The engine's host work around the forward pass: scheduling, postprocessing and the runtime's
+  // bookkeeping. Measured as (step end - start) - duration_s on the wall clock; the cost model's
+  // host share in simulation. The step spans duration_s + host_s on the run's timeline.
+  double host_s = 0.0;
   double cpu_s = 0.0;          // host time of the executor: batch preparation, launches, outputs (CUDA engine)
   std::int32_t prefill_tokens = 0;
   std::int32_t decode_tokens = 0;
@@ -18,6 +22,8 @@ struct StepRecord {
   std::int32_t decode_seqs = 0;
   std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
   double prefill_attention_keys = 0;        // see BatchShape: the prefill attention work
+  std::int64_t prefill_context_tokens = 0;  // KV tokens before the prefill chunks, summed
+  std::int32_t logit_rows = 0;              // LM-head rows: one per sample, one per scored position
   std::int32_t num_running = 0;        // after the step
   std::int32_t num_waiting = 0;        // after the step
   std::int32_t kv_blocks_used = 0;     // as the batch ran (after scheduling, before finishes free)
@@ -79,7 +85,7 @@ struct EngineSummary {
   std::int64_t preemptions = 0;
   std::int64_t evictions = 0;
   std::int64_t cow_copies = 0;
-  double busy_s = 0;                   // sum of step durations
+  double busy_s = 0;                   // sum of step spans: device time plus host time
 };
 
 struct EngineRecords {

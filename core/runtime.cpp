@@ -140,8 +140,11 @@ bool Runtime::try_step(int e) {
   ++steps_;
   slot.finished.clear();
   for (Sequence* s : outcome.finished) slot.finished.push_back(s->id);
-  record_step(e, outcome, start);
-  push(clock_.step_end(start, outcome.result.duration_s), EventType::StepDone, e, 0);
+  // The virtual clock ends the step after the predicted device and host time; the wall clock
+  // ends it now, and what the step took beyond the executor's device time is the host's.
+  const double end = clock_.step_end(start, outcome.result.duration_s + outcome.result.host_s);
+  record_step(e, outcome, start, std::max(0.0, end - start - outcome.result.duration_s));
+  push(end, EventType::StepDone, e, 0);
   if (on_progress && steps_ % progress_every == 0) on_progress(*this);
   return true;
 }
@@ -210,7 +213,7 @@ void Runtime::run(Workload& workload) {
   }
 }
 
-void Runtime::record_step(int e, const StepOutcome& o, double start) {
+void Runtime::record_step(int e, const StepOutcome& o, double start, double host_s) {
   EngineSlot& slot = engines_[std::size_t(e)];
   const Engine& engine = *slot.engine;
   const BatchShape shape = shape_of(o.batch);
@@ -220,6 +223,7 @@ void Runtime::record_step(int e, const StepOutcome& o, double start) {
   StepRecord r;
   r.start_s = start;
   r.duration_s = o.result.duration_s;
+  r.host_s = host_s;
   r.cpu_s = o.result.cpu_s;
   r.prefill_tokens = shape.prefill_tokens;
   r.decode_tokens = shape.decode_tokens;
@@ -227,6 +231,8 @@ void Runtime::record_step(int e, const StepOutcome& o, double start) {
   r.decode_seqs = shape.decode_seqs;
   r.decode_context_tokens = shape.decode_context_tokens;
   r.prefill_attention_keys = shape.prefill_attention_keys;
+  r.prefill_context_tokens = shape.prefill_context_tokens;
+  r.logit_rows = shape.logit_rows;
   r.num_running = static_cast<std::int32_t>(engine.scheduler().num_running());
   r.num_waiting = static_cast<std::int32_t>(engine.scheduler().num_waiting());
   r.kv_blocks_used = kv.used_blocks;

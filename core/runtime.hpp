@@ -103,7 +103,7 @@ class Runtime {
   int pick_engine();
   void check_stuck() const;
   void handle(const Event& ev, Workload& workload);
-  void record_step(int e, const StepOutcome& outcome, double start);
+  void record_step(int e, const StepOutcome& outcome, double start, double host_s);
   void record_request(int e, const Sequence& seq);
   std::vector<EngineStatus> statuses() const;
 

@@ -136,6 +136,7 @@ struct Field {
 constexpr std::array kStepFields{
     DUET_FIELD(StepRecord, start_s, "s"),
     DUET_FIELD(StepRecord, duration_s, "s"),
+    DUET_FIELD(StepRecord, host_s, "s"),
     DUET_FIELD(StepRecord, cpu_s, "s"),
     DUET_FIELD(StepRecord, prefill_tokens, "tokens"),
     DUET_FIELD(StepRecord, decode_tokens, "tokens"),
@@ -143,6 +144,8 @@ constexpr std::array kStepFields{
     DUET_FIELD(StepRecord, decode_seqs, "count"),
     DUET_FIELD(StepRecord, decode_context_tokens, "tokens"),
     DUET_FIELD(StepRecord, prefill_attention_keys, "count"),
+    DUET_FIELD(StepRecord, prefill_context_tokens, "tokens"),
+    DUET_FIELD(StepRecord, logit_rows, "rows"),
     DUET_FIELD(StepRecord, num_running, "count"),
     DUET_FIELD(StepRecord, num_waiting, "count"),
     DUET_FIELD(StepRecord, kv_blocks_used, "blocks"),
@@ -644,6 +647,20 @@ void RunFileWriter::write_run(const std::string& group, const RunMetadata& metad
   });
 }
 
+void RunFileWriter::write_attributes(const std::string& group, const RunMetadata& metadata) {
+  if (!impl_) throw Error("RunFileWriter::write_attributes: the file is closed");
+  Where where{impl_->path, normalized(group)};
+  guarded(where, [&] {
+    const H5::Group root = impl_->file.openGroup("/");
+    const H5::Group g = where.object == "/" ? root
+                        : path_exists(root, where.object) ? root.openGroup(where.object)
+                                                          : create_group(root, where.object);
+    for (const auto& [key, value] : metadata.text) put_text(g, key, value);
+    for (const auto& [key, value] : metadata.numbers) put_number(g, key, value);
+    impl_->file.flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
 void RunFileWriter::close() {
   if (!impl_) return;
   const std::unique_ptr<Impl> impl = std::move(impl_);
@@ -656,6 +673,16 @@ RunData read_run(const std::string& path, const std::string& group) {
   return guarded(where, [&] {
     const H5::H5File file = open_for_reading(path, where);
     return read_run_group(file, normalized(group), where);
+  });
+}
+
+RunMetadata read_attributes(const std::string& path, const std::string& group) {
+  Where where{path, normalized(group)};
+  return guarded(where, [&] {
+    const H5::H5File file = open_for_reading(path, where);
+    const H5::Group root = file.openGroup("/");
+    if (!has_group(root, where.object)) where.fail("no such group");
+    return read_metadata(where.object == "/" ? root : root.openGroup(where.object), where);
   });
 }
 

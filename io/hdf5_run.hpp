@@ -12,7 +12,7 @@
 
 namespace duet {
 
-inline constexpr int kRunSchemaVersion = 1;
+inline constexpr int kRunSchemaVersion = 2;
 
 // Run configuration, stored as attributes of the run's group. Text holds names, the git revision,
 // the Lua script and "config_json"; numbers hold the tunables a notebook filters sweeps by.
@@ -38,6 +38,9 @@ class RunFileWriter {
   void write_run(const std::string& group, const RunMetadata& metadata,
                  const std::vector<EngineRecords>& records, const RunSummary& summary,
                  const std::vector<ProblemRecord>* problems = nullptr);
+  // Attributes on a group that holds no run itself (created when missing): e.g. a validation
+  // point's errors above its predicted and measured runs.
+  void write_attributes(const std::string& group, const RunMetadata& metadata);
   // Closes the file, reporting errors that the destructor would have to swallow.
   void close();
 
@@ -56,6 +59,9 @@ struct RunData {
 // Errors (duet::Error) name the file and the object: a missing, truncated or corrupted file, a
 // missing group, attribute or dataset, a table whose columns are not the expected ones.
 RunData read_run(const std::string& path, const std::string& group = "/");
+
+// The attributes of any group (as write_attributes wrote them).
+RunMetadata read_attributes(const std::string& path, const std::string& group);
 
 // Every group of the file that holds a run, in name order ("/" for a single-run file).
 std::vector<std::string> list_runs(const std::string& path);

@@ -1,11 +1,11 @@
 #include "sim/calibrated.hpp"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -15,50 +15,184 @@
 namespace duet {
 
 namespace {
-constexpr const char* kFormat = "duet-cost-profile/1";
-}
+constexpr const char* kFormat = "duet-cost-profile/2";
+// A feature this much beyond its fitted maximum counts as extrapolation.
+constexpr double kExtrapolationMargin = 1.10;
+}  // namespace
 
-const std::array<const char*, kNumCalibrationFeatures>& calibration_feature_names() {
-  static constexpr std::array<const char*, kNumCalibrationFeatures> names = {
-      "prefill_tokens", "decode_seqs", "decode_context_tokens", "prefill_attention_keys", "constant"};
+const std::array<const char*, kNumDeviceFeatures>& device_feature_names() {
+  static constexpr std::array<const char*, kNumDeviceFeatures> names = {
+      "constant",       "prefill_tokens",        "decode_tokens",          "prefill_seqs",           "logit_rows",
+      "decode_context_tokens", "prefill_attention_keys", "prefill_context_tokens", "copies"};
   return names;
 }
 
-std::array<double, kNumCalibrationFeatures> calibration_features(const BatchShape& s) {
-  return {double(s.prefill_tokens), double(s.decode_seqs), double(s.decode_context_tokens), s.prefill_attention_keys,
-          1.0};
+const std::array<const char*, kNumHostFeatures>& host_feature_names() {
+  static constexpr std::array<const char*, kNumHostFeatures> names = {"host_constant", "host_seqs",
+                                                                      "host_prefill_tokens"};
+  return names;
 }
 
-CalibrationProfile fit_profile(const std::vector<std::array<double, kNumCalibrationFeatures>>& x,
-                               const std::vector<double>& y) {
-  const Eigen::Index n = Eigen::Index(x.size());
-  const Eigen::Index k = Eigen::Index(kNumCalibrationFeatures);
-  if (x.size() != y.size()) throw Error("calibration: feature and duration counts differ");
-  if (n < k) throw Error("calibration: " + std::to_string(n) + " rows cannot fit " + std::to_string(k) + " coefficients");
-  Eigen::MatrixXd a(n, k);
-  Eigen::VectorXd b(n);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    for (Eigen::Index j = 0; j < k; ++j) a(i, j) = x[std::size_t(i)][std::size_t(j)];
-    b(i) = y[std::size_t(i)];
+DeviceFeatures device_features(const BatchShape& s) {
+  return {1.0,
+          double(s.prefill_tokens),
+          double(s.decode_tokens),
+          double(s.prefill_seqs),
+          double(s.logit_rows),
+          double(s.decode_context_tokens),
+          s.prefill_attention_keys,
+          double(s.prefill_context_tokens),
+          double(s.copies)};
+}
+
+HostFeatures host_features(const BatchShape& s) {
+  return {1.0, double(s.prefill_seqs + s.decode_seqs), double(s.prefill_tokens)};
+}
+
+BatchShape shape_of(const StepRecord& r) {
+  BatchShape s;
+  s.prefill_tokens = r.prefill_tokens;
+  s.decode_tokens = r.decode_tokens;
+  s.decode_seqs = r.decode_seqs;
+  s.prefill_seqs = r.num_seqs - r.decode_seqs;
+  s.logit_rows = r.logit_rows;
+  s.copies = r.cow_copies;
+  s.decode_context_tokens = r.decode_context_tokens;
+  s.prefill_context_tokens = r.prefill_context_tokens;
+  s.prefill_attention_keys = r.prefill_attention_keys;
+  return s;
+}
+
+const char* regime_of(const BatchShape& s) {
+  if (s.prefill_tokens == 0) return "decode";
+  if (s.decode_tokens == 0) return "prefill";
+  return "mixed";
+}
+
+std::string model_shape(const ModelSpec& m) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "L%d h%d q%d kv%d d%d f%d v%d %s", m.num_layers, m.hidden_size, m.num_heads,
+                m.num_kv_heads, m.head_dim, m.intermediate_size, m.vocab_size, dtype_name(m.dtype));
+  return buf;
+}
+
+FitStats fit_stats(const std::vector<double>& pred, const std::vector<double>& y) {
+  FitStats f;
+  f.rows = y.size();
+  if (y.empty()) return f;
+  double mean = 0, ss_res = 0, ss_tot = 0;
+  for (double v : y) mean += v / double(y.size());
+  std::vector<double> rel;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ss_res += (pred[i] - y[i]) * (pred[i] - y[i]);
+    ss_tot += (y[i] - mean) * (y[i] - mean);
+    rel.push_back(y[i] > 0 ? std::abs(pred[i] / y[i] - 1.0) : 0.0);
   }
-  // Features span ~12 orders of magnitude (keys vs. a constant): scale columns before solving.
-  Eigen::VectorXd scale = a.cwiseAbs().colwise().maxCoeff().transpose();
-  for (Eigen::Index j = 0; j < k; ++j) scale(j) = scale(j) > 0 ? scale(j) : 1.0;
-  const Eigen::MatrixXd as = a * scale.cwiseInverse().asDiagonal();
-  Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(as);
-  const Eigen::VectorXd cs = qr.solve(b);
+  std::sort(rel.begin(), rel.end());
+  auto at = [&](double q) { return rel[std::min(rel.size() - 1, std::size_t(q * double(rel.size() - 1) + 0.5))]; };
+  f.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  f.rmse_s = std::sqrt(ss_res / double(y.size()));
+  f.median_abs_rel_error = at(0.5);
+  f.p90_abs_rel_error = at(0.9);
+  f.max_abs_rel_error = rel.back();
+  return f;
+}
+
+std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
+                               const std::string& what) {
+  if (x.size() != y.size()) throw Error(what + ": feature and duration counts differ");
+  const std::size_t k = x.empty() ? 0 : x[0].size();
+  // Columns that never leave zero carry no information: they stay out of the fit (coefficient 0).
+  std::vector<bool> active(k, false);
+  for (const auto& row : x)
+    for (std::size_t j = 0; j < k; ++j) active[j] = active[j] || row[j] != 0.0;
+  for (double v : y)
+    if (!std::isfinite(v) || v <= 0) throw Error(what + ": durations must be positive and finite");
+  std::vector<double> coef(k, 0.0);
+  // Active-set non-negativity: solve, drop the most negative coefficient, solve again. The features
+  // are physical costs, so a negative one only ever absorbs collinearity or noise.
+  for (;;) {
+    std::vector<std::size_t> cols;
+    for (std::size_t j = 0; j < k; ++j)
+      if (active[j]) cols.push_back(j);
+    if (cols.empty()) throw Error(what + ": no feature varies in the measurements");
+    const Eigen::Index n = Eigen::Index(x.size()), m = Eigen::Index(cols.size());
+    if (n < m) throw Error(what + ": " + std::to_string(n) + " rows cannot fit " + std::to_string(m) + " coefficients");
+    Eigen::MatrixXd a(n, m);
+    Eigen::VectorXd b(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const double w = 1.0 / y[std::size_t(i)];  // relative error
+      for (Eigen::Index j = 0; j < m; ++j) a(i, j) = w * x[std::size_t(i)][cols[std::size_t(j)]];
+      b(i) = 1.0;
+    }
+    // Features span ~12 orders of magnitude (attention keys vs. a constant): scale the columns.
+    Eigen::VectorXd scale = a.cwiseAbs().colwise().maxCoeff().transpose();
+    for (Eigen::Index j = 0; j < m; ++j) scale(j) = scale(j) > 0 ? scale(j) : 1.0;
+    const Eigen::VectorXd cs = (a * scale.cwiseInverse().asDiagonal()).colPivHouseholderQr().solve(b);
+    std::size_t worst = k;
+    double worst_value = 0;
+    for (Eigen::Index j = 0; j < m; ++j) {
+      const double c = cs(j) / scale(j);
+      if (!std::isfinite(c)) throw Error(what + ": the fit did not converge (non-finite coefficient)");
+      coef[cols[std::size_t(j)]] = c;
+      if (c < worst_value) worst_value = c, worst = cols[std::size_t(j)];
+    }
+    if (worst == k) return coef;
+    active[worst] = false;
+    coef[worst] = 0.0;
+  }
+}
+
+namespace {
+
+template <std::size_t N>
+double dot(const std::array<double, N>& a, const std::array<double, N>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < N; ++i) s += a[i] * b[i];
+  return s;
+}
+
+template <std::size_t N>
+std::array<double, N> to_array(const std::vector<double>& v) {
+  std::array<double, N> a{};
+  std::copy(v.begin(), v.end(), a.begin());
+  return a;
+}
+
+}  // namespace
+
+CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps) {
   CalibrationProfile p;
-  for (Eigen::Index j = 0; j < k; ++j) p.coefficients[std::size_t(j)] = cs(j) / scale(j);
-  // A feature that never varies (no prefill rows, say) leaves its coefficient undetermined: the
-  // QR gives it zero, which is the honest answer for a shape the measurements never showed.
-  const Eigen::VectorXd pred = as * cs;
-  const double mean = b.mean();
-  const double ss_res = (b - pred).squaredNorm();
-  const double ss_tot = (b.array() - mean).square().sum();
-  p.rows = std::size_t(n);
-  p.rmse_s = std::sqrt(ss_res / double(n));
-  p.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
-  if (!std::isfinite(p.rmse_s)) throw Error("calibration: the fit did not converge (non-finite residual)");
+  std::vector<std::vector<double>> xd, xh;
+  std::vector<double> yd, yh;
+  for (const MeasuredStep& s : steps) {
+    const DeviceFeatures d = device_features(s.shape);
+    xd.emplace_back(d.begin(), d.end());
+    yd.push_back(s.device_s);
+    for (std::size_t j = 0; j < kNumDeviceFeatures; ++j) p.device_max[j] = std::max(p.device_max[j], d[j]);
+    if (s.host_s <= 0) continue;
+    const HostFeatures h = host_features(s.shape);
+    xh.emplace_back(h.begin(), h.end());
+    yh.push_back(s.host_s);
+    for (std::size_t j = 0; j < kNumHostFeatures; ++j) p.host_max[j] = std::max(p.host_max[j], h[j]);
+  }
+  p.device_coefficients = to_array<kNumDeviceFeatures>(fit_linear(xd, yd, "calibration (device time)"));
+  if (!yh.empty()) p.host_coefficients = to_array<kNumHostFeatures>(fit_linear(xh, yh, "calibration (host time)"));
+
+  std::vector<double> pd, ph;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_regime;
+  for (const MeasuredStep& s : steps) {
+    const double d = dot(p.device_coefficients, device_features(s.shape));
+    const double h = dot(p.host_coefficients, host_features(s.shape));
+    pd.push_back(d);
+    if (s.host_s > 0) ph.push_back(h);
+    auto& [pred, meas] = by_regime[regime_of(s.shape)];
+    pred.push_back(d + (s.host_s > 0 ? h : 0.0));
+    meas.push_back(s.device_s + std::max(0.0, s.host_s));
+  }
+  p.device_fit = fit_stats(pd, yd);
+  p.host_fit = fit_stats(ph, yh);
+  for (const auto& [name, pm] : by_regime) p.regimes[name] = fit_stats(pm.first, pm.second);
   return p;
 }
 
@@ -93,55 +227,119 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
   const auto header = split_csv(line);
   std::map<std::string, std::size_t> col;
   for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
-  std::array<std::size_t, kNumCalibrationFeatures> idx{};
-  for (std::size_t j = 0; j + 1 < kNumCalibrationFeatures; ++j) {
-    auto it = col.find(calibration_feature_names()[j]);
-    if (it == col.end()) throw Error(path + ":1: missing column '" + calibration_feature_names()[j] + "'");
-    idx[j] = it->second;
-  }
   if (!col.count("duration_s")) throw Error(path + ":1: missing column 'duration_s'");
-  std::vector<std::array<double, kNumCalibrationFeatures>> x;
-  std::vector<double> y;
+  // The shape's members by the device feature names (constant aside).
+  const std::map<std::string, void (*)(BatchShape&, double)> setters = {
+      {"prefill_tokens", [](BatchShape& s, double v) { s.prefill_tokens = int(v); }},
+      {"decode_tokens", [](BatchShape& s, double v) { s.decode_tokens = int(v); }},
+      {"decode_seqs", [](BatchShape& s, double v) { s.decode_seqs = int(v), s.decode_tokens = int(v); }},
+      {"prefill_seqs", [](BatchShape& s, double v) { s.prefill_seqs = int(v); }},
+      {"logit_rows", [](BatchShape& s, double v) { s.logit_rows = int(v); }},
+      {"decode_context_tokens", [](BatchShape& s, double v) { s.decode_context_tokens = std::int64_t(v); }},
+      {"prefill_attention_keys", [](BatchShape& s, double v) { s.prefill_attention_keys = v; }},
+      {"prefill_context_tokens", [](BatchShape& s, double v) { s.prefill_context_tokens = std::int64_t(v); }},
+      {"copies", [](BatchShape& s, double v) { s.copies = int(v); }},
+  };
+  std::vector<std::pair<std::size_t, void (*)(BatchShape&, double)>> used;
+  for (const auto& [name, set] : setters)
+    if (col.count(name)) used.emplace_back(col[name], set);
+  if (used.empty()) throw Error(path + ":1: no feature column (e.g. prefill_tokens, decode_seqs)");
+  std::vector<MeasuredStep> steps;
   for (int lineno = 2; std::getline(in, line); ++lineno) {
     if (line.empty() || line == "\r") continue;
     const auto f = split_csv(line);
     const std::string where = path + ":" + std::to_string(lineno);
     if (f.size() != header.size())
       throw Error(where + ": " + std::to_string(f.size()) + " fields, header has " + std::to_string(header.size()));
-    std::array<double, kNumCalibrationFeatures> row{};
-    for (std::size_t j = 0; j + 1 < kNumCalibrationFeatures; ++j) row[j] = parse_number(f[idx[j]], where);
-    row[kNumCalibrationFeatures - 1] = 1.0;
-    x.push_back(row);
-    y.push_back(parse_number(f[col["duration_s"]], where));
+    MeasuredStep m;
+    for (const auto& [i, set] : used) set(m.shape, parse_number(f[i], where));
+    m.device_s = parse_number(f[col["duration_s"]], where);
+    if (col.count("host_s")) m.host_s = parse_number(f[col["host_s"]], where);
+    steps.push_back(m);
   }
-  CalibrationProfile p = fit_profile(x, y);
+  CalibrationProfile p = fit_profile(steps);
   p.source = path;
+  p.backend = "fit";
   return p;
 }
 
 CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps) {
-  std::vector<std::array<double, kNumCalibrationFeatures>> x;
-  std::vector<double> y;
-  for (const StepRecord& r : steps) {
-    x.push_back({double(r.prefill_tokens), double(r.decode_seqs), double(r.decode_context_tokens),
-                 r.prefill_attention_keys, 1.0});
-    y.push_back(r.duration_s);
-  }
-  return fit_profile(x, y);
+  std::vector<MeasuredStep> rows;
+  for (const StepRecord& r : steps) rows.push_back({shape_of(r), r.duration_s, r.host_s > 0 ? r.host_s : -1.0});
+  CalibrationProfile p = fit_profile(rows);
+  p.backend = "fit";
+  return p;
 }
+
+namespace {
+
+nlohmann::json stats_json(const FitStats& f) {
+  return {{"rows", f.rows},
+          {"r2", f.r2},
+          {"rmse_s", f.rmse_s},
+          {"median_abs_rel_error", f.median_abs_rel_error},
+          {"p90_abs_rel_error", f.p90_abs_rel_error},
+          {"max_abs_rel_error", f.max_abs_rel_error}};
+}
+
+FitStats stats_of(const nlohmann::json& j) {
+  FitStats f;
+  f.rows = j.value("rows", std::size_t(0));
+  f.r2 = j.value("r2", 0.0);
+  f.rmse_s = j.value("rmse_s", 0.0);
+  f.median_abs_rel_error = j.value("median_abs_rel_error", 0.0);
+  f.p90_abs_rel_error = j.value("p90_abs_rel_error", 0.0);
+  f.max_abs_rel_error = j.value("max_abs_rel_error", 0.0);
+  return f;
+}
+
+template <std::size_t N>
+nlohmann::json terms_json(const std::array<const char*, N>& names, const std::array<double, N>& coef,
+                          const std::array<double, N>& max) {
+  nlohmann::json j = nlohmann::json::array();
+  for (std::size_t i = 0; i < N; ++i) j.push_back({{"feature", names[i]}, {"coefficient", coef[i]}, {"max", max[i]}});
+  return j;
+}
+
+template <std::size_t N>
+void read_terms(const nlohmann::json& j, const std::array<const char*, N>& names, std::array<double, N>& coef,
+                std::array<double, N>& max, const std::string& origin, const char* field) {
+  if (!j.is_array() || j.size() != N)
+    throw Error(origin + ": field '" + field + "' must list " + std::to_string(N) + " terms");
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::string name = j[i].at("feature").get<std::string>();
+    if (name != names[i])
+      throw Error(origin + ": " + field + "[" + std::to_string(i) + "] is '" + name + "', expected '" + names[i] + "'");
+    coef[i] = j[i].at("coefficient").get<double>();
+    max[i] = j[i].value("max", 0.0);
+    if (!std::isfinite(coef[i]) || coef[i] < 0)
+      throw Error(origin + ": " + field + "." + name + " must be a non-negative number");
+  }
+}
+
+}  // namespace
 
 void save_profile(const CalibrationProfile& p, const std::string& path) {
   nlohmann::json j;
   j["format"] = kFormat;
   j["model"] = p.model;
-  j["gpu"] = p.gpu;
+  j["model_shape"] = p.model_shape;
+  j["device"] = p.device;
+  j["device_name"] = p.device_name;
+  j["backend"] = p.backend;
+  j["created_utc"] = p.created_utc;
+  j["git_revision"] = p.git_revision;
   j["source"] = p.source;
-  j["features"] = calibration_feature_names();
-  j["coefficients"] = p.coefficients;
-  j["fit"] = {{"rows", p.rows}, {"r2", p.r2}, {"rmse_s", p.rmse_s}};
+  j["grid"] = p.grid_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(p.grid_json);
+  j["device_terms"] = terms_json(device_feature_names(), p.device_coefficients, p.device_max);
+  j["host_terms"] = terms_json(host_feature_names(), p.host_coefficients, p.host_max);
+  j["fit"]["device"] = stats_json(p.device_fit);
+  j["fit"]["host"] = stats_json(p.host_fit);
+  for (const auto& [name, f] : p.regimes) j["fit"]["regimes"][name] = stats_json(f);
   std::ofstream out(path);
   if (!out) throw Error(path + ": cannot write profile");
   out << j.dump(2) << "\n";
+  if (!out) throw Error(path + ": cannot write profile");
 }
 
 CalibrationProfile parse_profile(const std::string& text, const std::string& origin) {
@@ -152,28 +350,27 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   try {
-    if (j.value("format", "") != kFormat)
-      throw Error(origin + ": field 'format' must be \"" + kFormat + "\"");
+    if (!j.is_object() || j.value("format", "") != kFormat)
+      throw Error(origin + ": field 'format' must be \"" + kFormat + "\" (a profile from `duet profile` or `duet fit`)");
     CalibrationProfile p;
     p.model = j.value("model", "");
-    p.gpu = j.value("gpu", "");
+    p.model_shape = j.value("model_shape", "");
+    p.device = j.value("device", "");
+    p.device_name = j.value("device_name", "");
+    p.backend = j.value("backend", "");
+    p.created_utc = j.value("created_utc", "");
+    p.git_revision = j.value("git_revision", "");
     p.source = j.value("source", "");
-    const auto& names = j.at("features");
-    const auto& coefs = j.at("coefficients");
-    if (!names.is_array() || names.size() != kNumCalibrationFeatures || !coefs.is_array() ||
-        coefs.size() != kNumCalibrationFeatures)
-      throw Error(origin + ": fields 'features' and 'coefficients' must list " +
-                  std::to_string(kNumCalibrationFeatures) + " entries");
-    for (std::size_t i = 0; i < kNumCalibrationFeatures; ++i) {
-      if (names[i].get<std::string>() != calibration_feature_names()[i])
-        throw Error(origin + ": feature " + std::to_string(i) + " is '" + names[i].get<std::string>() + "', expected '" +
-                    calibration_feature_names()[i] + "'");
-      p.coefficients[i] = coefs[i].get<double>();
-    }
+    if (j.contains("grid")) p.grid_json = j["grid"].dump();
+    read_terms(j.at("device_terms"), device_feature_names(), p.device_coefficients, p.device_max, origin,
+               "device_terms");
+    read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin, "host_terms");
     if (j.contains("fit")) {
-      p.rows = j["fit"].value("rows", std::size_t(0));
-      p.r2 = j["fit"].value("r2", 0.0);
-      p.rmse_s = j["fit"].value("rmse_s", 0.0);
+      const auto& f = j["fit"];
+      if (f.contains("device")) p.device_fit = stats_of(f["device"]);
+      if (f.contains("host")) p.host_fit = stats_of(f["host"]);
+      if (f.contains("regimes"))
+        for (const auto& [name, r] : f["regimes"].items()) p.regimes[name] = stats_of(r);
     }
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -191,19 +388,35 @@ CalibrationProfile load_profile(const std::string& path) {
 
 CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile) : profile_(std::move(profile)) {}
 
-double CalibratedCostModel::step_time(const BatchShape& shape) const {
-  const auto f = calibration_features(shape);
-  double t = 0;
-  for (std::size_t i = 0; i < kNumCalibrationFeatures; ++i) t += profile_.coefficients[i] * f[i];
-  // A fit can extrapolate below zero for shapes it never saw; a step always takes some time.
-  return std::max(t, 1e-6);
+StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
+  const DeviceFeatures d = device_features(shape);
+  ++steps_;
+  for (std::size_t i = 1; i < kNumDeviceFeatures; ++i)
+    if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
+  // A step always takes some time, even where a fit of non-negative terms has no term for it.
+  return {std::max(dot(profile_.device_coefficients, d), 1e-7),
+          dot(profile_.host_coefficients, host_features(shape))};
 }
 
 std::string CalibratedCostModel::describe() const {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "calibrated(%s on %s, %zu rows, r2 %.4f)", profile_.model.c_str(),
-                profile_.gpu.c_str(), profile_.rows, profile_.r2);
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "profile(%s on %s, %s, %zu steps, median |error| %.1f%%)", profile_.model.c_str(),
+                profile_.device.c_str(), profile_.source.c_str(), profile_.device_fit.rows,
+                100.0 * profile_.device_fit.median_abs_rel_error);
   return buf;
+}
+
+std::string CalibratedCostModel::extrapolation_report() const {
+  std::string out;
+  for (std::size_t i = 1; i < kNumDeviceFeatures; ++i) {
+    if (!beyond_[i]) continue;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s%lld of %lld steps had %s beyond the profile's fitted maximum (%.6g)",
+                  out.empty() ? "" : "; ", (long long)beyond_[i], (long long)steps_, device_feature_names()[i],
+                  profile_.device_max[i]);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace duet

@@ -1,45 +1,108 @@
 #pragma once
-// A cost model fitted to measured step timings: duration = coefficients . features(batch), fitted
-// by least squares (Eigen). The profile is a small JSON file:
-//   {
-//     "format": "duet-cost-profile/1",
-//     "model": "llama-3.1-8b", "gpu": "H100-SXM", "source": "where the timings came from",
-//     "features": ["prefill_tokens", "decode_seqs", "decode_context_tokens",
-//                  "prefill_attention_keys", "constant"],
-//     "coefficients": [s per prefill token, s per decode sequence, s per KV token read,
-//                      s per prefill attention key, s per step],
-//     "fit": {"rows": N, "r2": R2, "rmse_s": RMSE}
-//   }
-// Measurements come as CSV (a header naming the feature columns, "constant" excepted, and
-// "duration_s") or as the steps table of a duet HDF5 run file.
+// A cost model fitted to steps that a real engine measured (`duet profile`, or a run's steps table
+// with `duet fit`). A step is priced as two linear models over the batch's shape:
+//
+//   device_s = sum_i device_coefficient_i * device_feature_i
+//     constant                 s per step: launches, the LM head's weight read, fixed work
+//     prefill_tokens           s per prompt token: every GEMM of every layer
+//     decode_tokens            s per decode token: the same GEMMs, batched with other decodes
+//     prefill_seqs             s per prefill chunk: per-item attention set-up, gathers
+//     logit_rows               s per LM-head row (a sample, or a scored position of a PRM)
+//     decode_context_tokens    s per KV token that decode attention reads
+//     prefill_attention_keys   s per (query, key) pair of causal prefill attention
+//     prefill_context_tokens   s per cached KV token a prefill chunk reads
+//     copies                   s per copy-on-write block copy
+//   host_s = sum_j host_coefficient_j * host_feature_j
+//     host_constant            s per step: the scheduler's pass, the runtime's bookkeeping
+//     host_seqs                s per batch item: block tables, outputs, stop checks
+//     host_prefill_tokens      s per prompt token: block hashing for the prefix cache
+//
+// Decode and prefill tokens have separate terms because a decode batch of n rows is not a prefill
+// chunk of n tokens to a GEMM (weights are re-read per step, not per token, so small decode
+// batches are bandwidth-bound). The fit minimises relative error (rows weighted by 1/duration),
+// because a simulated run adds thousands of small steps and a few large ones, and keeps every
+// coefficient non-negative (a negative cost would be extrapolated into negative time).
+//
+// The profile is JSON ("format": "duet-cost-profile/2") with the model's name and shape, the
+// device, the backend, the date, the git revision, the grid it was measured on, the coefficients,
+// each feature's fitted range (for extrapolation warnings), and the residuals per regime.
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/metrics.hpp"
+#include "core/model_spec.hpp"
 #include "sim/cost_model.hpp"
 
 namespace duet {
 
-inline constexpr std::size_t kNumCalibrationFeatures = 5;
-const std::array<const char*, kNumCalibrationFeatures>& calibration_feature_names();
-std::array<double, kNumCalibrationFeatures> calibration_features(const BatchShape& shape);
+inline constexpr std::size_t kNumDeviceFeatures = 9;
+inline constexpr std::size_t kNumHostFeatures = 3;
+using DeviceFeatures = std::array<double, kNumDeviceFeatures>;
+using HostFeatures = std::array<double, kNumHostFeatures>;
 
-struct CalibrationProfile {
-  std::string model;
-  std::string gpu;
-  std::string source;
-  std::array<double, kNumCalibrationFeatures> coefficients{};
+const std::array<const char*, kNumDeviceFeatures>& device_feature_names();
+const std::array<const char*, kNumHostFeatures>& host_feature_names();
+DeviceFeatures device_features(const BatchShape& shape);
+HostFeatures host_features(const BatchShape& shape);
+// The shape of a recorded step (the columns of the steps table).
+BatchShape shape_of(const StepRecord& step);
+
+// "decode" (no prefill tokens), "prefill" (no decode tokens) or "mixed".
+const char* regime_of(const BatchShape& shape);
+
+// How well a fit explains its rows: relative errors (predicted / measured - 1).
+struct FitStats {
   std::size_t rows = 0;
   double r2 = 0;
   double rmse_s = 0;
+  double median_abs_rel_error = 0;
+  double p90_abs_rel_error = 0;
+  double max_abs_rel_error = 0;
+};
+FitStats fit_stats(const std::vector<double>& predicted, const std::vector<double>& measured);
+
+// Non-negative least squares on relative error. Returns one coefficient per column; a column that
+// never varies from zero gets 0 (the shape was never measured). Throws when too few rows.
+std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
+                               const std::string& what);
+
+struct CalibrationProfile {
+  std::string model;         // ModelSpec::name
+  std::string model_shape;   // model_shape(): layers, widths, vocabulary; checked on use
+  std::string device;        // the device key: "h100-sxm", "cpu-<model>" (see sim/profiles.hpp)
+  std::string device_name;   // as the driver or /proc/cpuinfo names it
+  std::string backend;       // cpu, cuda; "fit" for a profile fitted from a run file
+  std::string created_utc;
+  std::string git_revision;
+  std::string source;        // what was measured
+  std::string grid_json;     // the grid, as JSON text
+  DeviceFeatures device_coefficients{};
+  HostFeatures host_coefficients{};
+  DeviceFeatures device_max{};  // the largest value of each feature in the fitted rows
+  HostFeatures host_max{};
+  FitStats device_fit, host_fit;
+  std::map<std::string, FitStats> regimes;  // step time (device + host) by regime
 };
 
-// Least-squares fit; throws duet::Error when the rows cannot determine the coefficients.
-CalibrationProfile fit_profile(const std::vector<std::array<double, kNumCalibrationFeatures>>& features,
-                               const std::vector<double>& durations_s);
+// The model's shape as one line, e.g. "L2 h256 q4 kv2 d64 f688 v8000 bf16": two profiles agree on
+// a model when these agree.
+std::string model_shape(const ModelSpec& model);
+
+// A measured step: its shape, device time and host time (host_s < 0: not measured).
+struct MeasuredStep {
+  BatchShape shape;
+  double device_s = 0;
+  double host_s = -1;
+};
+
+// Fits both linear models and the per-regime residuals; identity fields are left to the caller.
+CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps);
+// Measurements as CSV: a header naming feature columns (device feature names; missing ones are
+// zero, and a table needs at least one), "duration_s", and optionally "host_s".
 CalibrationProfile fit_profile_csv(const std::string& path);
-// From the steps of a run (the real engine's measured durations).
+// From the steps of a run (the real engine's measured durations and host times).
 CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps);
 
 void save_profile(const CalibrationProfile& profile, const std::string& path);
@@ -49,12 +112,16 @@ CalibrationProfile parse_profile(const std::string& json_text, const std::string
 class CalibratedCostModel final : public CostModel {
  public:
   explicit CalibratedCostModel(CalibrationProfile profile);
-  double step_time(const BatchShape& shape) const override;
+  StepCost step_cost(const BatchShape& shape) const override;
   std::string describe() const override;
+  std::string extrapolation_report() const override;
   const CalibrationProfile& profile() const { return profile_; }
 
  private:
   CalibrationProfile profile_;
+  // Steps priced beyond a feature's fitted range (by more than 10%), per device feature.
+  mutable std::array<std::int64_t, kNumDeviceFeatures> beyond_{};
+  mutable std::int64_t steps_ = 0;
 };
 
 }  // namespace duet

@@ -34,7 +34,10 @@ struct RooflineBreakdown {
 class RooflineCostModel final : public CostModel {
  public:
   RooflineCostModel(const GpuSpec& gpu, const ModelSpec& model, RooflineParams params = {});
-  double step_time(const BatchShape& shape) const override { return breakdown(shape).total(); }
+  StepCost step_cost(const BatchShape& shape) const override {
+    const RooflineBreakdown b = breakdown(shape);
+    return {b.total() - b.cpu_s, b.cpu_s};
+  }
   RooflineBreakdown breakdown(const BatchShape& shape) const;
   std::string describe() const override;
 

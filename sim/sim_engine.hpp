@@ -1,22 +1,19 @@
 #pragma once
-// A simulated engine: core's Engine over the allocator its config names, priced by a cost model.
+// The simulator's executor over a cost model: what the backend registry (exec/backend.hpp)
+// builds an Engine on for the "sim" backend.
 #include <memory>
 #include <string>
 
-#include "core/engine.hpp"
-#include "core/engine_config.hpp"
-#include "core/gpu_spec.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sim_executor.hpp"
 
 namespace duet {
 
-struct SimEngine {
-  SimEngine(const GpuSpec& gpu, const EngineConfig& config, const EngineMemory& memory, std::uint32_t model_id,
-            const std::string& cost_model, SchedulerPolicy policy = {});
+struct SimExecution {
+  SimExecution(std::unique_ptr<CostModel> cost_model, int vocab_size)
+      : cost(std::move(cost_model)), executor(*cost, vocab_size) {}
   std::unique_ptr<CostModel> cost;
   SimExecutor executor;
-  Engine engine;
 };
 
 }  // namespace duet

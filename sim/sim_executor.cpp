@@ -6,7 +6,9 @@ namespace duet {
 
 StepResult SimExecutor::execute(const Batch& batch) {
   StepResult r;
-  r.duration_s = cost_.step_time(shape_of(batch));
+  const StepCost cost = cost_.step_cost(shape_of(batch));
+  r.duration_s = cost.device_s;
+  r.host_s = cost.host_s;
   r.tokens.reserve(batch.items.size());
   for (const BatchItem& it : batch.items) {
     const Sequence& s = *it.seq;

@@ -76,6 +76,7 @@ ExperimentDefaults defaults_of(const ScriptContext& ctx) {
   d.command_line = "duet run " + ctx.opt.script;
   for (const auto& a : ctx.opt.args) d.command_line += " " + a;
   d.progress = d.progress && ctx.opt.progress;
+  d.validate = ctx.opt.validate;
   return d;
 }
 
@@ -96,7 +97,7 @@ int l_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
-    const bool write = wants_output(L, 1);
+    const bool write = wants_output(L, 1) && !ctx.opt.validate;
     ExperimentResult r = run_experiment(L, 1, defaults_of(ctx));
     if (write && !ctx.worker) {
       const std::string group = group_name("/runs", ctx.runs);
@@ -556,7 +557,8 @@ int l_sweep(lua_State* L) {
     const int grid = lua_gettop(L);
     if (t.push("run") != LUA_TFUNCTION) t.fail("run", "expected a function run(point) -> duet.run configuration");
     const int fn = lua_gettop(L);
-    const int threads = int(t.integer("threads").value_or(ctx.opt.threads));
+    // Validation measures a real engine: one point at a time, nothing beside it on the cores.
+    const int threads = ctx.opt.validate ? 1 : int(t.integer("threads").value_or(ctx.opt.threads));
     const std::string label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();
@@ -599,7 +601,7 @@ int l_sweep(lua_State* L) {
     lua_createtable(L, int(points.size()), 0);
     for (std::size_t i = 0; i < points.size(); ++i) {
       SweepPoint& p = points[i];
-      if (!ctx.worker && wants_output(L, 1)) {
+      if (!ctx.worker && !ctx.opt.validate && wants_output(L, 1)) {
         RunMetadata meta = p.result.metadata;
         for (const auto& [k, v] : p.text) meta.text.emplace_back("point." + k, v);
         for (const auto& [k, v] : p.numbers) meta.numbers.emplace_back("point." + k, v);

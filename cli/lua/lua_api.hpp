@@ -14,6 +14,8 @@ class RunFileWriter;
 
 namespace duet::lua {
 
+struct ValidateMode;
+
 struct ScriptOptions {
   std::string script;                 // path of the Lua script
   std::string backend = "sim";        // sim or cpu
@@ -22,6 +24,9 @@ struct ScriptOptions {
   std::string source_dir;             // repository root: workloads/, traces/, models/
   int threads = 0;                    // sweep threads; 0: every core
   bool progress = true;               // draw progress bars when stderr is a terminal
+  // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
+  // point at a time, and goes to `validate` instead of the script's own file.
+  const ValidateMode* validate = nullptr;
 };
 
 // Runs a script to completion; errors (Lua or duet) throw duet::Error with file:line and a

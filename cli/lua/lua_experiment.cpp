@@ -5,9 +5,10 @@
 #include <cstdio>
 #include <map>
 
-#include "cli/backend.hpp"
 #include "cli/progress.hpp"
-#include "cli/run_metadata.hpp"
+#include "exec/experiment.hpp"
+#include "exec/validation.hpp"
+#include "sim/profiles.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "core/error.hpp"
 #include "core/runtime.hpp"
@@ -119,7 +120,9 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   Experiment ex;
   ex.gpu = gpu_by_name(t.string("gpu").value_or("h100"));
   ex.backend = t.string("backend").value_or(d.backend);
-  const std::string cost = t.string("cost_model").value_or("roofline");
+  if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
+  check_backend(ex.backend);
+  const std::string cost = t.string("cost_model").value_or("auto");
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
   const lua_Integer n = luaL_len(L, -1);
   if (n < 1) t.fail("engines", "needs at least one engine");
@@ -284,22 +287,6 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
 
 }  // namespace
 
-// The vocabulary facts a workload needs: Llama 3's tokenizer has "\n\n" as id 271 and ends a turn
-// with <|eot_id|> 128009 (meta-llama/Llama-3.2-1B-Instruct tokenizer.json); other vocabularies
-// (the tiny model) use the repository's sentencepiece model, whose ids the caller passes.
-EngineVocab engine_vocab(const EngineConfig& c, TokenId small_step, TokenId small_eos) {
-  EngineVocab v;
-  v.name = c.name;
-  v.vocab_size = c.model.vocab_size;
-  const bool llama3 = c.model.vocab_size == 128256;
-  v.step_id = llama3 ? 271 : small_step;
-  v.eos_id = llama3 ? 128009 : small_eos;
-  if (v.step_id >= v.vocab_size || v.eos_id >= v.vocab_size)
-    throw Error("engine '" + c.name + "': vocabulary of " + std::to_string(v.vocab_size) +
-                " tokens is too small for the step and end-of-sequence ids");
-  return v;
-}
-
 bool wants_output(lua_State* L, int index) {
   const int t = lua_getfield(L, index, "out");
   const bool no = t == LUA_TBOOLEAN && !lua_toboolean(L, -1);
@@ -307,64 +294,115 @@ bool wants_output(lua_State* L, int index) {
   return !no;
 }
 
-ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
-  index = lua_absindex(L, index);
-  const auto wall0 = std::chrono::steady_clock::now();
-  Experiment ex = read_experiment(L, index, d);
-  apply_memory_split(L, ex);
-  std::vector<EngineMemoryRequest> requests;
-  for (const EngineConfig& c : ex.engines) requests.push_back(memory_request(c));
-  const MemoryPlan plan = plan_memory(ex.gpu, requests);
+namespace {
 
-  std::vector<std::unique_ptr<BuiltEngine>> built;
-  std::vector<EngineVocab> vocabs;
-  for (std::size_t i = 0; i < ex.engines.size(); ++i) {
-    BackendOptions b{ex.backend, ex.cost_models[i], ex.load_formats[i], ex.workload.seed, d.source_dir};
-    built.push_back(build_engine(b, ex.gpu, ex.engines[i], plan.engine(ex.engines[i].name), std::uint32_t(i),
-                                 make_policy(L, *ex.policies[i])));
-    vocabs.push_back(engine_vocab(ex.engines[i], 4, 2));
+const char* arbiter_name(ArbiterKind kind) {
+  switch (kind) {
+    case ArbiterKind::Alternate: return "alternate";
+    case ArbiterKind::Priority: return "priority";
+    case ArbiterKind::OldestReady: return "oldest";
+    case ArbiterKind::Callback: return "callback";
   }
-  std::unique_ptr<Clock> clock = make_clock(ex.backend);
-  Runtime rt(*clock, make_arbiter(L, ex));
-  for (std::size_t i = 0; i < built.size(); ++i) rt.add_engine(built[i]->engine(), ex.engines[i].model.name);
+  return "alternate";
+}
 
+// The Lua configuration as an experiment description: everything Lua-specific (the workload
+// table, policy callbacks) stays behind std::functions.
+ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d) {
+  ExperimentSpec spec;
+  spec.gpu = ex.gpu;
+  spec.backend = ex.backend;
+  spec.arbiter = make_arbiter(L, ex);
+  spec.arbiter_name = arbiter_name(ex.arbiter);
+  spec.seed = ex.workload.seed;
+  spec.source_dir = d.source_dir;
+  spec.profile_dir = d.source_dir + "/profiles";
+  spec.command_line = d.command_line;
+  for (std::size_t i = 0; i < ex.engines.size(); ++i)
+    spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i], make_policy(L, *ex.policies[i])});
+  return spec;
+}
+
+struct LuaRun {
+  ExperimentOutcome outcome;
+  std::vector<ProblemRecord> problems;
+};
+
+LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec) {
+  std::vector<EngineVocab> vocabs;
+  const std::vector<Vocabulary> v = vocabularies(spec);
+  for (std::size_t i = 0; i < v.size(); ++i) vocabs.push_back({spec.engines[i].config.name, v[i].vocab_size, v[i].step_id, v[i].eos_id});
   lua_getfield(L, index, "workload");
   LuaWorkload workload(L, -1, vocabs, ex.workload);
   lua_pop(L, 1);
+  const std::string what = spec.backend == "sim" ? "simulated" : "measured";
   ProgressBar bar(ex.label.empty() ? "duet.run" : ex.label);
-  if (ex.progress && bar.enabled()) {
-    rt.progress_every = 256;
-    rt.on_progress = [&](const Runtime& r) {
-      char detail[64];
-      std::snprintf(detail, sizeof detail, "problems, simulated %.0f s", r.now());
-      bar.update(double(workload.done()), double(workload.total()), detail);
+  ExperimentHooks hooks;
+  if (ex.progress && bar.enabled())
+    hooks.before_run = [&](Runtime& rt) {
+      rt.progress_every = 256;
+      rt.on_progress = [&, what](const Runtime& r) {
+        char detail[64];
+        std::snprintf(detail, sizeof detail, "problems, %s %.0f s", what.c_str(), r.now());
+        bar.update(double(workload.done()), double(workload.total()), detail);
+      };
     };
-  }
-  rt.run(workload);
+  LuaRun run{duet::run_experiment(spec, workload, hooks), workload.results()};
   bar.finish();
+  for (const std::string& w : run.outcome.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  return run;
+}
 
+ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, LuaRun run) {
   ExperimentResult r;
   r.label = ex.label;
-  r.summary = rt.summary();
-  r.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  r.records = std::make_shared<std::vector<EngineRecords>>(rt.records());
-  r.problems = workload.results();
+  r.summary = run.outcome.summary;
+  r.records = std::make_shared<std::vector<EngineRecords>>(std::move(run.outcome.records));
+  r.problems = std::move(run.problems);
   r.problems_per_s = r.summary.makespan_s > 0 ? double(r.problems.size()) / r.summary.makespan_s : 0;
-  r.metadata = run_metadata(ex.backend, d.command_line, ex.gpu, plan, ex.engines);
+  r.metadata = std::move(run.outcome.metadata);
   r.metadata.text.emplace_back("script", d.script_text);
   if (!ex.label.empty()) r.metadata.text.emplace_back("label", ex.label);
-  std::string arbiter = ex.arbiter == ArbiterKind::Alternate ? "alternate"
-                        : ex.arbiter == ArbiterKind::Priority ? "priority"
-                        : ex.arbiter == ArbiterKind::OldestReady ? "oldest"
-                                                                 : "callback";
-  r.metadata.text.emplace_back("arbiter", arbiter);
-  r.metadata.numbers.emplace_back("seed", double(ex.workload.seed));
   r.metadata.numbers.emplace_back("concurrency", ex.workload.concurrency);
-  r.metadata.numbers.emplace_back("problems", double(workload.total()));
+  r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
   r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
-  for (std::size_t i = 0; i < built.size(); ++i)
-    r.metadata.text.emplace_back(ex.engines[i].name + ".cost_model", built[i]->describe());
   return r;
+}
+
+// duet validate: the configuration on the simulator with the real device's profile, then on the
+// real backend; the batches must agree step by step. Lua gets the measured result.
+ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, const ExperimentDefaults& d) {
+  const ValidateMode& v = *d.validate;
+  ExperimentSpec real = spec_of(L, ex, d);
+  real.backend = v.backend;
+  ExperimentSpec sim = spec_of(L, ex, d);
+  sim.backend = "sim";
+  sim.cost_device = device_key(v.backend, ex.gpu);
+  for (EngineSetup& e : sim.engines) {
+    const std::string path = v.profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, e.config.model) : v.profile;
+    if (!std::filesystem::exists(path))
+      throw Error("validate: no profile of " + e.config.model.name + " on " + sim.cost_device + " (" + path +
+                  "); measure one with `duet profile --backend " + v.backend + " --model ...` or pass --profile");
+    e.cost_model = "profile:" + path;
+  }
+  LuaRun predicted = run_once(L, index, ex, sim);
+  LuaRun measured = run_once(L, index, ex, real);
+  check_identical_batches(predicted.outcome.records, measured.outcome.records);
+  const std::string label = ex.label.empty() ? "run " + std::to_string(v.points() + 1) : ex.label;
+  const ValidationPoint point = compare_runs(label, "problems/s", double(measured.problems.size()), predicted.outcome,
+                                             measured.outcome, true);
+  v.record(point, predicted.outcome, measured.outcome, predicted.problems, measured.problems);
+  return result_of(ex, d, std::move(measured));
+}
+
+}  // namespace
+
+ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
+  index = lua_absindex(L, index);
+  Experiment ex = read_experiment(L, index, d);
+  apply_memory_split(L, ex);
+  if (d.validate) return validate_experiment(L, index, ex, d);
+  return result_of(ex, d, run_once(L, index, ex, spec_of(L, ex, d)));
 }
 
 }  // namespace duet::lua

@@ -40,7 +40,8 @@ TEST(SimExecutor, StepTakesWhatTheCostModelSays) {
   r.add(prompt(2, 30));
   Batch b = r.engine.scheduler().schedule();
   const StepResult res = r.exec.execute(b);
-  EXPECT_DOUBLE_EQ(res.duration_s, r.cost.step_time(shape_of(b)));
+  EXPECT_DOUBLE_EQ(res.duration_s + res.host_s, r.cost.step_time(shape_of(b)));
+  EXPECT_DOUBLE_EQ(res.host_s, r.cost.step_cost(shape_of(b)).host_s) << "the host share is priced apart";
   EXPECT_EQ(res.tokens.size(), 2u);
 }
 

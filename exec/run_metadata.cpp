@@ -1,4 +1,4 @@
-#include "cli/run_metadata.hpp"
+#include "exec/run_metadata.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,38 @@
+#pragma once
+// One engine replaying a trace (or a synthetic workload): the options `duet simulate` and
+// `duet validate --trace` share, and the experiment they describe.
+#include <boost/program_options.hpp>
+#include <memory>
+#include <string>
+
+#include "exec/experiment.hpp"
+#include "io/trace_replay.hpp"
+
+namespace duet::cli {
+
+struct TraceArgs {
+  std::string trace, trace_format = "auto", model = "llama-3.1-8b", gpu = "h100", cost_model = "auto";
+  std::string backend = "sim", load_format = "dummy", allocator = "paged";
+  int synthetic = 0, input_tokens = 512, output_tokens = 128;
+  double request_rate = 0, rate_scale = 1;
+  std::size_t max_requests = 0;
+  bool skip_too_long = false;
+  std::uint64_t seed = 0;
+  EngineConfig engine;
+  double gpu_memory_utilization = 0.9;
+  bool prefix_caching = true, chunked_prefill = true;
+  std::int32_t num_gpu_blocks_override = 0;
+};
+
+// Workload, engine and backend options (the caller adds its own output options).
+boost::program_options::options_description trace_options(TraceArgs& a, bool with_backend);
+
+// The trace, read or made (synthetic), and the experiment that replays it.
+struct TraceExperiment {
+  Trace trace;
+  ExperimentSpec spec;
+  TraceReplayOptions replay;
+};
+TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir, const std::string& command_line);
+
+}  // namespace duet::cli

@@ -1,0 +1,60 @@
+#pragma once
+// An experiment without Lua: the engines of one GPU, the backend they run on and how the device is
+// shared, run to completion over a workload. `duet run` (through the Lua bindings, which only
+// translate tables into this), `duet simulate`, `duet bench sim-trace` and `duet validate` all
+// run experiments through run_experiment.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gpu_spec.hpp"
+#include "core/memory_plan.hpp"
+#include "core/runtime.hpp"
+#include "exec/backend.hpp"
+#include "io/hdf5_run.hpp"
+
+namespace duet {
+
+struct EngineSetup {
+  EngineConfig config;
+  std::string cost_model = "auto";   // sim: auto, roofline or profile:PATH
+  std::string load_format = "dummy"; // real engines
+  SchedulerPolicy policy;
+};
+
+struct ExperimentSpec {
+  GpuSpec gpu;
+  std::string backend = "sim";
+  std::vector<EngineSetup> engines;
+  Arbiter arbiter;
+  std::string arbiter_name = "alternate";  // for the record
+  std::uint64_t seed = 0;                  // dummy weights
+  std::string source_dir = ".";            // the repository (tokenizer, models)
+  std::string profile_dir;                 // committed profiles (source_dir/profiles); empty: none
+  std::string cost_device;                 // sim: whose profiles to use (empty: the simulated GPU's)
+  std::string command_line;
+};
+
+// The vocabulary of each engine, before anything is built (a workload needs them to exist).
+std::vector<Vocabulary> vocabularies(const ExperimentSpec& spec);
+
+struct ExperimentOutcome {
+  MemoryPlan plan;
+  RunSummary summary;
+  std::vector<EngineRecords> records;
+  RunMetadata metadata;               // the configuration, the backend and each engine's cost model
+  std::vector<std::string> cost_models;  // per engine: what priced or ran it
+  std::vector<std::string> warnings;     // e.g. a profile extrapolated
+};
+
+struct ExperimentHooks {
+  // Called with the runtime before the run (progress callbacks, extra set-up).
+  std::function<void(Runtime&)> before_run;
+};
+
+// Builds the engines from the memory plan, runs `workload` to completion on the backend's clock,
+// and returns what the run recorded.
+ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload, const ExperimentHooks& hooks = {});
+
+}  // namespace duet

@@ -1,0 +1,280 @@
+#include "exec/profiler.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "sim/profiles.hpp"
+
+#ifndef DUET_GIT_REVISION
+#define DUET_GIT_REVISION "unknown"
+#endif
+
+namespace duet {
+
+namespace {
+
+// 1, 2, 4, ... up to and including `max`.
+std::vector<int> doubling(int from, int max) {
+  std::vector<int> v;
+  for (int x = from; x < max; x *= 2) v.push_back(x);
+  v.push_back(max);
+  return v;
+}
+
+GridPoint single(const std::string& regime, int context, int tokens, Want want, int score_every = 0) {
+  return {regime, {{context, tokens, want, score_every}}, 0};
+}
+
+}  // namespace
+
+std::vector<GridPoint> profile_grid(const ProfileLimits& l) {
+  if (l.max_num_seqs < 1 || l.max_num_batched_tokens < 1 || l.max_model_len < 2 || l.block_size < 1 || l.repeats < 1)
+    throw Error("profile: max_num_seqs, max_num_batched_tokens, max_model_len, block_size and repeats must be positive");
+  std::vector<GridPoint> grid;
+  const int max_chunk = std::min(l.max_num_batched_tokens, l.max_model_len - 1);
+  const std::vector<int> contexts = {0, l.max_model_len / 4, l.max_model_len / 2, l.max_model_len - max_chunk};
+  // Prefill: chunk sizes at cached contexts; a sample at the chunk's end (the common case).
+  for (int n : doubling(1, max_chunk))
+    for (int c : contexts)
+      if (c + n <= l.max_model_len && (c == 0 || n >= 4)) grid.push_back(single("prefill", c, n, Want::Sample));
+  // Chunks that want nothing (a long prompt's middle) and PRM chunks that score every 16th token:
+  // they pull the LM head's rows apart from the chunk's tokens.
+  for (int n : doubling(16, max_chunk)) {
+    grid.push_back(single("prefill", 0, n, Want::Nothing));
+    grid.push_back(single("prefill", 0, n, Want::Score, 16));
+    grid.push_back(single("prefill", 0, n, Want::Score, 4));
+  }
+  // Several chunks in one batch: per-item costs.
+  for (int k : {4, 16})
+    for (int n : doubling(64, max_chunk)) {
+      if (n / k < 1 || k > l.max_num_seqs) continue;
+      GridPoint p{"prefill", {}, 0};
+      for (int i = 0; i < k; ++i) p.items.push_back({l.max_model_len / 8, n / k, Want::Sample, 0});
+      grid.push_back(p);
+    }
+  // Decode: batch sizes at contexts.
+  for (int b : doubling(1, l.max_num_seqs))
+    for (int c : doubling(16, l.max_model_len - 1)) {
+      if (c < 16 || (c != 16 && c < 128 && c != l.max_model_len - 1)) continue;
+      GridPoint p{"decode", {}, 0};
+      for (int i = 0; i < b; ++i) p.items.push_back({c, 1, Want::Sample, 0});
+      grid.push_back(p);
+    }
+  // Mixed: one chunk with decodes.
+  for (int n : {std::min(64, max_chunk), std::max(1, max_chunk / 4), max_chunk})
+    for (int b : {std::min(4, l.max_num_seqs), std::max(1, l.max_num_seqs / 2)}) {
+      GridPoint p{"mixed", {{0, std::max(1, n - b), Want::Sample, 0}}, 0};
+      for (int i = 0; i < b; ++i) p.items.push_back({std::min(512, l.max_model_len - 1), 1, Want::Sample, 0});
+      grid.push_back(p);
+    }
+  // Copy-on-write: a fork's partial last block is copied before the step.
+  for (int copies : {1, 8, 32}) {
+    GridPoint p{"copies", {}, copies};
+    for (int i = 0; i < std::min(8, l.max_num_seqs); ++i) p.items.push_back({std::min(256, l.max_model_len - 1), 1, Want::Sample, 0});
+    grid.push_back(p);
+  }
+  return grid;
+}
+
+namespace {
+
+// The sequences and batch of one grid point, over blocks [first, first + needed) of the pool
+// (wrapping around when the pool is smaller: the timing then shares some blocks).
+struct DesignedBatch {
+  std::vector<Sequence> seqs;
+  Batch batch;
+};
+
+DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int vocab, std::uint64_t salt) {
+  DesignedBatch d;
+  d.seqs.resize(p.items.size());
+  BlockId next = 0;
+  for (std::size_t i = 0; i < p.items.size(); ++i) {
+    const GridItem& g = p.items[i];
+    Sequence& s = d.seqs[i];
+    s.id = SeqId(i + 1);
+    s.kind = g.want == Want::Score ? SeqKind::Score : SeqKind::Generate;
+    const int end = g.context + g.new_tokens;
+    for (int t = 0; t < end; ++t)
+      s.tokens.push_back(TokenId((std::uint64_t(t) * 2654435761u + i * 40503u + salt) % std::uint64_t(vocab)));
+    s.num_prompt_tokens = g.want == Want::Score ? end : std::max(end - (g.new_tokens == 1 && g.context > 0), 1);
+    if (g.want == Want::Score)
+      for (int pos = g.context + g.score_every - 1; pos < end; pos += g.score_every) s.score_positions.push_back(pos);
+    s.sampling.max_tokens = 1 << 20;
+    s.sampling.ignore_eos = true;
+    const int blocks = (end + block_size - 1) / block_size;
+    for (int b = 0; b < blocks; ++b) s.kv.blocks.push_back(BlockId(next++ % num_blocks));
+    s.kv.num_slots = blocks * block_size;
+    BatchItem it;
+    it.seq = &s;
+    it.context_len = g.context;
+    it.num_new_tokens = g.new_tokens;
+    it.want = g.want;
+    it.is_decode = g.new_tokens == 1 && g.context > 0;
+    d.batch.items.push_back(it);
+    (it.is_decode ? d.batch.num_decode_tokens : d.batch.num_prefill_tokens) += g.new_tokens;
+  }
+  for (int c = 0; c < p.copies; ++c)
+    d.batch.copies.push_back({BlockId((next + 2 * c) % num_blocks), BlockId((next + 2 * c + 1) % num_blocks)});
+  return d;
+}
+
+// An executor that does nothing: the engine around it is what the host measurement times.
+class NullExecutor final : public Executor {
+ public:
+  StepResult execute(const Batch& batch) override {
+    StepResult r;
+    for (const BatchItem& it : batch.items) {
+      r.tokens.push_back(it.want == Want::Sample ? TokenId(7) : kNoToken);
+      r.scores.resize(r.scores.size() + positions_to_score(it).size(), 0.5f);
+    }
+    return r;
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Host time of the engine's step for the point's shape: core's Engine (scheduler, KV manager,
+// postprocessing) over a NullExecutor, on sequences brought to the point's state first. Decode
+// items are running sequences with their context computed; prefill items arrive in this step.
+double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::uint64_t salt) {
+  EngineConfig c = base;
+  c.max_num_seqs = int(p.items.size());
+  int tokens = 0;
+  for (const GridItem& g : p.items) tokens += g.new_tokens;
+  c.max_num_batched_tokens = std::max(tokens, 1);
+  c.max_model_len = 1 << 30;
+  // Metadata only (the NullExecutor holds no KV): a pool that never preempts the point's batch.
+  EngineMemory memory;
+  memory.num_blocks = 16;
+  for (const GridItem& g : p.items) memory.num_blocks += (g.context + g.new_tokens + 1) / c.block_size + 2;
+  NullExecutor null;
+  Engine engine = assemble_engine(c, memory, 0, null);
+  // Running decodes first: their prompts are prefilled in untimed steps with a larger budget.
+  std::vector<std::size_t> decodes, prefills;
+  for (std::size_t i = 0; i < p.items.size(); ++i) (p.items[i].new_tokens == 1 && p.items[i].context > 0 ? decodes : prefills).push_back(i);
+  SeqId id = 1;
+  for (std::size_t i : decodes) {
+    Sequence s;
+    s.id = id++;
+    for (int t = 0; t < p.items[i].context; ++t) s.tokens.push_back(TokenId((t * 7919 + i * 131 + salt) % std::uint64_t(vocab)));
+    s.num_prompt_tokens = p.items[i].context;
+    s.sampling.max_tokens = 1 << 20;
+    s.sampling.ignore_eos = true;
+    engine.add(std::move(s), 0);
+  }
+  // Chunked prefill of the decodes' prompts, untimed, until every one is decoding.
+  for (int guard = 0; guard < 1 << 20; ++guard) {
+    bool all_decoding = true;
+    for (SeqId s = 1; s < id; ++s) all_decoding = all_decoding && engine.find(s)->num_computed_tokens >= engine.find(s)->num_prompt_tokens;
+    if (all_decoding) break;
+    engine.step(0);
+  }
+  for (std::size_t i : prefills) {
+    const GridItem& g = p.items[i];
+    Sequence s;
+    s.id = id++;
+    s.kind = g.want == Want::Score ? SeqKind::Score : SeqKind::Generate;
+    for (int t = 0; t < g.context + g.new_tokens; ++t)
+      s.tokens.push_back(TokenId((t * 104729 + i * 7 + salt) % std::uint64_t(vocab)));
+    s.num_prompt_tokens = int(s.tokens.size());
+    if (g.want == Want::Score)
+      for (int pos = g.score_every - 1; pos < s.num_prompt_tokens; pos += g.score_every) s.score_positions.push_back(pos);
+    s.sampling.max_tokens = 1 << 20;
+    s.sampling.ignore_eos = true;
+    engine.add(std::move(s), 0);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.step(0);
+  return seconds_since(t0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+nlohmann::json grid_json(const ProfileLimits& l, std::size_t points) {
+  return {{"max_num_seqs", l.max_num_seqs},
+          {"max_num_batched_tokens", l.max_num_batched_tokens},
+          {"max_model_len", l.max_model_len},
+          {"block_size", l.block_size},
+          {"repeats", l.repeats},
+          {"points", points}};
+}
+
+}  // namespace
+
+ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, const EngineConfig& config,
+                          const ProfileLimits& limits, const std::function<void(std::size_t, std::size_t)>& progress) {
+  if (!is_real_backend(backend.name))
+    throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
+  const auto wall0 = std::chrono::steady_clock::now();
+  const std::vector<GridPoint> grid = profile_grid(limits);
+  // A pool for the largest decode batch at the longest context, capped at 8192 blocks (the CPU
+  // engine holds float32 KV in host memory); larger batches reuse blocks.
+  const std::int64_t want = std::int64_t(limits.max_num_seqs) * ((limits.max_model_len + limits.block_size - 1) /
+                                                                  limits.block_size + 1);
+  EngineConfig c = config;
+  c.block_size = limits.block_size;
+  c.max_num_seqs = limits.max_num_seqs;
+  c.max_num_batched_tokens = limits.max_num_batched_tokens;
+  c.max_model_len = limits.max_model_len;
+  EngineMemory memory;
+  memory.num_blocks = int(std::min<std::int64_t>(want, 8192));
+  std::unique_ptr<BuiltEngine> built = make_engine(backend, gpu, c, memory, 0);
+  Executor& executor = built->executor();
+  const int vocab = c.model.vocab_size;
+
+  ProfileResult out;
+  std::vector<MeasuredStep> rows;
+  for (std::size_t k = 0; k < grid.size(); ++k) {
+    MeasuredPoint m;
+    m.point = grid[k];
+    DesignedBatch d = design(grid[k], c.block_size, memory.num_blocks, vocab, k * 7);
+    m.shape = shape_of(d.batch);
+    executor.execute(d.batch);  // warm-up: caches, lazily sized buffers, CUDA graphs
+    for (int r = 0; r < limits.repeats; ++r) {
+      m.device_s.push_back(executor.execute(d.batch).duration_s);
+      m.host_s.push_back(host_time(grid[k], c, vocab, k * 7 + std::uint64_t(r)));
+    }
+    m.device_median = median(m.device_s);
+    m.device_min = *std::min_element(m.device_s.begin(), m.device_s.end());
+    m.device_max = *std::max_element(m.device_s.begin(), m.device_s.end());
+    m.host_median = median(m.host_s);
+    rows.push_back({m.shape, m.device_median, m.host_median});
+    out.points.push_back(std::move(m));
+    if (progress) progress(k + 1, grid.size());
+  }
+  out.profile = fit_profile(rows);
+  out.profile.model = c.model.name;
+  out.profile.model_shape = model_shape(c.model);
+  out.profile.device = device_key(backend.name, gpu);
+  out.profile.device_name = device_name(backend.name);
+  out.profile.backend = backend.name;
+  out.profile.created_utc = utc_now();
+  out.profile.git_revision = DUET_GIT_REVISION;
+  out.profile.source = "duet profile --backend " + backend.name + " (" + std::to_string(grid.size()) + " points x " +
+                       std::to_string(limits.repeats) + " repeats)";
+  out.profile.grid_json = grid_json(limits, grid.size()).dump();
+  out.wall_s = seconds_since(wall0);
+  return out;
+}
+
+}  // namespace duet

@@ -1,0 +1,162 @@
+#include "exec/validation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.hpp"
+
+namespace duet {
+
+namespace {
+
+// The columns that say what a step did, as opposed to how long it took.
+struct Column {
+  const char* name;
+  double (*get)(const StepRecord&);
+};
+constexpr Column kBatchColumns[] = {
+    {"prefill_tokens", [](const StepRecord& r) { return double(r.prefill_tokens); }},
+    {"decode_tokens", [](const StepRecord& r) { return double(r.decode_tokens); }},
+    {"num_seqs", [](const StepRecord& r) { return double(r.num_seqs); }},
+    {"decode_context_tokens", [](const StepRecord& r) { return double(r.decode_context_tokens); }},
+    {"logit_rows", [](const StepRecord& r) { return double(r.logit_rows); }},
+    {"kv_blocks_used", [](const StepRecord& r) { return double(r.kv_blocks_used); }},
+    {"prefix_hit_tokens", [](const StepRecord& r) { return double(r.prefix_hit_tokens); }},
+    {"cow_copies", [](const StepRecord& r) { return double(r.cow_copies); }},
+    {"preemptions", [](const StepRecord& r) { return double(r.preemptions); }},
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, std::size_t(q * double(v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+void check_identical_batches(const std::vector<EngineRecords>& predicted, const std::vector<EngineRecords>& measured) {
+  if (predicted.size() != measured.size()) throw Error("validate: the runs have different engines");
+  for (std::size_t e = 0; e < predicted.size(); ++e) {
+    const auto& a = predicted[e].steps;
+    const auto& b = measured[e].steps;
+    const std::string& name = predicted[e].name;
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i)
+      for (const Column& c : kBatchColumns)
+        if (c.get(a[i]) != c.get(b[i]))
+          throw Error("validate: the token streams differ between the simulator and the real engine: engine '" + name +
+                      "' step " + std::to_string(i + 1) + " has " + c.name + " " + std::to_string(c.get(a[i])) +
+                      " predicted, " + std::to_string(c.get(b[i])) +
+                      " measured (force output lengths and scores in the workload, and use a time-independent arbiter)");
+    if (a.size() != b.size())
+      throw Error("validate: the token streams differ between the simulator and the real engine: engine '" + name +
+                  "' ran " + std::to_string(a.size()) + " steps predicted, " + std::to_string(b.size()) + " measured");
+  }
+}
+
+double relative_error(double predicted, double measured) {
+  if (measured == 0) return predicted == 0 ? 0.0 : INFINITY;
+  return predicted / measured - 1.0;
+}
+
+ValidationPoint compare_runs(const std::string& label, const std::string& unit, double items,
+                             const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
+                             bool batches_identical) {
+  ValidationPoint p;
+  p.label = label;
+  p.unit = unit;
+  p.items = items;
+  p.batches_identical = batches_identical;
+  p.predicted_makespan_s = predicted.summary.makespan_s;
+  p.measured_makespan_s = measured.summary.makespan_s;
+  p.predicted_throughput = p.predicted_makespan_s > 0 ? items / p.predicted_makespan_s : 0;
+  p.measured_throughput = p.measured_makespan_s > 0 ? items / p.measured_makespan_s : 0;
+  p.throughput_error = relative_error(p.predicted_throughput, p.measured_throughput);
+  double covered = 0;
+  for (std::size_t e = 0; e < measured.records.size(); ++e) {
+    const EngineRecords& m = measured.records[e];
+    const EngineRecords& s = predicted.records.at(e);
+    const EngineSummary& ms = measured.summary.engines.at(e);
+    const EngineSummary& ps = predicted.summary.engines.at(e);
+    EngineComparison c;
+    c.name = m.name;
+    c.predicted_busy_s = ps.busy_s;
+    c.measured_busy_s = ms.busy_s;
+    covered += ms.busy_s;
+    c.predicted_ttft = ps.ttft_s, c.measured_ttft = ms.ttft_s;
+    c.predicted_tpot = ps.tpot_s, c.measured_tpot = ms.tpot_s;
+    c.predicted_e2e = ps.e2e_s, c.measured_e2e = ms.e2e_s;
+    if (batches_identical) {
+      std::vector<double> err;
+      for (std::size_t i = 0; i < std::min(m.steps.size(), s.steps.size()); ++i)
+        err.push_back(relative_error(s.steps[i].duration_s + s.steps[i].host_s,
+                                     m.steps[i].duration_s + m.steps[i].host_s));
+      c.steps = err.size();
+      c.step_error_median = quantile(err, 0.5);
+      c.step_error_p10 = quantile(err, 0.1);
+      c.step_error_p90 = quantile(err, 0.9);
+      for (double x : err) c.step_error_max_abs = std::max(c.step_error_max_abs, std::abs(x));
+    }
+    p.engines.push_back(c);
+  }
+  p.measured_outside_steps_s = std::max(0.0, p.measured_makespan_s - covered);
+  return p;
+}
+
+void write_validation(RunFileWriter& file, const std::string& group, const ValidationPoint& p,
+                      const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
+                      const std::vector<ProblemRecord>* predicted_problems,
+                      const std::vector<ProblemRecord>* measured_problems) {
+  RunMetadata a;
+  a.text.emplace_back("validation.label", p.label);
+  a.text.emplace_back("validation.unit", p.unit);
+  a.numbers.emplace_back("validation.items", p.items);
+  a.numbers.emplace_back("validation.predicted_makespan_s", p.predicted_makespan_s);
+  a.numbers.emplace_back("validation.measured_makespan_s", p.measured_makespan_s);
+  a.numbers.emplace_back("validation.predicted_throughput", p.predicted_throughput);
+  a.numbers.emplace_back("validation.measured_throughput", p.measured_throughput);
+  a.numbers.emplace_back("validation.throughput_error", p.throughput_error);
+  a.numbers.emplace_back("validation.measured_outside_steps_s", p.measured_outside_steps_s);
+  a.numbers.emplace_back("validation.batches_identical", p.batches_identical ? 1.0 : 0.0);
+  for (const EngineComparison& c : p.engines) {
+    const std::string k = "validation." + c.name + ".";
+    a.numbers.emplace_back(k + "predicted_busy_s", c.predicted_busy_s);
+    a.numbers.emplace_back(k + "measured_busy_s", c.measured_busy_s);
+    a.numbers.emplace_back(k + "busy_error", relative_error(c.predicted_busy_s, c.measured_busy_s));
+    a.numbers.emplace_back(k + "steps", double(c.steps));
+    a.numbers.emplace_back(k + "step_error_p10", c.step_error_p10);
+    a.numbers.emplace_back(k + "step_error_median", c.step_error_median);
+    a.numbers.emplace_back(k + "step_error_p90", c.step_error_p90);
+    a.numbers.emplace_back(k + "step_error_max_abs", c.step_error_max_abs);
+    a.numbers.emplace_back(k + "ttft_p50_error", relative_error(c.predicted_ttft.p50, c.measured_ttft.p50));
+    a.numbers.emplace_back(k + "ttft_p90_error", relative_error(c.predicted_ttft.p90, c.measured_ttft.p90));
+    a.numbers.emplace_back(k + "tpot_p50_error", relative_error(c.predicted_tpot.p50, c.measured_tpot.p50));
+    a.numbers.emplace_back(k + "e2e_p50_error", relative_error(c.predicted_e2e.p50, c.measured_e2e.p50));
+  }
+  file.write_attributes(group, a);
+  file.write_run(group + "/predicted", predicted.metadata, predicted.records, predicted.summary, predicted_problems);
+  file.write_run(group + "/measured", measured.metadata, measured.records, measured.summary, measured_problems);
+}
+
+double print_validation_table(const std::vector<ValidationPoint>& points, std::FILE* out) {
+  std::fprintf(out, "%-36s %12s %12s %9s %11s %10s\n", "point", "predicted", "measured", "error", "step err", "outside");
+  std::vector<double> abs_err;
+  for (const ValidationPoint& p : points) {
+    double step = 0;
+    for (const EngineComparison& c : p.engines) step = std::max(step, std::abs(c.step_error_median));
+    char step_text[32] = "-";
+    if (p.batches_identical) std::snprintf(step_text, sizeof step_text, "%.1f%%", 100 * step);
+    std::fprintf(out, "%-36s %12.4g %12.4g %+8.1f%% %11s %9.1f%%   %s\n", p.label.substr(0, 36).c_str(),
+                 p.predicted_throughput, p.measured_throughput, 100 * p.throughput_error, step_text,
+                 p.measured_makespan_s > 0 ? 100 * p.measured_outside_steps_s / p.measured_makespan_s : 0.0,
+                 p.unit.c_str());
+    abs_err.push_back(std::abs(p.throughput_error));
+  }
+  const double med = quantile(abs_err, 0.5);
+  const double max = abs_err.empty() ? 0 : *std::max_element(abs_err.begin(), abs_err.end());
+  std::fprintf(out, "%zu points: median |error| %.1f%%, max |error| %.1f%%\n", points.size(), 100 * med, 100 * max);
+  return max;
+}
+
+}  // namespace duet

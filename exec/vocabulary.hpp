@@ -1,0 +1,25 @@
+#pragma once
+// The token ids an engine's workload and executor must agree on: the reasoning-step separator,
+// the end of a turn, and the PRM's "+"/"-" labels. One per engine, from its model's vocabulary.
+#include <string>
+
+#include "core/model_spec.hpp"
+#include "core/types.hpp"
+
+namespace duet {
+
+struct Vocabulary {
+  std::string name;            // "llama-3" or "duet-math"
+  int vocab_size = 0;
+  TokenId step_id = kNoToken;  // "\n\n"
+  TokenId eos_id = kNoToken;   // the end of an assistant turn
+  TokenId prm_plus_id = kNoToken;
+  TokenId prm_minus_id = kNoToken;
+};
+
+// Llama 3's ids for its 128,256-token vocabulary; otherwise the repository's sentencepiece model
+// (workloads/data/tokenizer/duet-math.model under source_dir), whose ids must fit the model's
+// vocabulary. Anything else is an error naming the engine.
+Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, const std::string& engine);
+
+}  // namespace duet

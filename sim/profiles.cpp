@@ -1,0 +1,78 @@
+#include "sim/profiles.hpp"
+
+#include <cctype>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "sim/roofline.hpp"
+
+namespace duet {
+
+std::string slug(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c)) out += char(std::tolower(c));
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+std::string gpu_device_key(const GpuSpec& gpu) { return slug(gpu.name); }
+
+std::string profile_path(const std::string& profile_dir, const std::string& device, const ModelSpec& model) {
+  return profile_dir + "/" + device + "/" + slug(model.name) + ".json";
+}
+
+void check_profile(const CalibrationProfile& p, const ModelSpec& model, const std::string& device,
+                   const std::string& origin) {
+  const std::string shape = model_shape(model);
+  if (p.model_shape != shape)
+    throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" + model.name +
+                "' (" + shape + "); measure this one with `duet profile`");
+  if (p.device != device)
+    throw Error(origin + ": the profile was measured on device '" + p.device + "', not '" + device +
+                "'; measure this device with `duet profile`");
+}
+
+namespace {
+
+ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device) {
+  CalibrationProfile p = load_profile(path);
+  check_profile(p, model, device, path);
+  ChosenCostModel c;
+  c.kind = "profile";
+  c.reason = "profile " + path;
+  c.model = std::make_unique<CalibratedCostModel>(std::move(p));
+  return c;
+}
+
+}  // namespace
+
+ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
+                                  const std::string& device, const std::string& profile_dir) {
+  for (const char* prefix : {"profile:", "calibrated:"})
+    if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device);
+  if (name == "auto" && !profile_dir.empty()) {
+    const std::string path = profile_path(profile_dir, device, model);
+    if (std::filesystem::exists(path)) return from_profile(path, model, device);
+  }
+  if (name != "auto" && name != "roofline")
+    throw Error("unknown cost model '" + name + "' (valid: auto, roofline, profile:PROFILE.json)");
+  ChosenCostModel c;
+  c.kind = "roofline";
+  c.reason = name == "roofline" ? "roofline (forced)"
+                                : "roofline (no profile of " + model.name + " on " + device +
+                                      (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
+  c.model = std::make_unique<RooflineCostModel>(gpu, model);
+  return c;
+}
+
+std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model) {
+  for (const char* prefix : {"profile:", "calibrated:"})
+    if (name.rfind(prefix, 0) == 0)
+      return std::make_unique<CalibratedCostModel>(load_profile(name.substr(std::string(prefix).size())));
+  return choose_cost_model(name, gpu, model, gpu_device_key(gpu), "").model;
+}
+
+}  // namespace duet

@@ -1,0 +1,39 @@
+#pragma once
+// Which cost model prices an engine, most specific first: a measured profile of that model on that
+// device (committed under profiles/DEVICE/MODEL.json, from `duet profile`), else the roofline.
+// The choice is the caller's to print and record; a profile for another model or device is an
+// error, never a silent use.
+#include <memory>
+#include <string>
+
+#include "sim/calibrated.hpp"
+#include "sim/cost_model.hpp"
+
+namespace duet {
+
+// Lower-case letters and digits, runs of anything else as one '-': "H100-SXM" -> "h100-sxm".
+std::string slug(const std::string& text);
+// A simulated GPU's device key: its spec's name as a slug ("h100-sxm").
+std::string gpu_device_key(const GpuSpec& gpu);
+// Where the profile of `model` on `device` lives under `profile_dir`.
+std::string profile_path(const std::string& profile_dir, const std::string& device, const ModelSpec& model);
+
+// Throws when the profile was measured for another model shape or device.
+void check_profile(const CalibrationProfile& profile, const ModelSpec& model, const std::string& device,
+                   const std::string& origin);
+
+struct ChosenCostModel {
+  std::unique_ptr<CostModel> model;
+  std::string kind;     // "profile" or "roofline"
+  std::string reason;   // one line for the user: which and why
+};
+
+// name: "auto" (the profile under profile_dir if there is one, else the roofline), "roofline"
+// (forced), or "profile:PATH" ("calibrated:PATH" is the same).
+ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
+                                  const std::string& device, const std::string& profile_dir);
+
+// The roofline or an explicit profile without the device check (tests, benchmarks).
+std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model);
+
+}  // namespace duet

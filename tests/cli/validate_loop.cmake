@@ -1,0 +1,59 @@
+# profile -> validate (script and trace) -> the HDF5 layout, on the tiny model and the CPU engine.
+function(duet)
+  execute_process(COMMAND ${DUET} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("duet ${ARGV0}: ${out}${err}")
+  set(rc ${rc} PARENT_SCOPE)
+  set(out "${out}${err}" PARENT_SCOPE)
+endfunction()
+function(expect what)
+  if(NOT "${out}" MATCHES "${what}")
+    message(FATAL_ERROR "expected output matching '${what}'")
+  endif()
+endfunction()
+
+file(REMOVE_RECURSE ${OUT})
+file(MAKE_DIRECTORY ${OUT})
+duet(profile --backend cpu --model ${TINY} --out ${OUT}/tiny.json --max-num-seqs 8 --max-num-batched-tokens 128
+     --max-model-len 1024 --repeats 1)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "duet profile failed")
+endif()
+expect("wrote .*tiny.json and .*tiny.h5")
+
+duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json --max-error 0
+     --no-progress --out ${OUT}/beam.h5 -- --sweeps memory --problems 2 --concurrency 2 --iterations 3)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "duet validate (script) failed")
+endif()
+expect("3 points: median \\|error\\|")
+
+duet(validate --trace ${SRC}/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --backend cpu --model ${TINY}
+     --max-requests 3 --max-model-len 4096 --num-gpu-blocks-override 1024 --profile ${OUT}/tiny.json --max-error 0
+     --out ${OUT}/trace.h5)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "duet validate --trace failed")
+endif()
+expect("TTFT +p50")
+
+execute_process(COMMAND /usr/bin/python3 ${TESTS}/check_validate_h5.py ${OUT}/beam.h5 3 ${OUT}/trace.h5
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the validation files do not have the documented layout")
+endif()
+
+# Bad input: streams that differ, a profile of another model, a corrupt profile, an error limit.
+duet(validate ${TESTS}/data/unforced.lua --backend cpu --profile ${OUT}/tiny.json --out ${OUT}/bad.h5)
+expect("token streams differ between the simulator and the real engine: engine 'llm' (step|ran)")
+duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json --out ${OUT}/bad.h5
+     -- --model models/small-llama/config.json --sweeps memory --problems 1)
+expect("the profile is for model 'duet-tiny-llama'")
+file(WRITE ${OUT}/corrupt.json "{\"format\": \"duet-cost-profile/2\", \"device_terms\": [")
+duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/corrupt.json --out ${OUT}/bad.h5)
+expect("corrupt.json: not valid JSON")
+duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json --max-error 0.0000001
+     --no-progress --out ${OUT}/limit.h5 -- --sweeps memory --problems 1 --concurrency 1 --iterations 2)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "a point beyond --max-error must exit 1, got ${rc}")
+endif()
+expect("exceeds --max-error")

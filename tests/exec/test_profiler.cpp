@@ -1,0 +1,84 @@
+#include "exec/profiler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sim/profiles.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace duet {
+namespace {
+
+using test_support::contains;
+using test_support::error_of;
+
+ProfileLimits small_limits() {
+  ProfileLimits l;
+  l.max_num_seqs = 4;
+  l.max_num_batched_tokens = 32;
+  l.max_model_len = 128;
+  l.repeats = 1;
+  return l;
+}
+
+TEST(Profiler, TheGridCoversEveryRegimeWithinTheLimits) {
+  const ProfileLimits l = small_limits();
+  std::set<std::string> regimes;
+  bool cached = false, score = false, nothing = false;
+  for (const GridPoint& p : profile_grid(l)) {
+    regimes.insert(p.regime);
+    int tokens = 0, decodes = 0;
+    for (const GridItem& g : p.items) {
+      tokens += g.new_tokens;
+      decodes += g.new_tokens == 1 && g.context > 0;
+      EXPECT_LE(g.context + g.new_tokens, l.max_model_len);
+      cached = cached || (g.context > 0 && g.new_tokens > 1);
+      score = score || g.want == Want::Score;
+      nothing = nothing || g.want == Want::Nothing;
+    }
+    EXPECT_LE(decodes, l.max_num_seqs);
+    if (p.regime == "prefill") EXPECT_LE(tokens, l.max_num_batched_tokens);
+  }
+  EXPECT_EQ(regimes, (std::set<std::string>{"prefill", "decode", "mixed", "copies"}));
+  EXPECT_TRUE(cached && score && nothing);
+  EXPECT_TRUE(contains(error_of([] {
+                         ProfileLimits bad = small_limits();
+                         bad.repeats = 0;
+                         profile_grid(bad);
+                       }),
+                       "must be positive"));
+}
+
+TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
+  EngineConfig c;
+  c.model = resolve_model(std::string(DUET_SOURCE_DIR) + "/models/tiny-llama/config.json");
+  BackendOptions b;
+  b.name = "cpu";
+  b.source_dir = DUET_SOURCE_DIR;
+  std::size_t calls = 0;
+  const ProfileResult r = run_profile(b, gpu_by_name("h100"), c, small_limits(), [&](std::size_t, std::size_t) { ++calls; });
+  EXPECT_EQ(calls, r.points.size());
+  EXPECT_EQ(r.points.size(), profile_grid(small_limits()).size());
+  for (const MeasuredPoint& m : r.points) {
+    EXPECT_GT(m.device_median, 0);
+    EXPECT_GT(m.host_median, 0);
+    EXPECT_LE(m.device_min, m.device_median);
+  }
+  const CalibrationProfile& p = r.profile;
+  EXPECT_EQ(p.model, "duet-tiny-llama");
+  EXPECT_EQ(p.backend, "cpu");
+  EXPECT_EQ(p.device, device_key("cpu", gpu_by_name("h100")));
+  EXPECT_FALSE(p.created_utc.empty());
+  EXPECT_EQ(p.device_fit.rows, r.points.size());
+  EXPECT_TRUE(p.regimes.count("decode") && p.regimes.count("prefill") && p.regimes.count("mixed"));
+  EXPECT_NO_THROW(check_profile(p, c.model, p.device, "p"));
+  EXPECT_TRUE(contains(error_of([&] { check_profile(p, model_by_name("llama-3.2-1b"), p.device, "p"); }),
+                       "the profile is for model 'duet-tiny-llama'"));
+  b.name = "sim";
+  EXPECT_TRUE(contains(error_of([&] { run_profile(b, gpu_by_name("h100"), c, small_limits(), {}); }),
+                       "is not a real engine"));
+}
+
+}  // namespace
+}  // namespace duet
