@@ -53,7 +53,7 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
 }
 
 // A trace slice through the simulator (with the device's profile) and the real engine.
-int validate_trace(TraceArgs args, const std::string& profile, double max_error, const std::string& out,
+int validate_trace(TraceArgs args, const std::string& profile, int repeats, double max_error, const std::string& out,
                    const std::string& command_line) {
   if (!is_real_backend(args.backend)) throw Error("--backend must be a real engine (cpu or cuda) to validate against");
   TraceExperiment x = trace_experiment(args, source_dir(), command_line);
@@ -72,8 +72,12 @@ int validate_trace(TraceArgs args, const std::string& profile, double max_error,
   const ExperimentOutcome measured = run_experiment(x.spec, measured_replay);
   for (const std::string& w : predicted.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   // Arrivals meet different step boundaries on the two clocks: batches need not match.
-  const ValidationPoint p = compare_runs(std::filesystem::path(x.trace.source).filename().string(), "requests/s", double(measured_replay.finished()), predicted,
+  ValidationPoint p = compare_runs(std::filesystem::path(x.trace.source).filename().string(), "requests/s", double(measured_replay.finished()), predicted,
                                          measured, false);
+  for (int r = 1; r < repeats; ++r) {
+    TraceReplay again(x.trace, x.replay);
+    add_repeat(p, run_experiment(x.spec, again));
+  }
   RunFileWriter file(out);
   write_validation(file, point_group(0), p, predicted, measured);
   file.close();
@@ -88,6 +92,7 @@ int validate(int argc, char** argv) {
   TraceArgs trace;
   std::string profile, out;
   double max_error = 0.10;
+  int repeats = 1;
   po::options_description options(
       "duet validate SCRIPT.lua --backend cpu|cuda [options] [-- script arguments]\n"
       "duet validate --trace FILE --backend cpu|cuda --model M [trace options]\n"
@@ -99,6 +104,8 @@ int validate(int argc, char** argv) {
     ("profile", po::value(&profile), "the profile to predict with (default: profiles/DEVICE/MODEL.json)")
     ("max-error", po::value(&max_error)->default_value(0.10), "exit 1 when a point's |throughput error| exceeds this "
                                                               "(0: never)")
+    ("repeats", po::value(&repeats)->default_value(1), "real-engine runs per point; from 2, the table shows how far "
+                                                       "the real engine is from itself (noise)")
     ("out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")
     ("no-progress", "never draw progress bars")
     ("help,h", "this help");
@@ -116,12 +123,13 @@ int validate(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) command_line += std::string(" ") + argv[i];
   return run_command({"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
     if (max_error < 0) throw Error("--max-error must not be negative");
+    if (repeats < 1) throw Error("--repeats must be at least 1");
     if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
       throw Error("give a script or --trace FILE (or --synthetic N)");
     if (!is_real_backend(trace.backend)) throw Error("--backend must be a real engine (cpu or cuda) to validate against");
     if (opt.script.empty()) {
       if (out.empty()) out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() + ".validate.h5";
-      return validate_trace(trace, profile, max_error, out, command_line);
+      return validate_trace(trace, profile, repeats, max_error, out, command_line);
     }
     if (out.empty()) out = std::filesystem::path(opt.script).stem().string() + ".validate.h5";
     RunFileWriter file(out);
@@ -129,6 +137,7 @@ int validate(int argc, char** argv) {
     lua::ValidateMode mode;
     mode.backend = trace.backend;
     mode.profile = profile;
+    mode.repeats = repeats;
     mode.points = [&] { return points.size(); };
     mode.record = [&](const ValidationPoint& p, const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
                       const std::vector<ProblemRecord>& pp, const std::vector<ProblemRecord>& mp) {

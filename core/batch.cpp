@@ -26,6 +26,7 @@ BatchShape shape_of(const Batch& batch) {
       ++s.prefill_seqs;
       s.prefill_context_tokens += it.context_len;
       s.prefill_attention_keys += n * double(it.context_len) + n * (n + 1.0) / 2.0;
+      s.prefill_tokens_squared += n * n;
     }
     if (it.want == Want::Sample) s.logit_rows += 1;
     if (it.want == Want::Score) s.logit_rows += int(positions_to_score(it).size());

@@ -47,6 +47,7 @@ struct BatchShape {
   // Sum over prefill chunks of n*c + n*(n+1)/2 for n new tokens after c cached ones: the keys
   // that causal attention visits, so attention FLOPs = 4 * layers * heads * head_dim * this.
   double prefill_attention_keys = 0;
+  double prefill_tokens_squared = 0;        // sum over prefill chunks of n*n
 };
 
 BatchShape shape_of(const Batch& batch);

@@ -23,6 +23,7 @@ struct StepRecord {
   std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
   double prefill_attention_keys = 0;        // see BatchShape: the prefill attention work
   std::int64_t prefill_context_tokens = 0;  // KV tokens before the prefill chunks, summed
+  double prefill_tokens_squared = 0;        // sum over prefill chunks of n*n (see BatchShape)
   std::int32_t logit_rows = 0;              // LM-head rows: one per sample, one per scored position
   std::int32_t num_running = 0;        // after the step
   std::int32_t num_waiting = 0;        // after the step

@@ -232,6 +232,7 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   r.decode_context_tokens = shape.decode_context_tokens;
   r.prefill_attention_keys = shape.prefill_attention_keys;
   r.prefill_context_tokens = shape.prefill_context_tokens;
+  r.prefill_tokens_squared = shape.prefill_tokens_squared;
   r.logit_rows = shape.logit_rows;
   r.num_running = static_cast<std::int32_t>(engine.scheduler().num_running());
   r.num_waiting = static_cast<std::int32_t>(engine.scheduler().num_waiting());

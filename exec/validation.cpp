@@ -104,6 +104,12 @@ ValidationPoint compare_runs(const std::string& label, const std::string& unit, 
   return p;
 }
 
+void add_repeat(ValidationPoint& p, const ExperimentOutcome& repeat) {
+  const double t = repeat.summary.makespan_s > 0 ? p.items / repeat.summary.makespan_s : 0;
+  p.repeat_throughputs.push_back(t);
+  p.noise = std::max(p.noise, std::abs(relative_error(t, p.measured_throughput)));
+}
+
 void write_validation(RunFileWriter& file, const std::string& group, const ValidationPoint& p,
                       const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
                       const std::vector<ProblemRecord>* predicted_problems,
@@ -119,6 +125,9 @@ void write_validation(RunFileWriter& file, const std::string& group, const Valid
   a.numbers.emplace_back("validation.throughput_error", p.throughput_error);
   a.numbers.emplace_back("validation.measured_outside_steps_s", p.measured_outside_steps_s);
   a.numbers.emplace_back("validation.batches_identical", p.batches_identical ? 1.0 : 0.0);
+  a.numbers.emplace_back("validation.noise", p.noise);
+  for (std::size_t i = 0; i < p.repeat_throughputs.size(); ++i)
+    a.numbers.emplace_back("validation.repeat_throughput_" + std::to_string(i + 2), p.repeat_throughputs[i]);
   for (const EngineComparison& c : p.engines) {
     const std::string k = "validation." + c.name + ".";
     a.numbers.emplace_back(k + "predicted_busy_s", c.predicted_busy_s);
@@ -140,22 +149,32 @@ void write_validation(RunFileWriter& file, const std::string& group, const Valid
 }
 
 double print_validation_table(const std::vector<ValidationPoint>& points, std::FILE* out) {
-  std::fprintf(out, "%-36s %12s %12s %9s %11s %10s\n", "point", "predicted", "measured", "error", "step err", "outside");
+  std::fprintf(out, "%-36s %12s %12s %9s %8s %11s %10s\n", "point", "predicted", "measured", "error", "noise",
+               "step err", "outside");
   std::vector<double> abs_err;
   for (const ValidationPoint& p : points) {
     double step = 0;
     for (const EngineComparison& c : p.engines) step = std::max(step, std::abs(c.step_error_median));
     char step_text[32] = "-";
     if (p.batches_identical) std::snprintf(step_text, sizeof step_text, "%.1f%%", 100 * step);
-    std::fprintf(out, "%-36s %12.4g %12.4g %+8.1f%% %11s %9.1f%%   %s\n", p.label.substr(0, 36).c_str(),
-                 p.predicted_throughput, p.measured_throughput, 100 * p.throughput_error, step_text,
+    char noise_text[32] = "-";
+    if (!p.repeat_throughputs.empty()) std::snprintf(noise_text, sizeof noise_text, "%.1f%%", 100 * p.noise);
+    std::fprintf(out, "%-36s %12.4g %12.4g %+8.1f%% %8s %11s %9.1f%%   %s\n", p.label.substr(0, 36).c_str(),
+                 p.predicted_throughput, p.measured_throughput, 100 * p.throughput_error, noise_text, step_text,
                  p.measured_makespan_s > 0 ? 100 * p.measured_outside_steps_s / p.measured_makespan_s : 0.0,
                  p.unit.c_str());
     abs_err.push_back(std::abs(p.throughput_error));
   }
   const double med = quantile(abs_err, 0.5);
   const double max = abs_err.empty() ? 0 : *std::max_element(abs_err.begin(), abs_err.end());
-  std::fprintf(out, "%zu points: median |error| %.1f%%, max |error| %.1f%%\n", points.size(), 100 * med, 100 * max);
+  std::fprintf(out, "%zu points: median |error| %.1f%%, max |error| %.1f%%", points.size(), 100 * med, 100 * max);
+  std::vector<double> noise;
+  for (const ValidationPoint& p : points)
+    if (!p.repeat_throughputs.empty()) noise.push_back(p.noise);
+  if (!noise.empty())
+    std::fprintf(out, "; the real engine against itself: median %.1f%%, max %.1f%%", 100 * quantile(noise, 0.5),
+                 100 * *std::max_element(noise.begin(), noise.end()));
+  std::fprintf(out, "\n");
   return max;
 }
 

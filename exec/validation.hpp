@@ -39,7 +39,14 @@ struct ValidationPoint {
   double measured_outside_steps_s = 0;
   bool batches_identical = false;
   std::vector<EngineComparison> engines;
+  // The real engine against itself: the throughputs of further measured runs of the same point, and
+  // the largest |repeat / first - 1| (0 with one run). The part of the error noise explains.
+  std::vector<double> repeat_throughputs;
+  double noise = 0;
 };
+
+// Adds a further measured run of the same point to `point` (its throughput and the noise).
+void add_repeat(ValidationPoint& point, const ExperimentOutcome& repeat);
 
 ValidationPoint compare_runs(const std::string& label, const std::string& unit, double items,
                              const ExperimentOutcome& predicted, const ExperimentOutcome& measured,

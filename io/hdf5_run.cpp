@@ -145,6 +145,7 @@ constexpr std::array kStepFields{
     DUET_FIELD(StepRecord, decode_context_tokens, "tokens"),
     DUET_FIELD(StepRecord, prefill_attention_keys, "count"),
     DUET_FIELD(StepRecord, prefill_context_tokens, "tokens"),
+    DUET_FIELD(StepRecord, prefill_tokens_squared, "tokens^2"),
     DUET_FIELD(StepRecord, logit_rows, "rows"),
     DUET_FIELD(StepRecord, num_running, "count"),
     DUET_FIELD(StepRecord, num_waiting, "count"),

@@ -22,8 +22,9 @@ constexpr double kExtrapolationMargin = 1.10;
 
 const std::array<const char*, kNumDeviceFeatures>& device_feature_names() {
   static constexpr std::array<const char*, kNumDeviceFeatures> names = {
-      "constant",       "prefill_tokens",        "decode_tokens",          "prefill_seqs",           "logit_rows",
-      "decode_context_tokens", "prefill_attention_keys", "prefill_context_tokens", "copies"};
+      "constant",      "batched_tokens",        "batched_logits",         "prefill_tokens",
+      "decode_tokens", "prefill_seqs",          "logit_rows",             "decode_context_tokens",
+      "prefill_attention_keys", "prefill_tokens_squared", "prefill_context_tokens", "copies"};
   return names;
 }
 
@@ -35,12 +36,15 @@ const std::array<const char*, kNumHostFeatures>& host_feature_names() {
 
 DeviceFeatures device_features(const BatchShape& s) {
   return {1.0,
+          s.prefill_tokens + s.decode_tokens >= 2 ? 1.0 : 0.0,
+          s.logit_rows >= 2 ? 1.0 : 0.0,
           double(s.prefill_tokens),
           double(s.decode_tokens),
           double(s.prefill_seqs),
           double(s.logit_rows),
           double(s.decode_context_tokens),
           s.prefill_attention_keys,
+          s.prefill_tokens_squared,
           double(s.prefill_context_tokens),
           double(s.copies)};
 }
@@ -60,6 +64,7 @@ BatchShape shape_of(const StepRecord& r) {
   s.decode_context_tokens = r.decode_context_tokens;
   s.prefill_context_tokens = r.prefill_context_tokens;
   s.prefill_attention_keys = r.prefill_attention_keys;
+  s.prefill_tokens_squared = r.prefill_tokens_squared;
   return s;
 }
 
@@ -238,6 +243,7 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
       {"decode_context_tokens", [](BatchShape& s, double v) { s.decode_context_tokens = std::int64_t(v); }},
       {"prefill_attention_keys", [](BatchShape& s, double v) { s.prefill_attention_keys = v; }},
       {"prefill_context_tokens", [](BatchShape& s, double v) { s.prefill_context_tokens = std::int64_t(v); }},
+      {"prefill_tokens_squared", [](BatchShape& s, double v) { s.prefill_tokens_squared = v; }},
       {"copies", [](BatchShape& s, double v) { s.copies = int(v); }},
   };
   std::vector<std::pair<std::size_t, void (*)(BatchShape&, double)>> used;
@@ -391,7 +397,7 @@ CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile) : profile_(
 StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
   const DeviceFeatures d = device_features(shape);
   ++steps_;
-  for (std::size_t i = 1; i < kNumDeviceFeatures; ++i)
+  for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)  // past the constant and the 0/1 switches
     if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
   // A step always takes some time, even where a fit of non-negative terms has no term for it.
   return {std::max(dot(profile_.device_coefficients, d), 1e-7),

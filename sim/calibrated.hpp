@@ -3,13 +3,18 @@
 // with `duet fit`). A step is priced as two linear models over the batch's shape:
 //
 //   device_s = sum_i device_coefficient_i * device_feature_i
-//     constant                 s per step: launches, the LM head's weight read, fixed work
+//     constant                 s per step: launches, the weights' read by a one-row step, fixed work
+//     batched_tokens           1 when the step has 2 or more token rows: BLAS libraries switch from
+//                              matrix-vector kernels to GEMMs (packing on CPUs, other kernels on GPUs)
+//     batched_logits           the same switch for the LM head (2 or more logit rows)
 //     prefill_tokens           s per prompt token: every GEMM of every layer
 //     decode_tokens            s per decode token: the same GEMMs, batched with other decodes
 //     prefill_seqs             s per prefill chunk: per-item attention set-up, gathers
 //     logit_rows               s per LM-head row (a sample, or a scored position of a PRM)
 //     decode_context_tokens    s per KV token that decode attention reads
 //     prefill_attention_keys   s per (query, key) pair of causal prefill attention
+//     prefill_tokens_squared   s per n*n of a chunk of n tokens: attention that computes the whole
+//                              square and masks it (the CPU reference), or tile waste on a GPU
 //     prefill_context_tokens   s per cached KV token a prefill chunk reads
 //     copies                   s per copy-on-write block copy
 //   host_s = sum_j host_coefficient_j * host_feature_j
@@ -37,7 +42,7 @@
 
 namespace duet {
 
-inline constexpr std::size_t kNumDeviceFeatures = 9;
+inline constexpr std::size_t kNumDeviceFeatures = 12;
 inline constexpr std::size_t kNumHostFeatures = 3;
 using DeviceFeatures = std::array<double, kNumDeviceFeatures>;
 using HostFeatures = std::array<double, kNumHostFeatures>;

@@ -389,8 +389,13 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
   LuaRun measured = run_once(L, index, ex, real);
   check_identical_batches(predicted.outcome.records, measured.outcome.records);
   const std::string label = ex.label.empty() ? "run " + std::to_string(v.points() + 1) : ex.label;
-  const ValidationPoint point = compare_runs(label, "problems/s", double(measured.problems.size()), predicted.outcome,
-                                             measured.outcome, true);
+  ValidationPoint point = compare_runs(label, "problems/s", double(measured.problems.size()), predicted.outcome,
+                                       measured.outcome, true);
+  for (int r = 1; r < v.repeats; ++r) {
+    const LuaRun again = run_once(L, index, ex, real);
+    check_identical_batches(measured.outcome.records, again.outcome.records);
+    add_repeat(point, again.outcome);
+  }
   v.record(point, predicted.outcome, measured.outcome, predicted.problems, measured.problems);
   return result_of(ex, d, std::move(measured));
 }

@@ -29,6 +29,7 @@ struct ExperimentResult {
 struct ValidateMode {
   std::string backend;   // the real backend: cpu or cuda
   std::string profile;   // the profile to predict with; empty: the committed one for the device
+  int repeats = 1;       // real-engine runs per point: the later ones measure the noise
   // Receives each compared point with both runs (for the HDF5 file and the table).
   std::function<void(const ValidationPoint&, const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
                      const std::vector<ProblemRecord>& predicted_problems,

@@ -2,15 +2,15 @@
 -- CPU backend) over sweeps that `duet profile`'s synthetic grid never saw. Run it with
 --   duet validate scripts/validation/beam_cpu.lua --backend cpu [-- --model models/small-llama/config.json]
 -- Two sweeps:
---   memory   the split of a fixed pool between the two engines (blocks), small enough that the PRM
---            evicts and the generator preempts at the low end
+--   memory   the split of a pool of 768 blocks between the two engines: at 0.25 the generator
+--            preempts (16 times) and evicts, at 0.5 both evict, at 0.75 the PRM evicts (254 blocks)
 --   batching max_num_seqs x max_num_batched_tokens, 3 x 3
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
 local args = duet.args{model = "models/tiny-llama/config.json", problems = 6, concurrency = 6, n = 4, beam_width = 2,
-                       iterations = 6, pool = 1024, sweeps = "memory,batching", seed = 0}
+                       iterations = 6, pool = 768, sweeps = "memory,batching", seed = 0}
 local problems = math500.load{limit = args.problems}
 
 local function config(label, llm_blocks, prm_blocks, seqs, tokens)
@@ -26,7 +26,7 @@ local function config(label, llm_blocks, prm_blocks, seqs, tokens)
 end
 
 if args.sweeps:find("memory") then
-  duet.sweep{label = "memory", grid = {llm_share = {0.25, 0.5, 0.75}},
+  duet.sweep{label = "memory", grid = {llm_share = {0.25, 0.4, 0.5, 0.75}},
              run = function(p)
                local llm = math.floor(args.pool * p.llm_share)
                return config(string.format("memory llm_share=%.2f", p.llm_share), llm, args.pool - llm, 64, 512)

@@ -25,7 +25,7 @@ duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${O
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "duet validate (script) failed")
 endif()
-expect("3 points: median \\|error\\|")
+expect("4 points: median \\|error\\|")
 
 duet(validate --trace ${SRC}/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --backend cpu --model ${TINY}
      --max-requests 3 --max-model-len 4096 --num-gpu-blocks-override 1024 --profile ${OUT}/tiny.json --max-error 0
@@ -35,7 +35,7 @@ if(NOT rc EQUAL 0)
 endif()
 expect("TTFT +p50")
 
-execute_process(COMMAND /usr/bin/python3 ${TESTS}/check_validate_h5.py ${OUT}/beam.h5 3 ${OUT}/trace.h5
+execute_process(COMMAND /usr/bin/python3 ${TESTS}/check_validate_h5.py ${OUT}/beam.h5 4 ${OUT}/trace.h5
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT rc EQUAL 0)
