@@ -79,6 +79,7 @@ int profile(int argc, char** argv) {
   std::string backend = "cpu", model, gpu, out, load_format = "dummy";
   ProfileLimits limits;
   std::uint64_t seed = 0;
+  int evict_mib = -1;
   po::options_description options(
       "duet profile --backend cpu|cuda --model M --out PROFILE.json: measure a real engine on a grid of batches "
       "(prefill chunks with and without cached context, decode batches over contexts, mixed, copy-on-write), "
@@ -94,11 +95,16 @@ int profile(int argc, char** argv) {
     ("max-model-len", po::value(&limits.max_model_len)->default_value(limits.max_model_len), "longest context")
     ("block-size", po::value(&limits.block_size)->default_value(limits.block_size), "tokens per KV block")
     ("repeats", po::value(&limits.repeats)->default_value(limits.repeats), "timed runs per point (median kept)")
+    ("evict-mib", po::value(&evict_mib)->default_value(-1), "cpu: MiB of memory streamed through before each timed run, "
+                                                            "to leave the caches as a serving run does (-1: the "
+                                                            "model's float32 weights; 0: warm)")
     ("load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")
     ("seed", po::value(&seed)->default_value(0), "dummy weights' seed")
     ("help,h", "this help");
   return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
     if (!is_real_backend(backend)) throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
+    if (evict_mib < -1) throw Error("--evict-mib must be -1 (the model's weights), 0 or positive");
+    limits.evict_bytes = backend != "cpu" ? 0 : evict_mib < 0 ? -1 : std::int64_t(evict_mib) << 20;
     const GpuSpec spec = gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend))
                                                           : gpu_by_name("h100"))
                                      : gpu_by_name(gpu);

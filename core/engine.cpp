@@ -71,6 +71,10 @@ StepOutcome Engine::step(double now) {
   return outcome;
 }
 
+void Engine::set_priority(SeqId id, int priority, bool shared) {
+  if (Sequence* s = find(id)) kv_->set_priority(*s, priority, shared);
+}
+
 bool Engine::should_stop(const Sequence& seq, TokenId token) const {
   if (seq.sampling.ignore_eos) return false;
   const auto& stops = seq.sampling.stop_token_ids;

@@ -38,6 +38,9 @@ class Engine {
   // Drops a finished sequence (freeing KV it kept) or aborts a live one.
   void release(SeqId id);
   Sequence* find(SeqId id);
+  // Retention priority of a sequence's KV blocks (lower is evicted first; `shared`: also the
+  // blocks it shares with others). An unknown id is ignored.
+  void set_priority(SeqId id, int priority, bool shared = false);
 
   bool has_work() const { return scheduler_.has_work(); }
   // One engine step at time `now`; duration in result.duration_s. An empty batch means no work.

@@ -26,6 +26,13 @@ struct ProfileLimits {
   int max_model_len = 8192;
   int block_size = 16;
   int repeats = 5;  // timed runs per point (after one untimed warm-up)
+  // Host memory streamed through before each timed run, to leave the CPU's caches as a serving run
+  // leaves them. A step timed right after itself finds its weights in cache and runs faster than
+  // steps of a run, where another engine (the PRM, the generator) stepped in between; a fully
+  // cold cache is slower than a run. Streaming one model's worth of float32 weights between runs
+  // sits in between, and on the CPU engine left the validation runs' summed step time unbiased
+  // (bench/results/validation-cpu.md). -1: that; 0: keep warm.
+  std::int64_t evict_bytes = -1;
 };
 
 // One designed batch: per item, new tokens, cached context and what it wants.

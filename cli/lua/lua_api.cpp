@@ -10,7 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/lua/lua_context.hpp"
+#include "cli/lua/lua_engine_handle.hpp"
 #include "cli/lua/lua_experiment.hpp"
+#include "cli/lua/lua_functions.hpp"
 #include "cli/lua/lua_types.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "cli/lua/lua_workload.hpp"
@@ -25,40 +28,6 @@
 
 namespace duet::lua {
 
-namespace {
-
-constexpr const char* kContextKey = "duet.script";
-
-// Everything a script run shares across its duet.run and duet.sweep calls.
-struct SweepPoint {
-  std::vector<std::pair<std::string, std::string>> text;   // the point's parameters
-  std::vector<std::pair<std::string, double>> numbers;
-  ExperimentResult result;
-  bool done = false;
-};
-
-// A sweep worker re-runs the script in its own Lua state and, at the sweep it was started for,
-// runs only its share of the points.
-struct WorkerJob {
-  int sweep = 0;                      // which duet.sweep call of the script (0-based)
-  std::vector<std::size_t> points;    // indices into `slots`
-  std::vector<SweepPoint>* slots = nullptr;
-};
-
-struct ScriptContext {
-  ScriptOptions opt;
-  std::string script_text;
-  std::string out_path;
-  std::unique_ptr<RunFileWriter> writer;
-  int runs = 0;
-  int sweeps = 0;
-  std::unique_ptr<Tokenizer> tokenizer;  // loaded on first use
-  const WorkerJob* worker = nullptr;     // set in a sweep worker's state
-};
-
-// Raised (as a Lua error value) to end a worker's script once its points are done.
-constexpr const char* kWorkerDone = "duet.sweep: worker done";
-
 ScriptContext& context(lua_State* L) {
   lua_getfield(L, LUA_REGISTRYINDEX, kContextKey);
   auto* ctx = static_cast<ScriptContext*>(lua_touserdata(L, -1));
@@ -66,6 +35,11 @@ ScriptContext& context(lua_State* L) {
   if (!ctx) throw Error("duet: no script context");
   return *ctx;
 }
+
+namespace {
+
+// Raised (as a Lua error value) to end a worker's script once its points are done.
+constexpr const char* kWorkerDone = "duet.sweep: worker done";
 
 ExperimentDefaults defaults_of(const ScriptContext& ctx) {
   ExperimentDefaults d;
@@ -109,52 +83,6 @@ int l_run(lua_State* L) {
   });
 }
 
-// ---- small helpers for workloads ----
-
-std::uint64_t key_of(lua_State* L, int first) {
-  std::uint64_t h = 0x6b6579ULL;
-  for (int i = first; i <= lua_gettop(L); ++i) {
-    std::uint64_t v;
-    if (lua_isinteger(L, i)) v = std::uint64_t(lua_tointeger(L, i));
-    else if (lua_type(L, i) == LUA_TNUMBER) {
-      const double d = lua_tonumber(L, i);
-      std::memcpy(&v, &d, sizeof v);
-    } else if (lua_type(L, i) == LUA_TSTRING) {
-      std::size_t n;
-      const char* s = lua_tolstring(L, i, &n);
-      v = std::hash<std::string_view>{}(std::string_view(s, n));
-    } else {
-      luaL_argerror(L, i, "keys must be numbers or strings");
-      return 0;
-    }
-    h = mix64(h ^ v);
-  }
-  return h;
-}
-
-double unit(std::uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
-
-// duet.uniform(k1, k2, ...): a number in (0, 1) that depends only on the keys, so that a search's
-// random choices do not depend on the order in which the simulation interleaves problems.
-int l_uniform(lua_State* L) {
-  lua_pushnumber(L, unit(key_of(L, 1)));
-  return 1;
-}
-
-// duet.hash(k1, ...): a non-negative integer from the keys (seeds for token streams).
-int l_hash(lua_State* L) {
-  lua_pushinteger(L, lua_Integer(key_of(L, 1) >> 1));
-  return 1;
-}
-
-// duet.normal(k1, ...): a standard normal from the keys (Box-Muller over two keyed uniforms).
-int l_normal(lua_State* L) {
-  const std::uint64_t h = key_of(L, 1);
-  const double u1 = unit(mix64(h ^ 1)), u2 = unit(mix64(h ^ 2));
-  lua_pushnumber(L, std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-  return 1;
-}
-
 int l_await(lua_State* L) {
   int r = 0;
   const int status = guarded(L, [&] {
@@ -166,12 +94,18 @@ int l_await(lua_State* L) {
   return r;
 }
 
+// ---- run-time functions of a workload ----
+
+}  // namespace
+
 // A path as given, or relative to the repository (workloads/data/..., traces/...).
 std::string resolve_path(lua_State* L, const std::string& path) {
   if (std::filesystem::exists(path)) return path;
   const std::string in_repo = context(L).opt.source_dir + "/" + path;
   return std::filesystem::exists(in_repo) ? in_repo : path;
 }
+
+namespace {
 
 int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yields until time t
   const double t = luaL_checknumber(L, 1);
@@ -220,259 +154,6 @@ int l_trace(lua_State* L) {
 int l_now(lua_State* L) {
   return guarded(L, [&] {
     lua_pushnumber(L, LuaWorkload::from(L).runtime().now());
-    return 1;
-  });
-}
-
-int l_synthetic(lua_State* L) {  // duet.synthetic(n, key...) -> TokenList
-  const lua_Integer n = luaL_checkinteger(L, 1);
-  const lua_Integer vocab = luaL_optinteger(L, 3, 128256);
-  luaL_argcheck(L, n >= 0 && n <= (1 << 24), 1, "token count out of range");
-  const std::uint64_t key = std::uint64_t(luaL_optinteger(L, 2, 0));
-  return guarded(L, [&] {
-    push_token_list(L, synthetic_tokens(int(n), key, int(vocab), kNoToken, kNoToken));
-    return 1;
-  });
-}
-
-// The repository's sentencepiece model (workloads/data/tokenizer), trained on MATH-500 and
-// PRM800K text: real prompt token ids and lengths for the problem sets.
-const Tokenizer& tokenizer(lua_State* L) {
-  ScriptContext& ctx = context(L);
-  if (!ctx.tokenizer)
-    ctx.tokenizer = std::make_unique<Tokenizer>(
-        Tokenizer::load(ctx.opt.source_dir + "/workloads/data/tokenizer/duet-math.model"));
-  return *ctx.tokenizer;
-}
-
-int l_tokens(lua_State* L) {  // duet.tokens(text [, bos]) -> TokenList
-  std::size_t n = 0;
-  const char* text = luaL_checklstring(L, 1, &n);
-  const bool bos = lua_toboolean(L, 2);
-  return guarded(L, [&] {
-    const Tokenizer& t = tokenizer(L);
-    std::vector<TokenId> ids;
-    if (bos && t.bos_id() != kNoToken) ids.push_back(t.bos_id());
-    const auto body = t.encode(std::string_view(text, n));
-    ids.insert(ids.end(), body.begin(), body.end());
-    push_token_list(L, std::move(ids));
-    return 1;
-  });
-}
-
-int l_tokenizer(lua_State* L) {  // duet.tokenizer() -> {vocab_size, step_id, eos_id, bos_id, path}
-  return guarded(L, [&] {
-    const Tokenizer& t = tokenizer(L);
-    lua_createtable(L, 0, 5);
-    set_integer(L, "vocab_size", t.vocab_size());
-    set_integer(L, "step_id", t.step_separator_id());
-    set_integer(L, "eos_id", t.eos_id());
-    set_integer(L, "bos_id", t.bos_id());
-    set_string(L, "path", t.path().c_str());
-    return 1;
-  });
-}
-
-int l_token_list(lua_State* L) {  // duet.token_list{ids}
-  luaL_checktype(L, 1, LUA_TTABLE);
-  const lua_Integer n = luaL_len(L, 1);
-  std::vector<TokenId>* ids = nullptr;
-  TokenList& list = push_token_list(L, {});
-  ids = &list.ids;
-  for (lua_Integer i = 1; i <= n; ++i) {
-    lua_rawgeti(L, 1, i);
-    const lua_Integer v = luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-    ids->push_back(TokenId(v));
-  }
-  return 1;
-}
-
-// ---- JSON files into Lua tables (problem sets, fitted models) ----
-
-void push_json(lua_State* L, const nlohmann::json& j) {
-  luaL_checkstack(L, 4, "JSON nesting too deep");
-  switch (j.type()) {
-    case nlohmann::json::value_t::null: lua_pushnil(L); break;
-    case nlohmann::json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: lua_pushinteger(L, j.get<lua_Integer>()); break;
-    case nlohmann::json::value_t::number_float: lua_pushnumber(L, j.get<double>()); break;
-    case nlohmann::json::value_t::string: lua_pushstring(L, j.get_ref<const std::string&>().c_str()); break;
-    case nlohmann::json::value_t::array: {
-      lua_createtable(L, int(j.size()), 0);
-      lua_Integer i = 0;
-      for (const auto& v : j) {
-        push_json(L, v);
-        lua_rawseti(L, -2, ++i);
-      }
-      break;
-    }
-    case nlohmann::json::value_t::object: {
-      lua_createtable(L, 0, int(j.size()));
-      for (const auto& [k, v] : j.items()) {
-        push_json(L, v);
-        lua_setfield(L, -2, k.c_str());
-      }
-      break;
-    }
-    default: lua_pushnil(L);
-  }
-}
-
-
-int l_read_json(lua_State* L) {
-  const std::string path = luaL_checkstring(L, 1);
-  return guarded(L, [&] {
-    const std::string p = resolve_path(L, path);
-    std::ifstream in(p);
-    if (!in) throw Error(p + ": cannot open");
-    try {
-      push_json(L, nlohmann::json::parse(in));
-    } catch (const nlohmann::json::parse_error& e) {
-      throw Error(p + ": not valid JSON (" + e.what() + ")");
-    }
-    return 1;
-  });
-}
-
-int l_read_jsonl(lua_State* L) {  // duet.read_jsonl(path [, limit])
-  const std::string path = luaL_checkstring(L, 1);
-  const lua_Integer limit = luaL_optinteger(L, 2, 0);
-  return guarded(L, [&] {
-    const std::string p = resolve_path(L, path);
-    std::ifstream in(p);
-    if (!in) throw Error(p + ": cannot open");
-    lua_newtable(L);
-    std::string line;
-    lua_Integer n = 0;
-    for (int lineno = 1; std::getline(in, line) && (limit <= 0 || n < limit); ++lineno) {
-      if (line.empty() || line == "\r") continue;
-      try {
-        push_json(L, nlohmann::json::parse(line));
-      } catch (const nlohmann::json::parse_error& e) {
-        throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
-      }
-      lua_rawseti(L, -2, ++n);
-    }
-    return 1;
-  });
-}
-
-// ---- models and GPUs ----
-
-int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and derived figures
-  const std::string name = luaL_checkstring(L, 1);
-  return guarded(L, [&] {
-    const ModelSpec m = resolve_model(name);
-    lua_createtable(L, 0, 12);
-    set_string(L, "name", m.name.c_str());
-    set_number(L, "num_layers", m.num_layers);
-    set_number(L, "hidden_size", m.hidden_size);
-    set_number(L, "num_heads", m.num_heads);
-    set_number(L, "num_kv_heads", m.num_kv_heads);
-    set_number(L, "head_dim", m.head_dim);
-    set_number(L, "intermediate_size", m.intermediate_size);
-    set_number(L, "vocab_size", m.vocab_size);
-    set_number(L, "num_parameters", double(m.num_parameters()));
-    set_number(L, "weight_bytes", double(m.weight_bytes()));
-    set_number(L, "kv_bytes_per_token", double(m.kv_bytes_per_token()));
-    set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
-    return 1;
-  });
-}
-
-int l_gpu(lua_State* L) {
-  const std::string name = luaL_checkstring(L, 1);
-  return guarded(L, [&] {
-    const GpuSpec g = gpu_by_name(name);
-    lua_createtable(L, 0, 6);
-    set_string(L, "name", g.name.c_str());
-    set_number(L, "hbm_bytes", double(g.hbm_bytes));
-    set_number(L, "hbm_bandwidth", g.hbm_bandwidth);
-    set_number(L, "bf16_flops", g.bf16_flops);
-    set_integer(L, "sm_count", g.sm_count);
-    return 1;
-  });
-}
-
-void push_strings(lua_State* L, const std::vector<std::string>& v) {
-  lua_createtable(L, int(v.size()), 0);
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    lua_pushstring(L, v[i].c_str());
-    lua_rawseti(L, -2, lua_Integer(i + 1));
-  }
-}
-
-int l_models(lua_State* L) {
-  push_strings(L, builtin_model_names());
-  return 1;
-}
-
-int l_gpus(lua_State* L) {
-  push_strings(L, builtin_gpu_names());
-  return 1;
-}
-
-// duet.args{defaults}: the script's arguments after `--`, as --name value or --flag, checked
-// against the defaults' names and types.
-int l_args(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  return guarded(L, [&] {
-    const auto& args = context(L).opt.args;
-    lua_newtable(L);
-    lua_pushnil(L);
-    while (lua_next(L, 1) != 0) {  // copy the defaults
-      lua_pushvalue(L, -2);
-      lua_insert(L, -2);
-      lua_settable(L, -4);
-    }
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      if (a.rfind("--", 0) != 0) throw Error("script argument '" + a + "': expected --name [value]");
-      std::string name = a.substr(2);
-      std::string value;
-      const auto eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      }
-      for (char& c : name)
-        if (c == '-') c = '_';
-      const int t = lua_getfield(L, 1, name.c_str());
-      lua_pop(L, 1);
-      if (t == LUA_TNIL) {
-        std::string valid;
-        lua_pushnil(L);
-        while (lua_next(L, 1) != 0) {
-          lua_pop(L, 1);
-          valid += std::string(valid.empty() ? "" : ", ") + "--" + lua_tostring(L, -1);
-        }
-        throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
-      }
-      if (t == LUA_TBOOLEAN && eq == std::string::npos) {
-        lua_pushboolean(L, 1);
-      } else {
-        if (eq == std::string::npos) {
-          if (i + 1 >= args.size()) throw Error("script argument '--" + name + "' needs a value");
-          value = args[++i];
-        }
-        if (t == LUA_TNUMBER) {
-          char* end = nullptr;
-          const double v = std::strtod(value.c_str(), &end);
-          if (value.empty() || *end) throw Error("script argument '--" + name + "': '" + value + "' is not a number");
-          if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
-          else lua_pushnumber(L, v);
-        } else if (t == LUA_TBOOLEAN) {
-          if (value != "true" && value != "false")
-            throw Error("script argument '--" + name + "': expected true or false");
-          lua_pushboolean(L, value == "true");
-        } else {
-          lua_pushstring(L, value.c_str());
-        }
-      }
-      lua_setfield(L, -2, name.c_str());
-    }
     return 1;
   });
 }
@@ -652,6 +333,7 @@ const luaL_Reg kFunctions[] = {
 
 void open_duet(lua_State* L, ScriptContext& ctx) {
   register_types(L);
+  register_engine_handle(L);
   lua_pushlightuserdata(L, &ctx);
   lua_setfield(L, LUA_REGISTRYINDEX, kContextKey);
   luaL_newlib(L, kFunctions);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <cstdio>
 #include <map>
 
@@ -385,18 +386,12 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
                   "); measure one with `duet profile --backend " + v.backend + " --model ...` or pass --profile");
     e.cost_model = "profile:" + path;
   }
-  LuaRun predicted = run_once(L, index, ex, sim);
+  std::optional<LuaRun> predicted;
+  if (v.predict) predicted = run_once(L, index, ex, sim);
   LuaRun measured = run_once(L, index, ex, real);
-  check_identical_batches(predicted.outcome.records, measured.outcome.records);
-  const std::string label = ex.label.empty() ? "run " + std::to_string(v.points() + 1) : ex.label;
-  ValidationPoint point = compare_runs(label, "problems/s", double(measured.problems.size()), predicted.outcome,
-                                       measured.outcome, true);
-  for (int r = 1; r < v.repeats; ++r) {
-    const LuaRun again = run_once(L, index, ex, real);
-    check_identical_batches(measured.outcome.records, again.outcome.records);
-    add_repeat(point, again.outcome);
-  }
-  v.record(point, predicted.outcome, measured.outcome, predicted.problems, measured.problems);
+  ValidationRun run{ex.label, predicted ? &predicted->outcome : nullptr, &measured.outcome,
+                    predicted ? &predicted->problems : nullptr, &measured.problems};
+  v.record(run);
   return result_of(ex, d, std::move(measured));
 }
 

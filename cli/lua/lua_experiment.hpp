@@ -25,17 +25,22 @@ struct ExperimentResult {
   double problems_per_s = 0;
 };
 
+// One duet.run (or sweep point) of a script under duet validate: the simulator's run (absent in the
+// passes that only measure again) and the real backend's.
+struct ValidationRun {
+  std::string label;
+  const ExperimentOutcome* predicted = nullptr;
+  const ExperimentOutcome* measured = nullptr;
+  const std::vector<ProblemRecord>* predicted_problems = nullptr;
+  const std::vector<ProblemRecord>* measured_problems = nullptr;
+};
+
 // duet validate: each duet.run (and sweep point) runs on the simulator and on `backend`.
 struct ValidateMode {
   std::string backend;   // the real backend: cpu or cuda
   std::string profile;   // the profile to predict with; empty: the committed one for the device
-  int repeats = 1;       // real-engine runs per point: the later ones measure the noise
-  // Receives each compared point with both runs (for the HDF5 file and the table).
-  std::function<void(const ValidationPoint&, const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
-                     const std::vector<ProblemRecord>& predicted_problems,
-                     const std::vector<ProblemRecord>& measured_problems)>
-      record;
-  std::function<std::size_t()> points;  // how many points were recorded so far
+  bool predict = true;   // false: a later pass that measures the real engine again
+  std::function<void(const ValidationRun&)> record;
 };
 
 struct ExperimentDefaults {

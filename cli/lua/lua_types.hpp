@@ -15,17 +15,9 @@ struct TokenList {
 };
 
 inline constexpr const char* kTokenListMeta = "duet.TokenList";
-inline constexpr const char* kEngineRefMeta = "duet.Engine";
-
-// An engine as a coroutine sees it inside duet.run.
-struct EngineRef {
-  int index;
-};
-
 TokenList& push_token_list(lua_State* L, std::vector<TokenId> ids);
 TokenList* test_token_list(lua_State* L, int index);  // nullptr if not a TokenList
 void register_types(lua_State* L);
-void push_engine_ref(lua_State* L, int index);
 
 // Tokens that stand for text the simulator never sees: a deterministic function of (key, i),
 // never one of the `avoid` ids.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/lua/lua_engine_handle.hpp"
 #include "cli/lua/lua_types.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "core/error.hpp"
@@ -347,7 +348,7 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
 
 }  // namespace
 
-int LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
+lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   Task& task = task_of(co);
   const EngineVocab& v = engines_[std::size_t(engine)];
   TableReader spec(co, spec_index, v.name + ":submit");
@@ -387,11 +388,11 @@ int LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   if (parent) {
     s.tokens = std::move(append);
     Sequence& child = rt_->fork(engine, SeqId(*parent), std::move(s));
-    if (priority) rt_->engine(engine).kv().set_priority(child, int(*priority));
+    if (priority) rt_->engine(engine).set_priority(child.id, int(*priority));
     owner_[child.id] = &task;
     task.live.emplace(child.id, engine);
     ++task.requests;
-    return int(child.id);
+    return lua_Integer(child.id);
   }
   s.tokens = std::move(prompt);
   s.tokens.insert(s.tokens.end(), append.begin(), append.end());
@@ -402,7 +403,7 @@ int LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   owner_[id] = &task;
   task.live.emplace(id, engine);
   ++task.requests;
-  return int(id);
+  return lua_Integer(id);
 }
 
 int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
@@ -425,9 +426,9 @@ int LuaWorkload::lua_tokens(lua_State* co, int engine, SeqId id, int from) {
 }
 
 int LuaWorkload::lua_set_priority(lua_State* co, int engine, SeqId id, int priority, bool shared) {
-  Sequence* s = rt_->engine(engine).find(id);
-  if (!s) throw Error(where(co) + "set_priority: sequence " + std::to_string(id) + " is gone");
-  rt_->engine(engine).kv().set_priority(*s, priority, shared);
+  if (!rt_->engine(engine).find(id))
+    throw Error(where(co) + "set_priority: sequence " + std::to_string(id) + " is gone");
+  rt_->engine(engine).set_priority(id, priority, shared);
   return 0;
 }
 

@@ -49,7 +49,7 @@ class LuaWorkload final : public Workload {
 
   // Called from the Lua bindings (lua_api.cpp).
   static LuaWorkload& from(lua_State* L);
-  int lua_submit(lua_State* co, int engine, int spec_index);
+  lua_Integer lua_submit(lua_State* co, int engine, int spec_index);  // the new sequence's id
   int lua_await(lua_State* co);
   int lua_sleep_until(lua_State* co, double t);  // -1: the caller yields
   int lua_release(lua_State* co, int engine, SeqId id);

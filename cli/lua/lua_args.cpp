@@ -1,0 +1,76 @@
+// duet.args: the script's arguments after `--`, checked against its defaults.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "cli/lua/lua_context.hpp"
+#include "cli/lua/lua_functions.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "core/error.hpp"
+
+namespace duet::lua {
+
+// duet.args{defaults}: the script's arguments after `--`, as --name value or --flag, checked
+// against the defaults' names and types.
+int l_args(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return guarded(L, [&] {
+    const auto& args = context(L).opt.args;
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, 1) != 0) {  // copy the defaults
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_settable(L, -4);
+    }
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a.rfind("--", 0) != 0) throw Error("script argument '" + a + "': expected --name [value]");
+      std::string name = a.substr(2);
+      std::string value;
+      const auto eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+      for (char& c : name)
+        if (c == '-') c = '_';
+      const int t = lua_getfield(L, 1, name.c_str());
+      lua_pop(L, 1);
+      if (t == LUA_TNIL) {
+        std::string valid;
+        lua_pushnil(L);
+        while (lua_next(L, 1) != 0) {
+          lua_pop(L, 1);
+          valid += std::string(valid.empty() ? "" : ", ") + "--" + lua_tostring(L, -1);
+        }
+        throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
+      }
+      if (t == LUA_TBOOLEAN && eq == std::string::npos) {
+        lua_pushboolean(L, 1);
+      } else {
+        if (eq == std::string::npos) {
+          if (i + 1 >= args.size()) throw Error("script argument '--" + name + "' needs a value");
+          value = args[++i];
+        }
+        if (t == LUA_TNUMBER) {
+          char* end = nullptr;
+          const double v = std::strtod(value.c_str(), &end);
+          if (value.empty() || *end) throw Error("script argument '--" + name + "': '" + value + "' is not a number");
+          if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
+          else lua_pushnumber(L, v);
+        } else if (t == LUA_TBOOLEAN) {
+          if (value != "true" && value != "false")
+            throw Error("script argument '--" + name + "': expected true or false");
+          lua_pushboolean(L, value == "true");
+        } else {
+          lua_pushstring(L, value.c_str());
+        }
+      }
+      lua_setfield(L, -2, name.c_str());
+    }
+    return 1;
+  });
+}
+
+}  // namespace duet::lua

@@ -1,0 +1,70 @@
+// duet.model, duet.gpu, duet.models, duet.gpus: the built-in shapes and specs.
+#include <string>
+#include <vector>
+
+#include "cli/lua/lua_functions.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "core/gpu_spec.hpp"
+#include "core/model_spec.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+void push_strings(lua_State* L, const std::vector<std::string>& v) {
+  lua_createtable(L, int(v.size()), 0);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    lua_pushstring(L, v[i].c_str());
+    lua_rawseti(L, -2, lua_Integer(i + 1));
+  }
+}
+
+
+}  // namespace
+
+int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and derived figures
+  const std::string name = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const ModelSpec m = resolve_model(name);
+    lua_createtable(L, 0, 12);
+    set_string(L, "name", m.name.c_str());
+    set_number(L, "num_layers", m.num_layers);
+    set_number(L, "hidden_size", m.hidden_size);
+    set_number(L, "num_heads", m.num_heads);
+    set_number(L, "num_kv_heads", m.num_kv_heads);
+    set_number(L, "head_dim", m.head_dim);
+    set_number(L, "intermediate_size", m.intermediate_size);
+    set_number(L, "vocab_size", m.vocab_size);
+    set_number(L, "num_parameters", double(m.num_parameters()));
+    set_number(L, "weight_bytes", double(m.weight_bytes()));
+    set_number(L, "kv_bytes_per_token", double(m.kv_bytes_per_token()));
+    set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
+    return 1;
+  });
+}
+
+int l_gpu(lua_State* L) {
+  const std::string name = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const GpuSpec g = gpu_by_name(name);
+    lua_createtable(L, 0, 6);
+    set_string(L, "name", g.name.c_str());
+    set_number(L, "hbm_bytes", double(g.hbm_bytes));
+    set_number(L, "hbm_bandwidth", g.hbm_bandwidth);
+    set_number(L, "bf16_flops", g.bf16_flops);
+    set_integer(L, "sm_count", g.sm_count);
+    return 1;
+  });
+}
+
+int l_models(lua_State* L) {
+  push_strings(L, builtin_model_names());
+  return 1;
+}
+
+int l_gpus(lua_State* L) {
+  push_strings(L, builtin_gpu_names());
+  return 1;
+}
+
+}  // namespace duet::lua

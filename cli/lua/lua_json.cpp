@@ -1,0 +1,86 @@
+// duet.read_json, duet.read_jsonl: JSON files (problem sets, fitted models) as Lua tables.
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/lua/lua_context.hpp"
+#include "cli/lua/lua_functions.hpp"
+#include "cli/lua/lua_util.hpp"
+#include "core/error.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+void push_json(lua_State* L, const nlohmann::json& j) {
+  luaL_checkstack(L, 4, "JSON nesting too deep");
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: lua_pushnil(L); break;
+    case nlohmann::json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: lua_pushinteger(L, j.get<lua_Integer>()); break;
+    case nlohmann::json::value_t::number_float: lua_pushnumber(L, j.get<double>()); break;
+    case nlohmann::json::value_t::string: lua_pushstring(L, j.get_ref<const std::string&>().c_str()); break;
+    case nlohmann::json::value_t::array: {
+      lua_createtable(L, int(j.size()), 0);
+      lua_Integer i = 0;
+      for (const auto& v : j) {
+        push_json(L, v);
+        lua_rawseti(L, -2, ++i);
+      }
+      break;
+    }
+    case nlohmann::json::value_t::object: {
+      lua_createtable(L, 0, int(j.size()));
+      for (const auto& [k, v] : j.items()) {
+        push_json(L, v);
+        lua_setfield(L, -2, k.c_str());
+      }
+      break;
+    }
+    default: lua_pushnil(L);
+  }
+}
+
+}  // namespace
+
+int l_read_json(lua_State* L) {
+  const std::string path = luaL_checkstring(L, 1);
+  return guarded(L, [&] {
+    const std::string p = resolve_path(L, path);
+    std::ifstream in(p);
+    if (!in) throw Error(p + ": cannot open");
+    try {
+      push_json(L, nlohmann::json::parse(in));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(p + ": not valid JSON (" + e.what() + ")");
+    }
+    return 1;
+  });
+}
+
+int l_read_jsonl(lua_State* L) {  // duet.read_jsonl(path [, limit])
+  const std::string path = luaL_checkstring(L, 1);
+  const lua_Integer limit = luaL_optinteger(L, 2, 0);
+  return guarded(L, [&] {
+    const std::string p = resolve_path(L, path);
+    std::ifstream in(p);
+    if (!in) throw Error(p + ": cannot open");
+    lua_newtable(L);
+    std::string line;
+    lua_Integer n = 0;
+    for (int lineno = 1; std::getline(in, line) && (limit <= 0 || n < limit); ++lineno) {
+      if (line.empty() || line == "\r") continue;
+      try {
+        push_json(L, nlohmann::json::parse(line));
+      } catch (const nlohmann::json::parse_error& e) {
+        throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
+      }
+      lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+  });
+}
+
+}  // namespace duet::lua

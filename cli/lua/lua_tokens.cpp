@@ -1,0 +1,80 @@
+// duet.synthetic, duet.tokens, duet.tokenizer, duet.token_list: token lists for prompts.
+#include <string_view>
+#include <vector>
+
+#include "cli/lua/lua_context.hpp"
+#include "cli/lua/lua_functions.hpp"
+#include "cli/lua/lua_types.hpp"
+#include "cli/lua/lua_util.hpp"
+
+namespace duet::lua {
+
+namespace {
+
+// The repository's sentencepiece model (workloads/data/tokenizer), trained on MATH-500 and
+// PRM800K text: real prompt token ids and lengths for the problem sets.
+const Tokenizer& tokenizer(lua_State* L) {
+  ScriptContext& ctx = context(L);
+  if (!ctx.tokenizer)
+    ctx.tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::load(ctx.opt.source_dir + "/workloads/data/tokenizer/duet-math.model"));
+  return *ctx.tokenizer;
+}
+
+}  // namespace
+
+int l_synthetic(lua_State* L) {  // duet.synthetic(n, key...) -> TokenList
+  const lua_Integer n = luaL_checkinteger(L, 1);
+  const lua_Integer vocab = luaL_optinteger(L, 3, 128256);
+  luaL_argcheck(L, n >= 0 && n <= (1 << 24), 1, "token count out of range");
+  const std::uint64_t key = std::uint64_t(luaL_optinteger(L, 2, 0));
+  return guarded(L, [&] {
+    push_token_list(L, synthetic_tokens(int(n), key, int(vocab), kNoToken, kNoToken));
+    return 1;
+  });
+}
+
+int l_tokens(lua_State* L) {  // duet.tokens(text [, bos]) -> TokenList
+  std::size_t n = 0;
+  const char* text = luaL_checklstring(L, 1, &n);
+  const bool bos = lua_toboolean(L, 2);
+  return guarded(L, [&] {
+    const Tokenizer& t = tokenizer(L);
+    std::vector<TokenId> ids;
+    if (bos && t.bos_id() != kNoToken) ids.push_back(t.bos_id());
+    const auto body = t.encode(std::string_view(text, n));
+    ids.insert(ids.end(), body.begin(), body.end());
+    push_token_list(L, std::move(ids));
+    return 1;
+  });
+}
+
+int l_tokenizer(lua_State* L) {  // duet.tokenizer() -> {vocab_size, step_id, eos_id, bos_id, path}
+  return guarded(L, [&] {
+    const Tokenizer& t = tokenizer(L);
+    lua_createtable(L, 0, 5);
+    set_integer(L, "vocab_size", t.vocab_size());
+    set_integer(L, "step_id", t.step_separator_id());
+    set_integer(L, "eos_id", t.eos_id());
+    set_integer(L, "bos_id", t.bos_id());
+    set_string(L, "path", t.path().c_str());
+    return 1;
+  });
+}
+
+int l_token_list(lua_State* L) {  // duet.token_list{ids}
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const lua_Integer n = luaL_len(L, 1);
+  std::vector<TokenId>* ids = nullptr;
+  TokenList& list = push_token_list(L, {});
+  ids = &list.ids;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const lua_Integer v = luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    ids->push_back(TokenId(v));
+  }
+  return 1;
+}
+
+}  // namespace duet::lua

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Re-measures bench/results/validation-cpu.md: profiles of the two CPU models from duet profile's
+# synthetic grid, then duet validate on workloads the fit never saw (a beam search's memory split
+# and batching grid, and a slice of the Azure conversation trace), each real run three times.
+# The engine runs pinned to one core (taskset); run it on an otherwise idle machine.
+#   scripts/validation/measure_cpu.sh [OUT_DIR]     (default: validation-cpu/)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-validation-cpu}"
+mkdir -p "$out"
+duet="${BUILD_DIR:-build}/cli/duet"
+pin=(taskset -c "$(($(nproc) - 1))")
+azure=traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv
+device="$("$duet" profile --help >/dev/null && "${pin[@]}" "$duet" profile --backend cpu \
+  --model models/tiny-llama/config.json --out "$out/probe.json" --max-num-seqs 1 --max-num-batched-tokens 2 \
+  --max-model-len 4 --repeats 1 | sed -n 's/^profile: .* on \([^ ]*\) .*/\1/p')"
+rm -f "$out"/probe.*
+echo "device: $device" | tee "$out/device.txt"
+
+# rate-scale: the tiny model serves the trace slice near saturation at twice the trace's rate, the
+# small one (about 6x the work per token) at 0.35 of it.
+for spec in "tiny-llama duet-tiny-llama 2" "small-llama duet-small-llama 0.35"; do
+  set -- $spec
+  model="models/$1/config.json"
+  profile="profiles/$device/$2.json"
+  mkdir -p "profiles/$device"
+  "${pin[@]}" "$duet" profile --backend cpu --model "$model" --out "$profile" --max-num-seqs 64 \
+    --max-num-batched-tokens 512 --max-model-len 4096 --repeats 5 | tee "$out/$1.profile.txt"
+  "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats 3 --max-error 0 \
+    --no-progress --out "$out/$1.beam.h5" -- --model "$model" 2>/dev/null | tee "$out/$1.beam.txt"
+  "${pin[@]}" "$duet" validate --trace "$azure" --backend cpu --model "$model" --max-requests 40 \
+    --rate-scale "$3" --max-model-len 8192 --num-gpu-blocks-override 2048 --max-num-batched-tokens 512 \
+    --max-num-seqs 64 --repeats 3 --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
+done
