@@ -47,7 +47,7 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
   const std::vector<std::string> groups = group.empty() ? list_runs(path) : std::vector<std::string>{group};
   if (groups.empty()) throw Error(path + ": holds no run");
   struct Engine {
-    std::string model, device;
+    std::string model, shape, device;
     std::vector<StepRecord> steps;
   };
   std::map<std::string, Engine> engines;
@@ -65,15 +65,25 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
         throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device + ", another run " +
                     e.model + " on " + e.device + "; fit them apart with --group");
       e.model = r.model, e.device = device;
+      e.shape = text_of(run.metadata, r.name + ".model_shape");
       e.steps.insert(e.steps.end(), r.steps.begin(), r.steps.end());
     }
   }
   if (engines.empty()) throw Error(path + ": no engine '" + engine + "'");
   for (const auto& [name, e] : engines) {
     CalibrationProfile p = fit_profile_steps(e.steps);
-    const ModelSpec spec = resolve_model(model.empty() ? e.model : model);
-    p.model = spec.name;
-    p.model_shape = model_shape(spec);
+    // The file records each engine's model shape; --model is for files that do not, and is checked.
+    if (e.shape.empty() || !model.empty()) {
+      const ModelSpec spec = resolve_model(model.empty() ? e.model : model);
+      if (!e.shape.empty() && model_shape(spec) != e.shape)
+        throw Error(path + ": engine '" + name + "' ran " + e.model + " (" + e.shape + "), not --model " + spec.name +
+                    " (" + model_shape(spec) + ")");
+      p.model = spec.name;
+      p.model_shape = model_shape(spec);
+    } else {
+      p.model = e.model;
+      p.model_shape = e.shape;
+    }
     p.device = e.device;
     p.source = path + " (" + std::to_string(groups.size()) + " run(s), engine " + name + ")";
     const std::string file = out_for(out, name, engines.size() > 1);

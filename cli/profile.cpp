@@ -33,6 +33,7 @@ void print_profile(const ProfileResult& r) {
                 100 * f.p90_abs_rel_error, 100 * f.max_abs_rel_error);
   };
   row("device", p.device_fit);
+  if (p.alone_coefficients) row("alone", p.alone_fit);
   row("host", p.host_fit);
   for (const auto& [name, f] : p.regimes) row(name.c_str(), f);
 }
@@ -40,37 +41,47 @@ void print_profile(const ProfileResult& r) {
 // The raw measurements beside the profile: one row per point and repeat, as a run's steps table
 // (duration_s the device time, host_s the host time) so that `duet fit --run` and notebooks read it.
 void write_measurements(const ProfileResult& r, const EngineConfig& c, const std::string& path) {
-  EngineRecords rec;
-  rec.name = "profile";
-  rec.model = c.model.name;
-  rec.block_size = c.block_size;
-  for (const MeasuredPoint& m : r.points)
-    for (std::size_t k = 0; k < m.device_s.size(); ++k) {
-      StepRecord s;
-      s.duration_s = m.device_s[k];
-      s.host_s = m.host_s[k];
-      s.prefill_tokens = m.shape.prefill_tokens;
-      s.decode_tokens = m.shape.decode_tokens;
-      s.num_seqs = m.shape.prefill_seqs + m.shape.decode_seqs;
-      s.decode_seqs = m.shape.decode_seqs;
-      s.decode_context_tokens = m.shape.decode_context_tokens;
-      s.prefill_attention_keys = m.shape.prefill_attention_keys;
-      s.prefill_context_tokens = m.shape.prefill_context_tokens;
-      s.logit_rows = m.shape.logit_rows;
-      s.cow_copies = m.shape.copies;
-      rec.steps.push_back(s);
-    }
+  // One engine per cache state: "profile" after the caches were evicted (engines taking turns),
+  // "profile_alone" right after itself (CPU engine only).
+  auto records = [&](const char* name, std::vector<double> MeasuredPoint::*times) {
+    EngineRecords rec;
+    rec.name = name;
+    rec.model = c.model.name;
+    rec.block_size = c.block_size;
+    for (const MeasuredPoint& m : r.points)
+      for (std::size_t k = 0; k < (m.*times).size(); ++k) {
+        StepRecord s;
+        s.duration_s = (m.*times)[k];
+        s.host_s = m.host_s[k];
+        s.prefill_tokens = m.shape.prefill_tokens;
+        s.decode_tokens = m.shape.decode_tokens;
+        s.num_seqs = m.shape.prefill_seqs + m.shape.decode_seqs;
+        s.decode_seqs = m.shape.decode_seqs;
+        s.decode_context_tokens = m.shape.decode_context_tokens;
+        s.prefill_attention_keys = m.shape.prefill_attention_keys;
+        s.prefill_tokens_squared = m.shape.prefill_tokens_squared;
+        s.prefill_context_tokens = m.shape.prefill_context_tokens;
+        s.logit_rows = m.shape.logit_rows;
+        s.cow_copies = m.shape.copies;
+        rec.steps.push_back(s);
+      }
+    return rec;
+  };
+  std::vector<EngineRecords> engines = {records("profile", &MeasuredPoint::device_s)};
+  if (r.profile.alone_coefficients) engines.push_back(records("profile_alone", &MeasuredPoint::alone_device_s));
   RunSummary summary;
   summary.wall_s = r.wall_s;
-  summary.engines.push_back(summarize(rec, 0));
-  summary.engines.back().name = rec.name;
+  for (const EngineRecords& e : engines) {
+    summary.engines.push_back(summarize(e, 0));
+    summary.engines.back().name = e.name;
+  }
   RunMetadata meta;
   meta.text.emplace_back("backend", r.profile.backend);
   meta.text.emplace_back("device", r.profile.device);
   meta.text.emplace_back("device_name", r.profile.device_name);
   meta.text.emplace_back("git_revision", r.profile.git_revision);
   meta.text.emplace_back("grid_json", r.profile.grid_json);
-  RunFileWriter(path).write_run("/", meta, {rec}, summary);
+  RunFileWriter(path).write_run("/", meta, engines, summary);
 }
 
 }  // namespace
@@ -79,7 +90,7 @@ int profile(int argc, char** argv) {
   std::string backend = "cpu", model, gpu, out, load_format = "dummy";
   ProfileLimits limits;
   std::uint64_t seed = 0;
-  int evict_mib = -1;
+  int evict_mib = 64;
   po::options_description options(
       "duet profile --backend cpu|cuda --model M --out PROFILE.json: measure a real engine on a grid of batches "
       "(prefill chunks with and without cached context, decode batches over contexts, mixed, copy-on-write), "
@@ -95,16 +106,16 @@ int profile(int argc, char** argv) {
     ("max-model-len", po::value(&limits.max_model_len)->default_value(limits.max_model_len), "longest context")
     ("block-size", po::value(&limits.block_size)->default_value(limits.block_size), "tokens per KV block")
     ("repeats", po::value(&limits.repeats)->default_value(limits.repeats), "timed runs per point (median kept)")
-    ("evict-mib", po::value(&evict_mib)->default_value(-1), "cpu: MiB of memory streamed through before each timed run, "
-                                                            "to leave the caches as a serving run does (-1: the "
-                                                            "model's float32 weights; 0: warm)")
+    ("evict-mib", po::value(&evict_mib)->default_value(64), "cpu: MiB streamed through the caches before the timed run "
+                                                            "that stands for engines taking turns; each point is also "
+                                                            "timed warm, for an engine alone (0: warm only)")
     ("load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")
     ("seed", po::value(&seed)->default_value(0), "dummy weights' seed")
     ("help,h", "this help");
   return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
     if (!is_real_backend(backend)) throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
-    if (evict_mib < -1) throw Error("--evict-mib must be -1 (the model's weights), 0 or positive");
-    limits.evict_bytes = backend != "cpu" ? 0 : evict_mib < 0 ? -1 : std::int64_t(evict_mib) << 20;
+    if (evict_mib < 0) throw Error("--evict-mib must not be negative");
+    limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
     const GpuSpec spec = gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend))
                                                           : gpu_by_name("h100"))
                                      : gpu_by_name(gpu);

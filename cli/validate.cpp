@@ -77,7 +77,7 @@ int validate_trace(TraceArgs args, const std::string& profile, int repeats, doub
   }
   std::vector<ExperimentOutcome*> outcomes;
   for (ExperimentOutcome& o : runs) outcomes.push_back(&o);
-  const std::size_t m = median_run(outcomes);
+  const std::size_t m = fastest_run(outcomes);
   const ExperimentOutcome& measured = runs[m];
   for (const std::string& w : predicted.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   // Arrivals meet different step boundaries on the two clocks: batches need not match.
@@ -151,7 +151,7 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
     ScriptPoint& p = points[i];
     std::vector<ExperimentOutcome*> runs;
     for (ExperimentOutcome& o : p.measured) runs.push_back(&o);
-    const std::size_t m = median_run(runs);
+    const std::size_t m = fastest_run(runs);
     ValidationPoint v = compare_runs(p.label, "problems/s", double(p.measured_problems[m].size()), p.predicted,
                                      p.measured[m], true);
     for (std::size_t r = 0; r < runs.size(); ++r)
@@ -184,7 +184,7 @@ int validate(int argc, char** argv) {
     ("max-error", po::value(&max_error)->default_value(0.10), "exit 1 when a point's |throughput error| exceeds this "
                                                               "(0: never)")
     ("repeats", po::value(&repeats)->default_value(1), "passes of the real engine over every point (the script, or "
-                                                       "the trace): each point's median run is compared, and from "
+                                                       "the trace): each point's fastest run is compared, and from "
                                                        "2 on the table shows how far the real engine is from itself")
     ("out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")
     ("no-progress", "never draw progress bars")

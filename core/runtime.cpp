@@ -37,16 +37,21 @@ void Runtime::push(double t, EventType type, int engine, std::uint64_t payload) 
   events_.push(Event{t, order_++, type, engine, payload});
 }
 
-void Runtime::enqueue(int e, Sequence seq) {
+void Runtime::enqueue(int e, Sequence seq, double arrival) {
   Engine& engine = *engines_[std::size_t(e)].engine;
   if (!engine.has_work()) engines_[std::size_t(e)].ready_since = now();
-  if (first_arrival_ < 0) first_arrival_ = now();
-  engine.add(std::move(seq), now());
+  if (first_arrival_ < 0) first_arrival_ = arrival;
+  engine.add(std::move(seq), arrival);
 }
 
 void Runtime::submit(int engine, Sequence seq) {
   if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine));
-  enqueue(engine, std::move(seq));
+  enqueue(engine, std::move(seq), now());
+}
+
+void Runtime::submit_arrived(int engine, Sequence seq, double arrival) {
+  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine));
+  enqueue(engine, std::move(seq), std::min(arrival, now()));
 }
 
 void Runtime::submit_at(double t, int engine, Sequence seq) {
@@ -166,7 +171,10 @@ void Runtime::handle(const Event& ev, Workload& workload) {
   switch (ev.type) {
     case EventType::Arrival: {
       --pending_arrivals_;
-      enqueue(ev.engine, std::move(arrivals_[ev.payload]));
+      // The request arrived at its event's time. On the virtual clock that is now; on the wall
+      // clock a request that arrived during a step (which blocks the host) is handled after it,
+      // and its wait for that step is part of its TTFT, as a client would see it.
+      enqueue(ev.engine, std::move(arrivals_[ev.payload]), ev.time);
       free_slots_.push_back(ev.payload);
       break;
     }

@@ -59,6 +59,9 @@ class Runtime {
   double now() const { return clock_.now(); }
   SeqId next_seq_id() { return next_id_++; }
   void submit(int engine, Sequence seq);                 // arrives now
+  // Arrived at `arrival` (<= now) and is handled only now: on the wall clock, a request due while
+  // a step blocked the host. Its latencies count from `arrival`, as its client's would.
+  void submit_arrived(int engine, Sequence seq, double arrival);
   void submit_at(double t, int engine, Sequence seq);    // arrives at t (trace replay)
   Sequence& fork(int engine, SeqId src, Sequence child); // arrives now
   void release(int engine, SeqId id);
@@ -97,7 +100,7 @@ class Runtime {
   };
 
   void push(double t, EventType type, int engine, std::uint64_t payload);
-  void enqueue(int engine, Sequence seq);
+  void enqueue(int engine, Sequence seq, double arrival);
   void start_step();
   bool try_step(int engine);
   int pick_engine();

@@ -32,7 +32,7 @@ class SimBackendEngine final : public BuiltEngine {
                    std::uint32_t model_id, SchedulerPolicy policy)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         choice_(choose_cost_model(b.cost_model, gpu, c.model, b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device,
-                                  b.profile_dir)),
+                                  b.profile_dir, b.alone_on_device)),
         sim_(std::move(choice_.model), c.model.vocab_size),
         engine_(assemble_engine(c, m, model_id, sim_.executor, std::move(policy))) {}
   Engine& engine() override { return engine_; }

@@ -41,6 +41,7 @@ struct BackendOptions {
   std::string cost_model = "auto";
   std::string cost_device;            // sim: whose profile to look for (empty: the simulated GPU's)
   std::string profile_dir;            // sim: where profiles are looked up (empty: nowhere)
+  bool alone_on_device = false;       // sim: the only engine on its device (warm caches, see profiler.hpp)
   std::string load_format = "dummy";  // cpu, cuda: "dummy" or a checkpoint path
   std::uint64_t seed = 0;
   std::string source_dir = ".";       // the repository: the tokenizer behind the vocabulary

@@ -29,8 +29,8 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   std::vector<std::unique_ptr<BuiltEngine>> built;
   for (std::size_t i = 0; i < spec.engines.size(); ++i) {
     const EngineSetup& e = spec.engines[i];
-    const BackendOptions b{spec.backend, e.cost_model, spec.cost_device, spec.profile_dir, e.load_format, spec.seed,
-                           spec.source_dir};
+    const BackendOptions b{spec.backend, e.cost_model,  spec.cost_device, spec.profile_dir, spec.engines.size() == 1,
+                           e.load_format, spec.seed,   spec.source_dir};
     built.push_back(make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i), e.policy));
   }
   std::unique_ptr<Clock> clock = make_clock(spec.backend);

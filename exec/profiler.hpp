@@ -26,13 +26,12 @@ struct ProfileLimits {
   int max_model_len = 8192;
   int block_size = 16;
   int repeats = 5;  // timed runs per point (after one untimed warm-up)
-  // Host memory streamed through before each timed run, to leave the CPU's caches as a serving run
-  // leaves them. A step timed right after itself finds its weights in cache and runs faster than
-  // steps of a run, where another engine (the PRM, the generator) stepped in between; a fully
-  // cold cache is slower than a run. Streaming one model's worth of float32 weights between runs
-  // sits in between, and on the CPU engine left the validation runs' summed step time unbiased
-  // (bench/results/validation-cpu.md). -1: that; 0: keep warm.
-  std::int64_t evict_bytes = -1;
+  // The CPU's caches hold a small model: a step timed right after itself runs faster than a step
+  // of a run where another engine (the PRM, the generator) stepped in between. Each point is
+  // therefore timed twice per repeat: right after itself ("alone", an engine with the device to
+  // itself), and after this many bytes were streamed through the caches ("shared", engines taking
+  // turns). 0: time only the first (GPUs, whose weights stream from HBM every step either way).
+  std::int64_t evict_bytes = 64LL << 20;
 };
 
 // One designed batch: per item, new tokens, cached context and what it wants.
@@ -53,9 +52,11 @@ std::vector<GridPoint> profile_grid(const ProfileLimits& limits);
 struct MeasuredPoint {
   GridPoint point;
   BatchShape shape;
-  std::vector<double> device_s;  // one per repeat
+  std::vector<double> device_s;  // one per repeat: after the caches were evicted (see evict_bytes)
+  std::vector<double> alone_device_s;  // one per repeat, right after itself (empty: not measured)
   std::vector<double> host_s;
   double device_median = 0, device_min = 0, device_max = 0;
+  double alone_device_median = 0;
   double host_median = 0;
 };
 

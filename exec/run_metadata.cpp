@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/calibrated.hpp"
+
 #ifndef DUET_GIT_REVISION
 #define DUET_GIT_REVISION "unknown"
 #endif
@@ -37,6 +39,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     config["engines"][c.name] = e;
     const std::string p = c.name + ".";
     m.text.emplace_back(p + "model", c.model.name);
+    m.text.emplace_back(p + "model_shape", model_shape(c.model));  // what a profile is checked against
     for (const char* key : {"gpu_memory_utilization", "budget_bytes", "num_blocks", "block_size", "max_num_seqs",
                             "max_num_batched_tokens", "max_model_len"})
       m.numbers.emplace_back(p + key, e[key].get<double>());

@@ -104,13 +104,11 @@ ValidationPoint compare_runs(const std::string& label, const std::string& unit, 
   return p;
 }
 
-std::size_t median_run(const std::vector<ExperimentOutcome*>& runs) {
-  std::vector<std::size_t> order(runs.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return runs[a]->summary.makespan_s < runs[b]->summary.makespan_s;
-  });
-  return order[(order.size() - 1) / 2];
+std::size_t fastest_run(const std::vector<ExperimentOutcome*>& runs) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < runs.size(); ++i)
+    if (runs[i]->summary.makespan_s < runs[best]->summary.makespan_s) best = i;
+  return best;
 }
 
 void add_repeat(ValidationPoint& p, const ExperimentOutcome& repeat) {

@@ -40,15 +40,16 @@ struct ValidationPoint {
   bool batches_identical = false;
   std::vector<EngineComparison> engines;
   // The real engine against itself: the throughputs of the point's other measured runs (the one
-  // compared is the median, median_run), and the largest |other / compared - 1| (0 with one run):
-  // how much of the error noise can explain.
+  // compared is the fastest, fastest_run), and the largest |other / compared - 1| (0 with one
+  // run): how much of the error noise can explain.
   std::vector<double> repeat_throughputs;
   double noise = 0;
 };
 
-// Of several measured runs of one point, the one with the median makespan: what a noisy machine
-// measures most of the time (ties and even counts: the lower middle).
-std::size_t median_run(const std::vector<ExperimentOutcome*>& runs);
+// Of several measured runs of one point, the one with the shortest makespan: interference on a
+// shared machine only ever slows a run down, so the fastest run is the least disturbed (the
+// profile is fitted on each point's fastest repeat for the same reason).
+std::size_t fastest_run(const std::vector<ExperimentOutcome*>& runs);
 
 // Adds a further measured run of the same point to `point` (its throughput and the noise).
 void add_repeat(ValidationPoint& point, const ExperimentOutcome& repeat);

@@ -19,7 +19,8 @@ void TraceReplay::start(Runtime& rt) {
 void TraceReplay::on_wakeup(Runtime& rt, std::uint64_t) { submit_due(rt); }
 
 void TraceReplay::submit_due(Runtime& rt) {
-  // Every request due by now arrives now; then sleep until the next one.
+  // Every request due by now is submitted now, with its own arrival time (on the wall clock a
+  // wake-up can come late, after a step); then sleep until the next one.
   for (; next_ < total_ && trace_.requests[next_].arrival_s / opt_.rate_scale <= rt.now(); ++next_) {
     const TraceRequest& r = trace_.requests[next_];
     const int longest = r.input_tokens + r.output_tokens;
@@ -40,7 +41,7 @@ void TraceReplay::submit_due(Runtime& rt) {
     s.sampling.max_tokens = std::max(1, r.output_tokens);
     s.sampling.ignore_eos = true;
     s.script.seed = mix64(opt_.seed ^ (0x7472616365ULL + next_));
-    rt.submit(opt_.engine, std::move(s));
+    rt.submit_arrived(opt_.engine, std::move(s), r.arrival_s / opt_.rate_scale);
   }
   if (next_ < total_) rt.wake_at(trace_.requests[next_].arrival_s / opt_.rate_scale, 0);
 }

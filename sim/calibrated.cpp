@@ -339,6 +339,10 @@ void save_profile(const CalibrationProfile& p, const std::string& path) {
   j["grid"] = p.grid_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(p.grid_json);
   j["device_terms"] = terms_json(device_feature_names(), p.device_coefficients, p.device_max);
   j["host_terms"] = terms_json(host_feature_names(), p.host_coefficients, p.host_max);
+  if (p.alone_coefficients) {
+    j["device_terms_alone"] = terms_json(device_feature_names(), *p.alone_coefficients, p.device_max);
+    j["fit"]["device_alone"] = stats_json(p.alone_fit);
+  }
   j["fit"]["device"] = stats_json(p.device_fit);
   j["fit"]["host"] = stats_json(p.host_fit);
   for (const auto& [name, f] : p.regimes) j["fit"]["regimes"][name] = stats_json(f);
@@ -371,10 +375,16 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     read_terms(j.at("device_terms"), device_feature_names(), p.device_coefficients, p.device_max, origin,
                "device_terms");
     read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin, "host_terms");
+    if (j.contains("device_terms_alone")) {
+      DeviceFeatures alone{}, max{};
+      read_terms(j["device_terms_alone"], device_feature_names(), alone, max, origin, "device_terms_alone");
+      p.alone_coefficients = alone;
+    }
     if (j.contains("fit")) {
       const auto& f = j["fit"];
       if (f.contains("device")) p.device_fit = stats_of(f["device"]);
       if (f.contains("host")) p.host_fit = stats_of(f["host"]);
+      if (f.contains("device_alone")) p.alone_fit = stats_of(f["device_alone"]);
       if (f.contains("regimes"))
         for (const auto& [name, r] : f["regimes"].items()) p.regimes[name] = stats_of(r);
     }
@@ -392,7 +402,10 @@ CalibrationProfile load_profile(const std::string& path) {
   return parse_profile(s.str(), path);
 }
 
-CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile) : profile_(std::move(profile)) {}
+CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile, bool alone)
+    : profile_(std::move(profile)),
+      device_(alone && profile_.alone_coefficients ? *profile_.alone_coefficients : profile_.device_coefficients),
+      alone_(alone && profile_.alone_coefficients) {}
 
 StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
   const DeviceFeatures d = device_features(shape);
@@ -400,15 +413,16 @@ StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
   for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)  // past the constant and the 0/1 switches
     if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
   // A step always takes some time, even where a fit of non-negative terms has no term for it.
-  return {std::max(dot(profile_.device_coefficients, d), 1e-7),
+  return {std::max(dot(device_, d), 1e-7),
           dot(profile_.host_coefficients, host_features(shape))};
 }
 
 std::string CalibratedCostModel::describe() const {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "profile(%s on %s, %s, %zu steps, median |error| %.1f%%)", profile_.model.c_str(),
-                profile_.device.c_str(), profile_.source.c_str(), profile_.device_fit.rows,
-                100.0 * profile_.device_fit.median_abs_rel_error);
+  const FitStats& fit = alone_ ? profile_.alone_fit : profile_.device_fit;
+  std::snprintf(buf, sizeof buf, "profile(%s on %s%s, %s, %zu steps, median |error| %.1f%%)", profile_.model.c_str(),
+                profile_.device.c_str(), alone_ ? ", alone on the device" : "", profile_.source.c_str(), fit.rows,
+                100.0 * fit.median_abs_rel_error);
   return buf;
 }
 

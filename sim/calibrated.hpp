@@ -30,9 +30,13 @@
 //
 // The profile is JSON ("format": "duet-cost-profile/2") with the model's name and shape, the
 // device, the backend, the date, the git revision, the grid it was measured on, the coefficients,
-// each feature's fitted range (for extrapolation warnings), and the residuals per regime.
+// each feature's fitted range (for extrapolation warnings), and the residuals per regime. A CPU
+// profile also has "device_terms_alone": the device time of an engine alone on the device, whose
+// caches stay warm between its steps (exec/profiler.hpp); the other terms are for engines that
+// take turns.
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +88,10 @@ struct CalibrationProfile {
   std::string source;        // what was measured
   std::string grid_json;     // the grid, as JSON text
   DeviceFeatures device_coefficients{};
+  // Device time of an engine that has the device to itself, where caches stay warm from one step
+  // to the next (the CPU engine's `duet profile` measures both; absent elsewhere).
+  std::optional<DeviceFeatures> alone_coefficients;
+  FitStats alone_fit;
   HostFeatures host_coefficients{};
   DeviceFeatures device_max{};  // the largest value of each feature in the fitted rows
   HostFeatures host_max{};
@@ -116,7 +124,8 @@ CalibrationProfile parse_profile(const std::string& json_text, const std::string
 
 class CalibratedCostModel final : public CostModel {
  public:
-  explicit CalibratedCostModel(CalibrationProfile profile);
+  // `alone`: the engine has the device to itself (the profile's alone terms, where it has them).
+  explicit CalibratedCostModel(CalibrationProfile profile, bool alone = false);
   StepCost step_cost(const BatchShape& shape) const override;
   std::string describe() const override;
   std::string extrapolation_report() const override;
@@ -124,6 +133,8 @@ class CalibratedCostModel final : public CostModel {
 
  private:
   CalibrationProfile profile_;
+  DeviceFeatures device_;  // the terms in use
+  bool alone_ = false;
   // Steps priced beyond a feature's fitted range (by more than 10%), per device feature.
   mutable std::array<std::int64_t, kNumDeviceFeatures> beyond_{};
   mutable std::int64_t steps_ = 0;

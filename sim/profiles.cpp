@@ -37,25 +37,25 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
 
 namespace {
 
-ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device) {
+ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device, bool alone) {
   CalibrationProfile p = load_profile(path);
   check_profile(p, model, device, path);
   ChosenCostModel c;
   c.kind = "profile";
   c.reason = "profile " + path;
-  c.model = std::make_unique<CalibratedCostModel>(std::move(p));
+  c.model = std::make_unique<CalibratedCostModel>(std::move(p), alone);
   return c;
 }
 
 }  // namespace
 
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
-                                  const std::string& device, const std::string& profile_dir) {
+                                  const std::string& device, const std::string& profile_dir, bool alone) {
   for (const char* prefix : {"profile:", "calibrated:"})
-    if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device);
+    if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
   if (name == "auto" && !profile_dir.empty()) {
     const std::string path = profile_path(profile_dir, device, model);
-    if (std::filesystem::exists(path)) return from_profile(path, model, device);
+    if (std::filesystem::exists(path)) return from_profile(path, model, device, alone);
   }
   if (name != "auto" && name != "roofline")
     throw Error("unknown cost model '" + name + "' (valid: auto, roofline, profile:PROFILE.json)");

@@ -30,8 +30,9 @@ struct ChosenCostModel {
 
 // name: "auto" (the profile under profile_dir if there is one, else the roofline), "roofline"
 // (forced), or "profile:PATH" ("calibrated:PATH" is the same).
+// `alone`: the engine has the device to itself (one engine in the experiment).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
-                                  const std::string& device, const std::string& profile_dir);
+                                  const std::string& device, const std::string& profile_dir, bool alone = false);
 
 // The roofline or an explicit profile without the device check (tests, benchmarks).
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model);

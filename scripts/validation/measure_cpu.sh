@@ -19,16 +19,18 @@ echo "device: $device" | tee "$out/device.txt"
 
 # rate-scale: the tiny model serves the trace slice near saturation at twice the trace's rate, the
 # small one (about 6x the work per token) at 0.35 of it.
-for spec in "tiny-llama duet-tiny-llama 2" "small-llama duet-small-llama 0.35"; do
+# The small model's beam search runs on 3 problems and twice (it takes ~6x the tiny one's time).
+for spec in "tiny-llama duet-tiny-llama 2 6 3" "small-llama duet-small-llama 0.35 3 2"; do
   set -- $spec
   model="models/$1/config.json"
   profile="profiles/$device/$2.json"
   mkdir -p "profiles/$device"
   "${pin[@]}" "$duet" profile --backend cpu --model "$model" --out "$profile" --max-num-seqs 64 \
     --max-num-batched-tokens 512 --max-model-len 4096 --repeats 5 | tee "$out/$1.profile.txt"
-  "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats 3 --max-error 0 \
-    --no-progress --out "$out/$1.beam.h5" -- --model "$model" 2>/dev/null | tee "$out/$1.beam.txt"
+  "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats "$5" --max-error 0 \
+    --no-progress --out "$out/$1.beam.h5" -- --model "$model" --problems "$4" --concurrency "$4" \
+    2>/dev/null | tee "$out/$1.beam.txt"
   "${pin[@]}" "$duet" validate --trace "$azure" --backend cpu --model "$model" --max-requests 40 \
     --rate-scale "$3" --max-model-len 8192 --num-gpu-blocks-override 2048 --max-num-batched-tokens 512 \
-    --max-num-seqs 64 --repeats 3 --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
+    --max-num-seqs 64 --repeats "$5" --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
 done

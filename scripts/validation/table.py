@@ -58,7 +58,7 @@ def main(directory):
                     p = g["predicted/engines/llm"].attrs[f"{key}_{q}"]
                     m = g["measured/engines/llm"].attrs[f"{key}_{q}"]
                     print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |")
-            print(f"\nnoise (the real engine against itself, 3 runs): {100 * a['validation.noise']:.1f}%; "
+            print(f"\nnoise (the real engine against itself): {100 * a['validation.noise']:.1f}%; "
                   f"measured time outside steps: {100 * a['validation.measured_outside_steps_s'] / a['validation.measured_makespan_s']:.1f}%.")
 
 

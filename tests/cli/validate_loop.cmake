@@ -57,3 +57,11 @@ if(NOT rc EQUAL 1)
   message(FATAL_ERROR "a point beyond --max-error must exit 1, got ${rc}")
 endif()
 expect("exceeds --max-error")
+
+# duet fit on a real engine's run: every engine in one call, model and device from the file.
+duet(fit --run ${OUT}/beam.h5 --group /validate/points/0000/measured --out ${OUT}/fit.json)
+expect("wrote .*fit.llm.json")
+expect("wrote .*fit.prm.json")
+expect("duet-tiny-llama on cpu-")
+duet(fit --run ${OUT}/beam.h5 --out ${OUT}/fit.json)
+expect("a simulated run; fit the steps that a real engine measured")

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "core/error.hpp"
@@ -93,6 +94,45 @@ TEST(Runtime, ArrivalsWaitForTheirTimestamps) {
   EXPECT_DOUBLE_EQ(reqs[0].finish_s, 12.0);
   EXPECT_DOUBLE_EQ(t.rt.summary().makespan_s, 21.0);
   EXPECT_EQ(t.llm.find(1), nullptr) << "finished sequences are released";
+}
+
+// The wall clock's way: a step blocks the host, so time passes while it runs and events due
+// during it are handled after it.
+class BlockingClock final : public Clock {
+ public:
+  double now() const override { return now_; }
+  void wait_until(double t) override { now_ = std::max(now_, t); }
+  double step_end(double start, double device_s) const override { return now_ = start + device_s; }
+
+ private:
+  mutable double now_ = 0.0;
+};
+
+TEST(Runtime, ARequestThatArrivesDuringABlockingStepKeepsItsArrivalTime) {
+  // Regression: on the wall clock a request arriving mid-step was stamped when the step ended,
+  // so the real engine's TTFT left out the wait that the simulator's TTFT counts.
+  FixedTimeExecutor exec(1.0);
+  Engine engine("llm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
+                std::make_unique<KvCacheManager>(KvCacheConfig{64, 4, true}), exec);
+  BlockingClock clock;
+  Runtime rt(clock);
+  rt.add_engine(engine, "m");
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    rt.submit(0, gen(1, 4, 3));             // steps at 0, 1, 2
+    rt.submit_at(0.5, 0, gen(2, 4, 1));     // arrives while the first step runs
+    rt.wake_at(0.7, 0);                     // a trace replay's wake-up, due during that step too
+  };
+  w.wakeup = [](Runtime& rt, std::uint64_t) { rt.submit_arrived(0, gen(3, 4, 1), 0.7); };
+  rt.run(w);
+  const auto& reqs = rt.records()[0].requests;
+  ASSERT_EQ(reqs.size(), 3u);
+  for (const RequestRecord& r : reqs) {
+    if (r.seq_id == 1) continue;
+    const double due = r.seq_id == 2 ? 0.5 : 0.7;
+    EXPECT_DOUBLE_EQ(r.arrival_s, due);
+    EXPECT_DOUBLE_EQ(r.first_token_s, 2.0) << "handled at 1.0, in the step 1.0-2.0";
+  }
 }
 
 TEST(Runtime, TwoEnginesShareOneDeviceAndAlternate) {

@@ -15,6 +15,7 @@ using test_support::error_of;
 
 ProfileLimits small_limits() {
   ProfileLimits l;
+  l.evict_bytes = 1 << 20;
   l.max_num_seqs = 4;
   l.max_num_batched_tokens = 32;
   l.max_model_len = 128;
@@ -62,6 +63,7 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
   EXPECT_EQ(r.points.size(), profile_grid(small_limits()).size());
   for (const MeasuredPoint& m : r.points) {
     EXPECT_GT(m.device_median, 0);
+    EXPECT_EQ(m.alone_device_s.size(), m.device_s.size()) << "the CPU engine is timed warm and evicted";
     EXPECT_GT(m.host_median, 0);
     EXPECT_LE(m.device_min, m.device_median);
   }
@@ -72,6 +74,7 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
   EXPECT_FALSE(p.created_utc.empty());
   EXPECT_EQ(p.device_fit.rows, r.points.size());
   EXPECT_TRUE(p.regimes.count("decode") && p.regimes.count("prefill") && p.regimes.count("mixed"));
+  EXPECT_TRUE(p.alone_coefficients.has_value());
   EXPECT_NO_THROW(check_profile(p, c.model, p.device, "p"));
   EXPECT_TRUE(contains(error_of([&] { check_profile(p, model_by_name("llama-3.2-1b"), p.device, "p"); }),
                        "the profile is for model 'duet-tiny-llama'"));

@@ -161,6 +161,27 @@ TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   EXPECT_NEAR(c.host_s, kHost[0] + 10 * kHost[1], 1e-12);
 }
 
+TEST(Calibrated, AnEngineAloneOnTheDeviceUsesTheWarmTerms) {
+  TempDir dir;
+  CalibrationProfile p = fit_profile(measured(random_shapes(100, 9), 0.0, 0));
+  DeviceFeatures alone = p.device_coefficients;
+  for (double& c : alone) c *= 0.5;
+  p.alone_coefficients = alone;
+  save_profile(p, dir.file("p.json"));
+  const CalibrationProfile back = load_profile(dir.file("p.json"));
+  ASSERT_TRUE(back.alone_coefficients.has_value());
+  EXPECT_EQ(*back.alone_coefficients, alone);
+  BatchShape s;
+  s.decode_seqs = s.decode_tokens = s.logit_rows = 8;
+  s.decode_context_tokens = 4000;
+  const double shared = CalibratedCostModel(back, false).step_cost(s).device_s;
+  EXPECT_NEAR(CalibratedCostModel(back, true).step_cost(s).device_s, 0.5 * shared, 1e-12);
+  EXPECT_TRUE(contains(CalibratedCostModel(back, true).describe(), "alone on the device"));
+  CalibrationProfile gpu = back;
+  gpu.alone_coefficients.reset();
+  EXPECT_NEAR(CalibratedCostModel(gpu, true).step_cost(s).device_s, shared, 1e-12) << "no alone terms: the others";
+}
+
 TEST(Calibrated, WarnsWhenAPredictionExtrapolates) {
   CalibrationProfile p = fit_profile(measured(random_shapes(100, 6), 0.0, 0));
   CalibratedCostModel m(p);
