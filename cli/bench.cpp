@@ -4,28 +4,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <map>
-#include <cmath>
-#include <nlohmann/json.hpp>
-#include <random>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "core/kv_cache_manager.hpp"
-#include "exec/cpu_executor.hpp"
-#include "exec/weights.hpp"
-#include "core/runtime.hpp"
 #include "cli/source_dir.hpp"
-#include "exec/gpu_bench.hpp"
+#include "core/error.hpp"
+#include "core/runtime.hpp"
+#include "exec/cpu_executor.hpp"
 #include "exec/experiment.hpp"
+#include "exec/gpu_bench.hpp"
+#include "exec/weights.hpp"
 #include "io/trace_replay.hpp"
-
-#ifndef DUET_GIT_REVISION
-#define DUET_GIT_REVISION "unknown"
-#endif
 
 namespace po = boost::program_options;
 

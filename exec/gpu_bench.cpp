@@ -1,22 +1,24 @@
 #include "exec/gpu_bench.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/model_spec.hpp"
 #include "core/runtime.hpp"
-#include "exec/cpu_executor.hpp"
 #include "exec/cuda_executor.hpp"
-#include "exec/weights.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
@@ -25,6 +27,8 @@
 #endif
 
 namespace duet::gpu_bench {
+
+namespace {
 
 // The peer's decode tokens/s by (batch, context), from scripts/peer_hf.py's JSON.
 std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
@@ -40,7 +44,6 @@ std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
   }
   return out;
 }
-
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -75,18 +78,20 @@ DetectedGpu detect_gpu(const std::string& override_name) {
     d.note = "spec named by --gpu";
     return d;
   }
+  try {
+    d.spec = gpu_by_device_name(d.device);
+  } catch (const Error&) {
+    throw Error("no built-in GPU spec for device '" + d.device + "': pass --gpu h100|h200|a100");
+  }
+  // The built-ins are the H100 SXM and the A100 80GB: the parts with lower figures get their
+  // ratios against those, and say so.
   std::string n = d.device;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::toupper(c); });
-  if (n.find("H200") != std::string::npos) d.spec = gpu_by_name("h200");
-  else if (n.find("H100") != std::string::npos) {
-    d.spec = gpu_by_name("h100");
-    if (n.find("PCIE") != std::string::npos || n.find("NVL") != std::string::npos)
-      d.note = "the H100 SXM's figures: this part's bandwidth and FLOP/s are lower, ratios are pessimistic";
-  } else if (n.find("A100") != std::string::npos) {
-    d.spec = gpu_by_name("a100");
-    if (n.find("40GB") != std::string::npos) d.note = "the A100 80GB's figures (1.56 TB/s on the 40GB part)";
-  } else
-    throw Error("no built-in GPU spec for device '" + d.device + "': pass --gpu h100|h200|a100");
+  const auto says = [&](const char* part) { return n.find(part) != std::string::npos; };
+  if (d.spec.name == gpu_by_name("h100").name && (says("PCIE") || says("NVL")))
+    d.note = "the H100 SXM's figures: this part's bandwidth and FLOP/s are lower, ratios are pessimistic";
+  else if (d.spec.name == gpu_by_name("a100").name && says("40GB"))
+    d.note = "the A100 80GB's figures (1.56 TB/s on the 40GB part)";
   return d;
 }
 
@@ -163,6 +168,8 @@ std::int64_t bytes_per_weight_read(const ModelSpec& m) {
   // only the batch's rows (when it is not the LM head too).
   return 2 * (std::int64_t(m.num_layers) * m.layer_parameters() + m.hidden_size + std::int64_t(m.vocab_size) * m.hidden_size);
 }
+
+}  // namespace
 
 // Decode steps of Llama-3.2-1B (dummy weights) against the HBM roofline: every weight byte and
 // every KV byte read once, at peak bandwidth. Target: within 1.3x at batch 64-256.
