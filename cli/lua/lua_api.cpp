@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <thread>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_engine_handle.hpp"
@@ -17,12 +15,7 @@
 #include "cli/lua/lua_types.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "cli/lua/lua_workload.hpp"
-#include "cli/report.hpp"
 #include "core/error.hpp"
-#include "core/gpu_spec.hpp"
-#include "core/mix.hpp"
-#include "core/model_spec.hpp"
-#include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/trace.hpp"
 

@@ -19,7 +19,6 @@ void push_strings(lua_State* L, const std::vector<std::string>& v) {
   }
 }
 
-
 }  // namespace
 
 int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and derived figures

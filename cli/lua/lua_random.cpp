@@ -34,7 +34,6 @@ std::uint64_t key_of(lua_State* L, int first) {
 
 double unit(std::uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
 
-
 }  // namespace
 
 // duet.uniform(k1, k2, ...): a number in (0, 1) that depends only on the keys, so that a search's
