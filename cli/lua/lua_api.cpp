@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_engine_handle.hpp"
@@ -21,12 +24,38 @@
 
 namespace duet::lua {
 
+// A point of a duet.sweep: its parameters and, once run, its result.
+struct SweepPoint {
+  std::vector<std::pair<std::string, std::string>> text;   // the point's parameters
+  std::vector<std::pair<std::string, double>> numbers;
+  ExperimentResult result;
+  bool done = false;
+};
+
+// A sweep worker re-runs the script in its own Lua state and, at the sweep it was started for,
+// runs only its share of the points.
+struct WorkerJob {
+  int sweep = 0;                      // which duet.sweep call of the script (0-based)
+  std::vector<std::size_t> points;    // indices into `slots`
+  std::vector<SweepPoint>* slots = nullptr;
+};
+
+// Where open_duet leaves the script's context in the registry.
+constexpr const char* kContextKey = "duet.script";
+
 ScriptContext& context(lua_State* L) {
   lua_getfield(L, LUA_REGISTRYINDEX, kContextKey);
   auto* ctx = static_cast<ScriptContext*>(lua_touserdata(L, -1));
   lua_pop(L, 1);
   if (!ctx) throw Error("duet: no script context");
   return *ctx;
+}
+
+// A path as given, or relative to the repository (workloads/data/..., traces/...).
+std::string resolve_path(lua_State* L, const std::string& path) {
+  if (std::filesystem::exists(path)) return path;
+  const std::string in_repo = context(L).opt.source_dir + "/" + path;
+  return std::filesystem::exists(in_repo) ? in_repo : path;
 }
 
 namespace {
@@ -76,6 +105,8 @@ int l_run(lua_State* L) {
   });
 }
 
+// ---- run-time functions of a workload ----
+
 int l_await(lua_State* L) {
   int r = 0;
   const int status = guarded(L, [&] {
@@ -86,19 +117,6 @@ int l_await(lua_State* L) {
   if (r < 0) return lua_yield(L, 0);  // outside every C++ scope
   return r;
 }
-
-// ---- run-time functions of a workload ----
-
-}  // namespace
-
-// A path as given, or relative to the repository (workloads/data/..., traces/...).
-std::string resolve_path(lua_State* L, const std::string& path) {
-  if (std::filesystem::exists(path)) return path;
-  const std::string in_repo = context(L).opt.source_dir + "/" + path;
-  return std::filesystem::exists(in_repo) ? in_repo : path;
-}
-
-namespace {
 
 int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yields until time t
   const double t = luaL_checknumber(L, 1);

@@ -4,33 +4,15 @@
 
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "cli/lua/lua_api.hpp"
-#include "cli/lua/lua_experiment.hpp"
 #include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
 
 namespace duet::lua {
 
-inline constexpr const char* kContextKey = "duet.script";
-
-// A point of a duet.sweep: its parameters and, once run, its result.
-struct SweepPoint {
-  std::vector<std::pair<std::string, std::string>> text;   // the point's parameters
-  std::vector<std::pair<std::string, double>> numbers;
-  ExperimentResult result;
-  bool done = false;
-};
-
-// A sweep worker re-runs the script in its own Lua state and, at the sweep it was started for,
-// runs only its share of the points.
-struct WorkerJob {
-  int sweep = 0;                      // which duet.sweep call of the script (0-based)
-  std::vector<std::size_t> points;    // indices into `slots`
-  std::vector<SweepPoint>* slots = nullptr;
-};
+// A sweep worker's share of the points (lua_api.cpp, with the sweep).
+struct WorkerJob;
 
 // Everything a script run shares across its duet.run and duet.sweep calls.
 struct ScriptContext {

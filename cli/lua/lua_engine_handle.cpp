@@ -9,11 +9,15 @@ namespace duet::lua {
 
 namespace {
 
+constexpr const char* kEngineRefMeta = "duet.Engine";
+
 struct EngineRef {
   int index;
 };
 
-EngineRef& check_engine(lua_State* L, int index) { return *static_cast<EngineRef*>(luaL_checkudata(L, index, kEngineRefMeta)); }
+EngineRef& check_engine(lua_State* L, int index) {
+  return *static_cast<EngineRef*>(luaL_checkudata(L, index, kEngineRefMeta));
+}
 
 int engine_submit(lua_State* L) {
   const int engine = check_engine(L, 1).index;

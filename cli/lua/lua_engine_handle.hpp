@@ -5,8 +5,6 @@
 
 namespace duet::lua {
 
-inline constexpr const char* kEngineRefMeta = "duet.Engine";
-
 // The handle's metatable, once per Lua state.
 void register_engine_handle(lua_State* L);
 // Pushes a handle to engine `index` of the running experiment.

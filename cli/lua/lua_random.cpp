@@ -1,5 +1,6 @@
 // duet.uniform, duet.hash, duet.normal: randomness from keys, not from a stream.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string_view>

@@ -47,7 +47,7 @@ class LuaWorkload final : public Workload {
   std::size_t done() const { return results_.size(); }
   const std::vector<ProblemRecord>& results() const { return results_; }
 
-  // Called from the Lua bindings (lua_api.cpp).
+  // Called from the Lua bindings (lua_api.cpp, lua_engine_handle.cpp).
   static LuaWorkload& from(lua_State* L);
   lua_Integer lua_submit(lua_State* co, int engine, int spec_index);  // the new sequence's id
   int lua_await(lua_State* co);
