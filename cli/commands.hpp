@@ -5,6 +5,8 @@ namespace duet::cli {
 
 int simulate(int argc, char** argv);
 int fit(int argc, char** argv);
+int fit_ops(int argc, char** argv);
+int cost(int argc, char** argv);
 int bench(int argc, char** argv);
 int run(int argc, char** argv);
 int profile(int argc, char** argv);

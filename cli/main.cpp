@@ -17,6 +17,8 @@ void usage() {
       "  profile    measure a real engine on a grid of batches and fit its cost profile\n"
       "  validate   run a script or a trace on the simulator and a real engine, compare\n"
       "  fit        fit a calibrated cost profile to measured step timings\n"
+      "  fit-ops    fit a GPU's operator prior to measured kernel tables\n"
+      "  cost       price one step of a batch by operator under a cost model\n"
       "  bench      benchmarks that print measured figures as ratios to their targets\n\n"
       "`duet COMMAND --help` documents each command's options.\n");
 }
@@ -34,7 +36,9 @@ int main(int argc, char** argv) {
   if (command == "profile") return duet::cli::profile(argc - 1, argv + 1);
   if (command == "validate") return duet::cli::validate(argc - 1, argv + 1);
   if (command == "fit") return duet::cli::fit(argc - 1, argv + 1);
+  if (command == "fit-ops") return duet::cli::fit_ops(argc - 1, argv + 1);
+  if (command == "cost") return duet::cli::cost(argc - 1, argv + 1);
   if (command == "bench") return duet::cli::bench(argc - 1, argv + 1);
-  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, bench; see duet --help)\n", command.c_str());
+  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, fit-ops, cost, bench; see duet --help)\n", command.c_str());
   return 2;
 }

@@ -1,7 +1,5 @@
 #include "io/trace.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace duet {
 
@@ -33,8 +32,6 @@ constexpr std::string_view kAzureHeader = "TIMESTAMP,ContextTokens,GeneratedToke
 [[noreturn]] void fail(const std::string& path, std::size_t line, const std::string& what) {
   throw Error(path + ":" + std::to_string(line) + ": " + what);
 }
-
-[[noreturn]] void fail_file(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
 
 // Quotes a piece of the input for an error message, cut short so a huge line stays readable.
 std::string excerpt(std::string_view s) {
@@ -53,58 +50,7 @@ std::string_view trim(std::string_view s) {
 
 bool is_blank(std::string_view s) { return trim(s).empty(); }
 
-// --- Bytes in ------------------------------------------------------------------------------------
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-struct GzCloser {
-  void operator()(gzFile_s* f) const { gzclose_r(f); }
-};
-
 std::size_t count_lines(std::string_view text) { return std::count(text.begin(), text.end(), '\n') + 1; }
-
-std::string read_gzip(const std::string& path) {
-  std::unique_ptr<gzFile_s, GzCloser> gz(gzopen(path.c_str(), "rb"));
-  if (!gz) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
-  gzbuffer(gz.get(), 1 << 17);
-  std::string data;
-  std::vector<char> buf(1 << 17);
-  int n = 0;
-  while ((n = gzread(gz.get(), buf.data(), static_cast<unsigned>(buf.size()))) > 0) data.append(buf.data(), n);
-  // A truncated stream is not a read error for gzread: it returns what it could inflate and
-  // leaves Z_BUF_ERROR behind, so the error state must be checked after the loop.
-  int err = Z_OK;
-  std::string why = gzerror(gz.get(), &err);
-  if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);  // zlib names the file too
-  if (n < 0 || err != Z_OK) {
-    fail(path, count_lines(data),
-         "gzip data is truncated or corrupt after " + std::to_string(data.size()) +
-             " uncompressed bytes (zlib: " + why + ")");
-  }
-  return data;
-}
-
-std::string read_plain(const std::string& path, std::FILE* f) {
-  std::string data;
-  std::vector<char> buf(1 << 17);
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) data.append(buf.data(), n);
-  if (std::ferror(f)) fail_file(path, std::string("cannot read: ") + std::strerror(errno));
-  return data;
-}
-
-// The whole file, inflated when it starts with the gzip magic bytes whatever its name.
-std::string read_trace_bytes(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
-  unsigned char magic[2] = {0, 0};
-  const std::size_t got = std::fread(magic, 1, 2, f.get());
-  if (std::ferror(f.get())) fail_file(path, std::string("cannot read: ") + std::strerror(errno));
-  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) return read_gzip(path);
-  std::rewind(f.get());
-  return read_plain(path, f.get());
-}
 
 // Walks text line by line. The "\r" of CRLF endings is dropped, and a last line without a newline
 // still counts, so both line-ending conventions read the same.
@@ -416,7 +362,7 @@ TraceFormat trace_format_from_name(const std::string& name) {
 }
 
 Trace load_trace(const std::string& path, TraceFormat format) {
-  const std::string data = read_trace_bytes(path);
+  const std::string data = read_file_bytes(path);
   std::string_view text = data;
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte order mark
   if (is_blank(text)) fail(path, 1, "empty file");

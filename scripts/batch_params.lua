@@ -1,12 +1,12 @@
 -- The max_num_seqs x max_num_batched_tokens grid, for each model in turn (the other keeps the
 -- defaults), and beam-search throughput at each point.
---   duet run scripts/batch_params.lua [-- --problems 100]
+--   duet run scripts/batch_params.lua [-- --problems 100 --cost-model roofline]
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
 local args = duet.args{problems = 100, gpu = "h100", llm_util = 0.3, prm_util = 0.6, prm_mode = "incremental",
-                       concurrency = 128, seed = 0}
+                       concurrency = 128, seed = 0, cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
 
 local function config(target, seqs, tokens)
@@ -16,7 +16,7 @@ local function config(target, seqs, tokens)
   }
   local e = target == "llm" and engines[1] or engines[2]
   e.max_num_seqs, e.max_num_batched_tokens = seqs, tokens
-  return {gpu = args.gpu, engines = engines, concurrency = args.concurrency, seed = args.seed,
+  return {gpu = args.gpu, cost_model = args.cost_model, engines = engines, concurrency = args.concurrency, seed = args.seed,
           workload = beam_search.workload{problems = problems, prm_mode = args.prm_mode, seed = args.seed}}
 end
 

@@ -1,6 +1,6 @@
 -- The thesis's memory-split sweep: the generator's gpu_memory_utilization from 0.08 to 0.5, the
 -- rest (up to 0.9 of the GPU) for the PRM, and beam-search throughput at each point.
---   duet run scripts/memory_split.lua [-- --problems 100 --prm-mode full]
+--   duet run scripts/memory_split.lua [-- --problems 100 --prm-mode full --cost-model roofline]
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
@@ -8,7 +8,7 @@ local beam_search = require("workloads.beam_search")
 -- score_cache: earlier steps' scores are reused and the PRM prefix-cache hits up to the new step,
 -- which is what prefix caching gave the thesis's vLLM PRM; without it every step is re-prefilled.
 local args = duet.args{problems = 200, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
-                       concurrency = 128}
+                       concurrency = 128, cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
 
 local results = duet.sweep{
@@ -17,6 +17,7 @@ local results = duet.sweep{
   run = function(point)
     return {
       gpu = args.gpu,
+      cost_model = args.cost_model,
       engines = {
         {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util},
         {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util},
@@ -29,7 +30,8 @@ local results = duet.sweep{
   end,
 }
 
-print(string.format("memory split sweep: %d problems, %s PRM scoring, %s", #problems, args.prm_mode, args.gpu))
+print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s", #problems, args.prm_mode,
+                    args.gpu, args.cost_model))
 print(string.format("%8s %8s %10s %10s %12s %10s %10s %8s", "llm", "prm", "llm blks", "prm blks", "problems/s",
                     "llm tok/s", "prm hit%", "prm evict"))
 for _, r in ipairs(results) do

@@ -48,4 +48,6 @@ print(string.format("%-28s %12d", "LLM / PRM KV blocks", llm.total_blocks) .. st
 print(string.format("%-28s %12d", "PRM evictions", prm.evictions))
 print(string.format("%-28s %12d", "preemptions (LLM + PRM)", llm.preemptions + prm.preemptions))
 print(string.format("%-28s %11.1f%%", "accuracy (synthetic)", 100 * result.accuracy))
+print("LLM priced by  " .. llm.cost_model)
+print("PRM priced by  " .. prm.cost_model)
 return result

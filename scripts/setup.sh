@@ -11,6 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libboost-dev libboost-program-options-dev   # Boost 1.74, Debian 12's default
   libeigen3-dev liblua5.4-dev libhdf5-dev nlohmann-json3-dev
+  zlib1g-dev  # io/ reads gzip'd traces and kernel tables (libhdf5-dev pulls it in too)
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-h5py python3-pandas python3-numpy  # analysis/ reads the HDF5 files with these

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace duet {
 
@@ -346,10 +347,7 @@ void save_profile(const CalibrationProfile& p, const std::string& path) {
   j["fit"]["device"] = stats_json(p.device_fit);
   j["fit"]["host"] = stats_json(p.host_fit);
   for (const auto& [name, f] : p.regimes) j["fit"]["regimes"][name] = stats_json(f);
-  std::ofstream out(path);
-  if (!out) throw Error(path + ": cannot write profile");
-  out << j.dump(2) << "\n";
-  if (!out) throw Error(path + ": cannot write profile");
+  write_json_file(path, j, 2);
 }
 
 CalibrationProfile parse_profile(const std::string& text, const std::string& origin) {
@@ -394,13 +392,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
   }
 }
 
-CalibrationProfile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open cost profile");
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_profile(s.str(), path);
-}
+CalibrationProfile load_profile(const std::string& path) { return parse_profile(read_file_bytes(path), path); }
 
 CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile, bool alone)
     : profile_(std::move(profile)),

@@ -1,11 +1,14 @@
 #pragma once
-// How long a batch takes. One interface, two implementations: a roofline from the GPU's and the
-// model's public figures (no measurement needed), and a profile fitted to steps that a real
-// engine measured (sim/calibrated.hpp). Both split a step into the device's share and the host's
+// How long a batch takes. One interface, three implementations: a roofline from the GPU's and the
+// model's public figures (no measurement needed), an operator-level model whose per-kernel
+// efficiencies are fitted to public measured kernel tables (sim/operator_model.hpp), and a profile
+// fitted to steps that a real engine measured on this device (sim/calibrated.hpp). Both split a step into the device's share and the host's
 // (scheduling, batch preparation, postprocessing), because the host's share is what simulators
 // that leave it out get wrong (Vidur's and others' TTFT errors of 17-56% at low load).
+#include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/batch.hpp"
 #include "core/gpu_spec.hpp"
@@ -19,6 +22,26 @@ struct StepCost {
   double total() const { return device_s + host_s; }
 };
 
+// The kernels of one decoder layer, in the order a forward pass runs them (`duet cost`'s keys).
+inline constexpr std::array<const char*, 10> kLayerOperators = {
+    "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "norm", "rope", "act", "residual", "kv_write"};
+enum LayerOperator : std::size_t { kQkvProj, kOProj, kGateUpProj, kDownProj, kAttention, kNorm, kRope, kAct, kResidual, kKvWrite };
+
+// A step by operator. step_s() = layers * sum(per_layer_s) + lm_head_s + sampling_s + other_s +
+// unattributed_s + host_s, and equals the model's step_time().
+struct StepBreakdown {
+  int layers = 0;
+  std::array<double, kLayerOperators.size()> per_layer_s{};  // one layer's seconds per operator
+  double lm_head_s = 0;
+  double sampling_s = 0;
+  double other_s = 0;         // embedding, final norm, block copies, launch and graph overheads
+  double unattributed_s = 0;  // device time that a step-level model does not split by operator
+  double host_s = 0;
+  std::vector<std::string> outside;  // operators priced beyond the data the model was fitted on
+  double device_s() const;
+  double step_s() const { return device_s() + host_s; }
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -26,6 +49,8 @@ class CostModel {
   // Seconds from the step's start on the host to its end, host overhead included.
   double step_time(const BatchShape& shape) const { return step_cost(shape).total(); }
   virtual std::string describe() const = 0;
+  // The step by operator; models that price whole steps leave it unattributed.
+  virtual StepBreakdown by_operator(const BatchShape& shape) const;
   // After a run: a warning when steps fell outside what the model was fitted on; empty if none.
   virtual std::string extrapolation_report() const { return {}; }
 };

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "sim/operator_model.hpp"
 #include "sim/roofline.hpp"
 
 namespace duet {
@@ -22,6 +23,10 @@ std::string gpu_device_key(const GpuSpec& gpu) { return slug(gpu.name); }
 
 std::string profile_path(const std::string& profile_dir, const std::string& device, const ModelSpec& model) {
   return profile_dir + "/" + device + "/" + slug(model.name) + ".json";
+}
+
+std::string prior_path(const std::string& profile_dir, const std::string& device) {
+  return profile_dir + "/" + device + "/operator-prior.json";
 }
 
 void check_profile(const CalibrationProfile& p, const ModelSpec& model, const std::string& device,
@@ -47,22 +52,42 @@ ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, co
   return c;
 }
 
+ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const ModelSpec& model,
+                           const std::string& device) {
+  OperatorPrior p = load_prior(path);
+  check_prior(p, model, device, path);
+  ChosenCostModel c;
+  c.kind = "operator";
+  c.reason = "operator prior " + path;
+  c.model = std::make_unique<OperatorCostModel>(gpu, model, std::move(p));
+  return c;
+}
+
 }  // namespace
 
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir, bool alone) {
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
+  if (name.rfind("operator:", 0) == 0) return from_prior(name.substr(9), gpu, model, device);
   if (name == "auto" && !profile_dir.empty()) {
     const std::string path = profile_path(profile_dir, device, model);
     if (std::filesystem::exists(path)) return from_profile(path, model, device, alone);
   }
+  if ((name == "auto" || name == "operator") && !profile_dir.empty()) {
+    const std::string path = prior_path(profile_dir, device);
+    if (std::filesystem::exists(path)) return from_prior(path, gpu, model, device);
+  }
+  if (name == "operator")
+    throw Error("cost model 'operator': no operator prior for device '" + device + "'" +
+                (profile_dir.empty() ? "" : " at " + prior_path(profile_dir, device)) + "; fit one with `duet fit-ops`");
   if (name != "auto" && name != "roofline")
-    throw Error("unknown cost model '" + name + "' (valid: auto, roofline, profile:PROFILE.json)");
+    throw Error("unknown cost model '" + name +
+                "' (valid: auto, roofline, operator, operator:PRIOR.json, profile:PROFILE.json)");
   ChosenCostModel c;
   c.kind = "roofline";
   c.reason = name == "roofline" ? "roofline (forced)"
-                                : "roofline (no profile of " + model.name + " on " + device +
+                                : "roofline (no profile of " + model.name + " on " + device + " and no operator prior" +
                                       (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
   c.model = std::make_unique<RooflineCostModel>(gpu, model);
   return c;
@@ -72,6 +97,7 @@ std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpe
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0)
       return std::make_unique<CalibratedCostModel>(load_profile(name.substr(std::string(prefix).size())));
+  if (name.rfind("operator:", 0) == 0) return std::make_unique<OperatorCostModel>(gpu, model, load_prior(name.substr(9)));
   return choose_cost_model(name, gpu, model, gpu_device_key(gpu), "").model;
 }
 

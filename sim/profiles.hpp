@@ -1,8 +1,9 @@
 #pragma once
 // Which cost model prices an engine, most specific first: a measured profile of that model on that
-// device (committed under profiles/DEVICE/MODEL.json, from `duet profile`), else the roofline.
-// The choice is the caller's to print and record; a profile for another model or device is an
-// error, never a silent use.
+// device (committed under profiles/DEVICE/MODEL.json, from `duet profile`), else the device's
+// operator prior (profiles/DEVICE/operator-prior.json, from `duet fit-ops` on public kernel
+// tables), else the roofline. The choice is the caller's to print and record; a profile or prior
+// for another model or device is an error, never a silent use.
 #include <memory>
 #include <string>
 
@@ -18,23 +19,27 @@ std::string gpu_device_key(const GpuSpec& gpu);
 // Where the profile of `model` on `device` lives under `profile_dir`.
 std::string profile_path(const std::string& profile_dir, const std::string& device, const ModelSpec& model);
 
+// Where the operator prior of `device` lives under `profile_dir`.
+std::string prior_path(const std::string& profile_dir, const std::string& device);
+
 // Throws when the profile was measured for another model shape or device.
 void check_profile(const CalibrationProfile& profile, const ModelSpec& model, const std::string& device,
                    const std::string& origin);
 
 struct ChosenCostModel {
   std::unique_ptr<CostModel> model;
-  std::string kind;     // "profile" or "roofline"
+  std::string kind;     // "profile", "operator" or "roofline"
   std::string reason;   // one line for the user: which and why
 };
 
-// name: "auto" (the profile under profile_dir if there is one, else the roofline), "roofline"
-// (forced), or "profile:PATH" ("calibrated:PATH" is the same).
+// name: "auto" (the profile under profile_dir if there is one, else the operator prior there,
+// else the roofline), "roofline" (forced), "operator" (the prior under profile_dir, required),
+// "operator:PATH", or "profile:PATH" ("calibrated:PATH" is the same).
 // `alone`: the engine has the device to itself (one engine in the experiment).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir, bool alone = false);
 
-// The roofline or an explicit profile without the device check (tests, benchmarks).
+// The roofline, or an explicit profile or prior, without the device check (tests, benchmarks).
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model);
 
 }  // namespace duet

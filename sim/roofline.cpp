@@ -14,11 +14,9 @@ double RooflineCostModel::op_time(double flops, double bytes) const {
   return std::max(flops / (gpu_.bf16_flops * p_.flops_efficiency), bytes / (gpu_.hbm_bandwidth * p_.bandwidth_efficiency));
 }
 
-RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
-  RooflineBreakdown b;
+std::array<double, 4> RooflineCostModel::layer_gemms(double tokens) const {
   const ModelSpec& m = model_;
   const double w = dtype_bytes(m.dtype);
-  const double tokens = double(s.prefill_tokens + s.decode_tokens);
   const double h = m.hidden_size;
   const double q = double(m.num_heads) * m.head_dim;
   const double kv = double(m.num_kv_heads) * m.head_dim;
@@ -26,9 +24,20 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
   // The GEMMs of one layer as (input width, output width): weights are read once per step,
   // activations once per token.
   const double gemms[][2] = {{h, q + 2 * kv}, {q, h}, {h, 2 * inter}, {inter, h}};
-  double layer = 0;
-  for (const auto& g : gemms) layer += op_time(2.0 * tokens * g[0] * g[1], w * (g[0] * g[1] + tokens * (g[0] + g[1])));
-  b.gemm_s = layer * m.num_layers;
+  std::array<double, 4> t{};
+  for (int i = 0; i < 4; ++i)
+    t[i] = op_time(2.0 * tokens * gemms[i][0] * gemms[i][1],
+                   w * (gemms[i][0] * gemms[i][1] + tokens * (gemms[i][0] + gemms[i][1])));
+  return t;
+}
+
+RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
+  RooflineBreakdown b;
+  const ModelSpec& m = model_;
+  const double w = dtype_bytes(m.dtype);
+  const double tokens = double(s.prefill_tokens + s.decode_tokens);
+  const double h = m.hidden_size;
+  for (double t : layer_gemms(tokens)) b.gemm_s += t * m.num_layers;
   // Logits only for the rows that need them, written in fp32.
   if (s.logit_rows > 0) {
     const double rows = s.logit_rows;
@@ -47,6 +56,19 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
   b.launch_s = graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
   b.launch_s += s.copies * gpu_.kernel_launch_s;
   b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
+  return b;
+}
+
+StepBreakdown RooflineCostModel::by_operator(const BatchShape& s) const {
+  const RooflineBreakdown r = breakdown(s);
+  StepBreakdown b;
+  b.layers = model_.num_layers;
+  const std::array<double, 4> g = layer_gemms(double(s.prefill_tokens + s.decode_tokens));
+  std::copy(g.begin(), g.end(), b.per_layer_s.begin());
+  b.per_layer_s[kAttention] = (r.decode_attention_s + r.prefill_attention_s) / model_.num_layers;
+  b.lm_head_s = r.lm_head_s;
+  b.other_s = r.launch_s;
+  b.host_s = r.cpu_s;
   return b;
 }
 

@@ -39,10 +39,14 @@ class RooflineCostModel final : public CostModel {
     return {b.total() - b.cpu_s, b.cpu_s};
   }
   RooflineBreakdown breakdown(const BatchShape& shape) const;
+  // The elementwise kernels are zero here: the roofline prices only GEMMs and attention.
+  StepBreakdown by_operator(const BatchShape& shape) const override;
   std::string describe() const override;
 
  private:
   double op_time(double flops, double bytes) const;
+  // One layer's GEMMs (QKV, O, gate/up, down) for `tokens` rows.
+  std::array<double, 4> layer_gemms(double tokens) const;
 
   GpuSpec gpu_;
   ModelSpec model_;

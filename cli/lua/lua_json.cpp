@@ -8,6 +8,7 @@
 #include "cli/lua/lua_functions.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace duet::lua {
 
@@ -49,13 +50,7 @@ int l_read_json(lua_State* L) {
   const std::string path = luaL_checkstring(L, 1);
   return guarded(L, [&] {
     const std::string p = resolve_path(L, path);
-    std::ifstream in(p);
-    if (!in) throw Error(p + ": cannot open");
-    try {
-      push_json(L, nlohmann::json::parse(in));
-    } catch (const nlohmann::json::parse_error& e) {
-      throw Error(p + ": not valid JSON (" + e.what() + ")");
-    }
+    push_json(L, read_json_file(p));
     return 1;
   });
 }

@@ -8,6 +8,9 @@ for _, name in ipairs{"llm", "prm"} do
   assert(e.requests > 0, name .. " served nothing")
   assert(e.prefix_hit_rate >= 0 and e.prefix_hit_rate <= 1, name .. " hit rate out of range")
   assert(e.peak_kv_utilisation > 0 and e.peak_kv_utilisation <= 1, name .. " kv utilisation out of range")
+  -- A simulated H100 with no measured profile is priced by the committed operator prior.
+  assert(e.cost_model:find("^operator%(") and e.cost_model:find("profiles/h100%-sxm/operator%-prior.json", 1, false),
+         name .. " cost model: " .. e.cost_model)
 end
 assert(r.engines.llm.generated_tokens_per_s > 0)
 assert(r.makespan_s > 0 and r.makespan_s < math.huge)

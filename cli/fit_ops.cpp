@@ -1,0 +1,148 @@
+// duet fit-ops: an operator prior for one GPU from measured kernel tables (sim/operator_model.hpp).
+// Each class is fitted twice: without a held-out part of its table, to report the error on
+// shapes the fit never saw (beside the roofline's on the same rows), then on every row, for the
+// prior that is written.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "core/gpu_spec.hpp"
+#include "sim/operator_fit.hpp"
+#include "sim/operator_tables.hpp"
+#include "sim/profiles.hpp"
+
+#ifndef DUET_GIT_REVISION
+#define DUET_GIT_REVISION "unknown"
+#endif
+
+namespace po = boost::program_options;
+
+namespace duet::cli {
+
+namespace {
+
+// The table of `kind` for `gpu` in `dir`, by AIConfigurator's file names
+// ("h100_sxm_vllm0.19.0_gemm_bf16.csv.gz"): the device key's first word, then the class's name.
+std::string find_table(const std::string& dir, const GpuSpec& gpu, OperatorClass kind) {
+  const std::string key = gpu_device_key(gpu);
+  const std::string prefix = key.substr(0, key.find('-')) + "_";
+  const char* name = kind == OperatorClass::gemm               ? "_gemm_bf16.csv"
+                     : kind == OperatorClass::decode_attention ? "_generation_attention_bf16.csv"
+                                                               : "_context_attention_bf16.csv";
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.rfind(prefix, 0) == 0 && f.find(name) != std::string::npos) found.push_back(e.path().string());
+  }
+  if (ec) throw Error(dir + ": cannot list (" + ec.message() + ")");
+  if (found.size() != 1)
+    throw Error(dir + ": " + std::to_string(found.size()) + " tables match " + prefix + "*" + name + "*; name one with --" +
+                std::string(kind == OperatorClass::gemm ? "gemm" : kind == OperatorClass::decode_attention ? "decode-attention" : "prefill-attention"));
+  return found[0];
+}
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+  return buf;
+}
+
+nlohmann::json errors_json(const CurveErrors& e, const std::string& worst_at) {
+  return {{"rows", e.rows}, {"mape", e.mape}, {"p95", e.p95}, {"max", e.max}, {"worst_at", worst_at}};
+}
+
+// Fits one class, prints its held-out errors, returns the curve fitted on every row.
+OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, nlohmann::json& report) {
+  const std::string what = t.path;
+  const std::vector<bool> held = held_out_rows(t.groups, t.kind == OperatorClass::gemm ? 5 : 4);
+  std::vector<CurveSample> fit_rows, test_rows;
+  std::vector<std::size_t> test_index;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    (held[i] ? test_rows : fit_rows).push_back(t.rows[i]);
+    if (held[i]) test_index.push_back(i);
+  }
+  if (test_rows.empty() || fit_rows.empty()) throw Error(what + ": too few shapes to hold some out");
+  const OperatorCurve part = fit_curve(operator_axes(t.kind), fit_rows, what, options);
+  const CurveErrors op = curve_errors(test_rows, [&](const CurveSample& s) { return part.time(s.roofline_s, s.coords); });
+  const CurveErrors roof = curve_errors(test_rows, [](const CurveSample& s) { return s.roofline_s; });
+  const std::string op_at = t.shapes[test_index[op.worst]], roof_at = t.shapes[test_index[roof.worst]];
+  std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped), %zu held out\n", operator_class_name(t.kind),
+              t.path.c_str(), t.rows.size(), t.impossible, test_rows.size());
+  std::printf("  held out: operator MAPE %s, p95 %s, max %s at %s\n", pct(op.mape).c_str(), pct(op.p95).c_str(),
+              pct(op.max).c_str(), op_at.c_str());
+  std::printf("            roofline MAPE %s, p95 %s, max %s at %s\n", pct(roof.mape).c_str(), pct(roof.p95).c_str(),
+              pct(roof.max).c_str(), roof_at.c_str());
+  const OperatorCurve all = fit_curve(operator_axes(t.kind), t.rows, what, options);
+  const CurveErrors in = curve_errors(t.rows, [&](const CurveSample& s) { return all.time(s.roofline_s, s.coords); });
+  std::printf("  every row: operator MAPE %s (fitted on them); fixed cost %.2f us\n", pct(in.mape).c_str(), 1e6 * all.fixed_s);
+  report[operator_class_name(t.kind)] = {{"table", std::filesystem::path(t.path).filename().string()},
+                                         {"rows", t.rows.size()},
+                                         {"dropped_faster_than_roofline", t.impossible},
+                                         {"held_out_operator", errors_json(op, op_at)},
+                                         {"held_out_roofline", errors_json(roof, roof_at)},
+                                         {"all_rows_operator_mape", in.mape}};
+  return all;
+}
+
+}  // namespace
+
+int fit_ops(int argc, char** argv) {
+  std::string gpu_name, tables, out, created;
+  std::string files[3];
+  double smoothness = 0.1;
+  po::options_description options(
+      "duet fit-ops: an operator prior for one GPU from measured kernel tables\n"
+      "(NVIDIA AIConfigurator's bf16 GEMM and attention tables; see sim/operator_model.hpp)");
+  options.add_options()
+    ("gpu", po::value(&gpu_name)->required(), "the GPU the tables were measured on (h100, h200, a100)")
+    ("tables", po::value(&tables), "a directory of tables, found by the GPU's name")
+    ("gemm", po::value(&files[0]), "the GEMM table (default: found in --tables)")
+    ("decode-attention", po::value(&files[1]), "the decode (generation) attention table (default: found in --tables)")
+    ("prefill-attention", po::value(&files[2]), "the prefill (context) attention table (default: found in --tables)")
+    ("smoothness", po::value(&smoothness)->default_value(0.3), "the penalty on neighbouring knots' difference")
+    ("created", po::value(&created), "the date to record (default: none, so that a re-fit is byte-identical)")
+    ("out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")
+    ("help,h", "this help");
+  return run_command({"fit-ops", options}, argc, argv, [&](const po::variables_map&) {
+    const GpuSpec gpu = gpu_by_name(gpu_name);
+    OperatorPrior prior;
+    prior.device = gpu_device_key(gpu);
+    prior.gpu_name = gpu.name;
+    prior.created_utc = created;
+    prior.git_revision = DUET_GIT_REVISION;
+    nlohmann::json report;
+    std::string source;
+    std::set<int> head_dims;
+    const CurveFitOptions fit{smoothness};
+    for (std::size_t i = 0; i < kOperatorClasses.size(); ++i) {
+      const OperatorClass c = kOperatorClasses[i];
+      if (files[i].empty()) {
+        if (tables.empty()) throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
+        files[i] = find_table(tables, gpu, c);
+      }
+      const OperatorTable t = read_operator_table(c, files[i], gpu);
+      if (c != OperatorClass::gemm)
+        for (const std::string& g : t.groups) head_dims.insert(std::stoi(g.substr(g.rfind("d=") + 2)));
+      prior.curve(c) = fit_class(t, fit, report);
+      source += (source.empty() ? "" : ", ") + std::filesystem::path(files[i]).filename().string();
+    }
+    prior.source = "NVIDIA AIConfigurator measured tables (" + source + ")";
+    prior.covers.head_dims.assign(head_dims.begin(), head_dims.end());
+    prior.elementwise_fixed_s = prior.gemm.fixed_s;
+    const OperatorPoint gemv = gemm_point(gpu, 1, 4096, 4096);
+    prior.elementwise_bandwidth_efficiency = std::min(1.0, 1.0 / prior.gemm.slowdown(gemv.coords));
+    prior.held_out_json = report.dump();
+    save_prior(prior, out);
+    std::printf("elementwise: %.2f us + bytes at %.0f%% of HBM bandwidth (assumed from the GEMM fit)\nwrote %s\n",
+                1e6 * prior.elementwise_fixed_s, 100 * prior.elementwise_bandwidth_efficiency, out.c_str());
+    return 0;
+  });
+}
+
+}  // namespace duet::cli

@@ -1,0 +1,241 @@
+#include "sim/operator_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/file_bytes.hpp"
+
+namespace duet {
+
+namespace {
+
+constexpr const char* kPriorFormat = "duet-operator-prior/1";
+constexpr double kBf16 = 2.0;  // bytes per element: the tables are bf16
+
+double roofline(const GpuSpec& gpu, double flops, double bytes) {
+  return std::max(flops / gpu.bf16_flops, bytes / gpu.hbm_bandwidth);
+}
+
+}  // namespace
+
+const char* operator_class_name(OperatorClass c) {
+  switch (c) {
+    case OperatorClass::gemm:
+      return "gemm";
+    case OperatorClass::decode_attention:
+      return "decode_attention";
+    case OperatorClass::prefill_attention:
+      return "prefill_attention";
+  }
+  return "?";
+}
+
+// The knots span the tables' grids (AIConfigurator: m 1..32768, n and k 32..65536; decode batch
+// 1..2048 x KV heads 1..8, context to 131072; prefill batch 1..256 x heads, 1..16384 tokens).
+std::vector<CurveAxis> operator_axes(OperatorClass c) {
+  switch (c) {
+    case OperatorClass::gemm: {
+      std::vector<double> m = octave_knots(0, 13);
+      m.push_back(32768);  // the tables jump from m = 8192 to 16384 and 32768
+      return {{"m", m}, {"n", octave_knots(5, 16)}, {"k", octave_knots(5, 16)}};
+    }
+    case OperatorClass::decode_attention:
+      return {{"seqs_x_kv_heads", octave_knots(0, 14)},
+              {"context", octave_knots(0, 17)},
+              {"group", octave_knots(0, 6)},
+              {"head_dim", {64, 128}}};
+    case OperatorClass::prefill_attention:
+      return {{"seqs_x_heads", octave_knots(0, 14)}, {"query_len", octave_knots(0, 14)}, {"head_dim", {64, 128}}};
+  }
+  return {};
+}
+
+OperatorPoint gemm_point(const GpuSpec& gpu, double m, double n, double k) {
+  return {{m, n, k, 0}, roofline(gpu, 2 * m * n * k, kBf16 * (n * k + m * (n + k)))};
+}
+
+OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads, double kv_heads,
+                                     double head_dim) {
+  // Each query reads its sequence's K and V once per KV head; Q and O are negligible beside them.
+  return {{seqs * kv_heads, context, heads / kv_heads, head_dim},
+          roofline(gpu, 4 * seqs * context * heads * head_dim, 2 * kBf16 * seqs * context * kv_heads * head_dim)};
+}
+
+OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys, double cached,
+                                      double heads, double kv_heads, double head_dim) {
+  const double tokens = seqs * query_len;
+  const double bytes = kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * (tokens + cached));
+  return {{seqs * heads, query_len, head_dim, 0}, roofline(gpu, 4 * heads * head_dim * keys, bytes)};
+}
+
+const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {
+  return c == OperatorClass::gemm ? gemm : c == OperatorClass::decode_attention ? decode_attention : prefill_attention;
+}
+
+OperatorCurve& OperatorPrior::curve(OperatorClass c) {
+  return const_cast<OperatorCurve&>(std::as_const(*this).curve(c));
+}
+
+void save_prior(const OperatorPrior& p, const std::string& path) {
+  nlohmann::json j;
+  j["format"] = kPriorFormat;
+  j["device"] = p.device;
+  j["gpu"] = p.gpu_name;
+  j["created_utc"] = p.created_utc;
+  j["git_revision"] = p.git_revision;
+  j["source"] = p.source;
+  j["covers"] = {{"dtype", p.covers.dtype}, {"architecture", p.covers.architecture}, {"head_dims", p.covers.head_dims}};
+  j["elementwise"] = {{"fixed_s", p.elementwise_fixed_s},
+                      {"bandwidth_efficiency", p.elementwise_bandwidth_efficiency},
+                      {"basis", "not measured: the GEMM curve's floor, and the efficiency of an m=1, n=k=4096 GEMM"}};
+  j["held_out"] = p.held_out_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(p.held_out_json);
+  for (OperatorClass c : kOperatorClasses) j[operator_class_name(c)] = curve_json(p.curve(c));
+  write_json_file(path, j, 1);
+}
+
+OperatorPrior load_prior(const std::string& path) {
+  const nlohmann::json j = read_json_file(path);
+  if (!j.is_object() || j.value("format", "") != kPriorFormat)
+    throw Error(path + ": field 'format' must be \"" + kPriorFormat + "\" (a prior from `duet fit-ops`)");
+  OperatorPrior p;
+  try {
+    p.device = j.at("device").get<std::string>();
+    p.gpu_name = j.value("gpu", "");
+    p.created_utc = j.value("created_utc", "");
+    p.git_revision = j.value("git_revision", "");
+    p.source = j.value("source", "");
+    const auto& cov = j.at("covers");
+    p.covers.dtype = cov.at("dtype").get<std::string>();
+    p.covers.architecture = cov.at("architecture").get<std::string>();
+    p.covers.head_dims = cov.at("head_dims").get<std::vector<int>>();
+    p.elementwise_fixed_s = j.at("elementwise").at("fixed_s").get<double>();
+    p.elementwise_bandwidth_efficiency = j.at("elementwise").at("bandwidth_efficiency").get<double>();
+    if (j.contains("held_out")) p.held_out_json = j["held_out"].dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": bad or missing field (" + e.what() + ")");
+  }
+  for (OperatorClass c : kOperatorClasses) {
+    const std::string what = path + ": " + operator_class_name(c);
+    if (!j.contains(operator_class_name(c))) throw Error(what + ": missing");
+    p.curve(c) = curve_from_json(j[operator_class_name(c)], what);
+    const std::vector<CurveAxis> want = operator_axes(c);
+    bool same = p.curve(c).axes.size() == want.size();
+    for (std::size_t i = 0; same && i < want.size(); ++i) same = p.curve(c).axes[i].name == want[i].name;
+    if (!same) throw Error(what + ": its axes are not the ones this duet prices that class by; re-fit with `duet fit-ops`");
+  }
+  if (p.covers.head_dims.empty()) throw Error(path + ": covers.head_dims is empty");
+  if (!(p.elementwise_fixed_s >= 0) || !(p.elementwise_bandwidth_efficiency > 0 && p.elementwise_bandwidth_efficiency <= 1))
+    throw Error(path + ": elementwise needs fixed_s >= 0 and 0 < bandwidth_efficiency <= 1");
+  return p;
+}
+
+void check_prior(const OperatorPrior& p, const ModelSpec& model, const std::string& device, const std::string& origin) {
+  if (p.device != device)
+    throw Error(origin + ": the operator prior was fitted for device '" + p.device + "', not '" + device + "'");
+  if (dtype_from_name(p.covers.dtype) != model.dtype)
+    throw Error(origin + ": the operator prior covers " + std::string(dtype_name(dtype_from_name(p.covers.dtype))) + " kernels (" + p.covers.architecture + "), and " +
+                model.name + " is " + dtype_name(model.dtype) + "; price it with --cost-model roofline");
+}
+
+OperatorCostModel::OperatorCostModel(const GpuSpec& gpu, const ModelSpec& model, OperatorPrior prior,
+                                     RooflineParams launch_and_host)
+    : gpu_(gpu), model_(model), prior_(std::move(prior)), p_(launch_and_host) {
+  model_.validate();
+  const std::vector<int>& dims = prior_.covers.head_dims;
+  head_dim_measured_ = std::find(dims.begin(), dims.end(), model_.head_dim) != dims.end();
+}
+
+double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bool eager, StepBreakdown& b,
+                                 const char* what) const {
+  const OperatorCurve& curve = prior_.curve(c);
+  // A GEMM wider than the tables (an LM head over a 128k vocabulary) is tiled along n; the
+  // tables' slowdown is flat within ~10% from n = 8192 to 65536, so the edge's is no guess.
+  CurveCoords probe = point.coords;
+  if (c == OperatorClass::gemm) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
+  // The attention tables may not hold the model's head_dim (A100's hold only 128): the curve's
+  // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
+  const bool head_dim_ok = c == OperatorClass::gemm || head_dim_measured_;
+  if (!curve.weights(probe).inside || !head_dim_ok) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s (%s %s=%.0f %s=%.0f %s=%.0f%s)", what, operator_class_name(c),
+                  curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
+                  curve.axes[2].name.c_str(), point.coords[2], head_dim_ok ? "" : ", a head_dim the tables lack");
+    b.outside.push_back(buf);
+  }
+  const double t = curve.time(point.roofline_s, point.coords);
+  return eager ? std::max(t, gpu_.kernel_launch_s) : t;
+}
+
+double OperatorCostModel::elementwise(double bytes, bool eager) const {
+  const double t = prior_.elementwise_fixed_s + bytes / (gpu_.hbm_bandwidth * prior_.elementwise_bandwidth_efficiency);
+  return eager ? std::max(t, gpu_.kernel_launch_s) : t;
+}
+
+StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
+  const ModelSpec& m = model_;
+  StepBreakdown b;
+  b.layers = m.num_layers;
+  const bool eager = !(p_.cuda_graphs_for_decode && s.prefill_tokens == 0);
+  const double tokens = double(s.prefill_tokens + s.decode_tokens);
+  const double h = m.hidden_size, hd = m.head_dim, heads = m.num_heads, kvh = m.num_kv_heads;
+  const double q = heads * hd, kv = kvh * hd, inter = m.intermediate_size;
+  auto& l = b.per_layer_s;
+  if (tokens > 0) {
+    l[kQkvProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, q + 2 * kv, h), eager, b, "qkv_proj");
+    l[kOProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, q), eager, b, "o_proj");
+    l[kGateUpProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
+    l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
+    if (s.decode_seqs > 0) {
+      const double context = double(s.decode_context_tokens + s.decode_seqs) / s.decode_seqs;
+      const OperatorPoint p = decode_attention_point(gpu_, s.decode_seqs, context, heads, kvh, hd);
+      l[kAttention] += kernel(OperatorClass::decode_attention, p, eager, b, "attention");
+    }
+    if (s.prefill_seqs > 0) {
+      const double chunk = double(s.prefill_tokens) / s.prefill_seqs;
+      const OperatorPoint p = prefill_attention_point(gpu_, s.prefill_seqs, chunk, s.prefill_attention_keys,
+                                                      double(s.prefill_context_tokens), heads, kvh, hd);
+      l[kAttention] += kernel(OperatorClass::prefill_attention, p, eager, b, "attention");
+    }
+    const double act = kBf16 * tokens;  // bytes per feature of the batch's activations
+    l[kNorm] = 2 * elementwise(2 * act * h + kBf16 * h, eager);  // input and post-attention RMSNorm
+    l[kRope] = elementwise(2 * act * (q + kv), eager);            // RoPE on Q and K, in place
+    l[kAct] = elementwise(act * 3 * inter, eager);                // SiLU(gate) * up
+    l[kResidual] = 2 * elementwise(3 * act * h, eager);           // two residual adds
+    l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);           // K and V into the paged cache
+    b.other_s += elementwise(2 * act * h, eager) + elementwise(2 * act * h + kBf16 * h, eager);  // embed, final norm
+  }
+  if (s.logit_rows > 0) {
+    b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
+    b.sampling_s = elementwise(4.0 * s.logit_rows * m.vocab_size, eager);  // one pass over fp32 logits
+  }
+  b.other_s += s.copies * elementwise(0, true);
+  if (!eager) b.other_s += gpu_.kernel_launch_s;  // the graph's one launch
+  b.host_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
+  return b;
+}
+
+StepCost OperatorCostModel::step_cost(const BatchShape& shape) const {
+  const StepBreakdown b = by_operator(shape);
+  ++steps_;
+  if (!b.outside.empty()) {
+    if (!steps_outside_) first_outside_ = b.outside.front();
+    ++steps_outside_;
+  }
+  return {b.device_s(), b.host_s};
+}
+
+std::string OperatorCostModel::describe() const {
+  return "operator(" + model_.name + " on " + gpu_.name + ")";
+}
+
+std::string OperatorCostModel::extrapolation_report() const {
+  if (!steps_outside_) return {};
+  return std::to_string(steps_outside_) + " of " + std::to_string(steps_) +
+         " steps had a kernel beyond the operator prior's tables, priced at the nearest edge (first: " + first_outside_ +
+         ")";
+}
+
+}  // namespace duet
