@@ -4,7 +4,9 @@
     run = duet_h5.load_run("run.h5")
     run["engines"]["llm"]["steps"]         # DataFrame, one row per engine step
     run["engines"]["llm"]["attrs"]         # the engine's summary (ttft_s_p50, ...)
-    duet_h5.list_runs("sweep.h5")          # ["/points/0000", "/points/0001", ...]
+    duet_h5.list_runs("sweep.h5")          # ["/sweeps/0000/points/0000", ...]
+    duet_h5.sweep_table("sweep.h5")        # DataFrame, one row per sweep point
+    duet_h5.validation_table("v.h5")       # DataFrame, one row per validated point
 
     python3 analysis/duet_h5.py run.h5     # prints a summary of every run in the file
 
@@ -102,6 +104,57 @@ def summary_table(run):
     engines = run["engines"]
     # From a list of dicts, pandas keeps the attributes in the order the file gives them.
     return pd.DataFrame([engine["attrs"] for engine in engines.values()], index=list(engines)).T
+
+
+def _prefixed(prefix, attrs):
+    return {f"{prefix}.{name}": value for name, value in attrs.items() if not isinstance(value, str) or name == "model"}
+
+
+def sweep_table(path, sweep=None):
+    """Every sweep point of a file (or of the sweep labelled `sweep`), one row each: the point's
+    parameters (point.NAME), the run's numbers (problems_per_s, makespan_s, ...), and each engine's
+    summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...)."""
+    rows = []
+    for group in list_runs(path):
+        if "/sweeps/" not in group:
+            continue
+        run = load_run(path, group, tables=False)
+        if sweep is not None and run["attrs"].get("sweep") != sweep:
+            continue
+        row = {"group": group, "sweep": run["attrs"].get("sweep", ""), **run["summary"]}
+        # Numbers, and the point's parameters whatever their type; not the long texts (the script).
+        row.update({k: v for k, v in run["attrs"].items() if not isinstance(v, str) or k.startswith("point.")})
+        for name, engine in run["engines"].items():
+            row.update(_prefixed(name, engine["attrs"]))
+        rows.append(row)
+    if not rows:
+        raise KeyError(f"{path}: no sweep points" + (f" labelled {sweep!r}" if sweep else ""))
+    return pd.DataFrame(rows)
+
+
+def find_run(path, label):
+    """The group of the run labelled `label` (a duet.run{label = ...}); KeyError when none is."""
+    for group in list_runs(path):
+        with h5py.File(path, "r") as f:
+            if _plain(f[group].attrs.get("label", "")) == label:
+                return group
+    raise KeyError(f"{path}: no run labelled {label!r}")
+
+
+def validation_table(path):
+    """Every point of a `duet validate` file, one row each: its validation.* attributes (without
+    the prefix) and the groups of its predicted and measured runs."""
+    rows = []
+    with h5py.File(path, "r") as f:
+        if "validate/points" not in f:
+            raise KeyError(f"{path}: no /validate/points (not a duet validate file)")
+        for name in sorted(f["validate/points"]):
+            point = f["validate/points"][name]
+            row = {k[len("validation."):]: _plain(v) for k, v in point.attrs.items() if k.startswith("validation.")}
+            row["predicted_group"] = f"/validate/points/{name}/predicted"
+            row["measured_group"] = f"/validate/points/{name}/measured"
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _print_run(run):

@@ -51,7 +51,7 @@ int simulate(int argc, char** argv) {
       o.metadata.text.emplace_back("cost_model", o.cost_models[0]);
       o.metadata.numbers.emplace_back("rate_scale", args.rate_scale);
       RunFileWriter(out).write_run("/", o.metadata, o.records, o.summary);
-      std::printf("wrote %s\n", out.c_str());
+      std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(), out.c_str());
     }
     return 0;
   });

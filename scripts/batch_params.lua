@@ -37,4 +37,5 @@ for _, target in ipairs{"llm", "prm"} do
   end
   all[target] = results
 end
+print(string.format("open analysis/notebooks/thesis_figures.ipynb with DUET_BATCH_PARAMS=%s", duet.out))
 return all

@@ -5,7 +5,10 @@ local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
-local args = duet.args{problems = 100, gpu = "h100", total = 0.9, prm_mode = "full", concurrency = 128, seed = 0}
+-- The defaults are scripts/memory_split.lua's (n = 16, 256 problems in flight): where the PRM's pool
+-- fills at a 0.5 split and it evicts its prefix cache; at n = 4 and 128 in flight it never fills.
+local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", n = 16, concurrency = 256,
+                       seed = 0}
 local problems = math500.load{limit = args.problems}
 
 local out = {}
@@ -17,7 +20,8 @@ for _, split in ipairs{0.3, 0.5} do
       {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = split},
       {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - split},
     },
-    workload = beam_search.workload{problems = problems, prm_mode = args.prm_mode, seed = args.seed},
+    workload = beam_search.workload{problems = problems, n = args.n, beam_width = 4, prm_mode = args.prm_mode,
+                                    score_cache = true, seed = args.seed},
     concurrency = args.concurrency,
     seed = args.seed,
   }
@@ -41,4 +45,5 @@ for _, split in ipairs{0.3, 0.5} do
   end
   out[#out + 1] = {split = split, peak = peak, steps = n, total = tl.total_blocks, result = r}
 end
+print(string.format("open analysis/notebooks/thesis_figures.ipynb with DUET_KV_BLOCKS=%s", duet.out))
 return out

@@ -7,8 +7,11 @@ local beam_search = require("workloads.beam_search")
 
 -- score_cache: earlier steps' scores are reused and the PRM prefix-cache hits up to the new step,
 -- which is what prefix caching gave the thesis's vLLM PRM; without it every step is re-prefilled.
-local args = duet.args{problems = 200, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
-                       concurrency = 128, cost_model = "auto"}
+-- The defaults (n = 16, 256 problems in flight) are where memory binds on an H100: with n = 4 and
+-- 128 in flight both pools are larger than the search ever needs, and the curve is flat. Here the
+-- LLM preempts below 0.10 and the PRM evicts its prefix cache above 0.45: an interior plateau.
+local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
+                       n = 16, concurrency = 256, cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
 
 local results = duet.sweep{
@@ -22,7 +25,7 @@ local results = duet.sweep{
         {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util},
         {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util},
       },
-      workload = beam_search.workload{problems = problems, n = 4, beam_width = 4, prm_mode = args.prm_mode,
+      workload = beam_search.workload{problems = problems, n = args.n, beam_width = 4, prm_mode = args.prm_mode,
                                       score_cache = args.score_cache, seed = args.seed},
       concurrency = args.concurrency,
       seed = args.seed,
@@ -40,4 +43,5 @@ for _, r in ipairs(results) do
                       llm.total_blocks, prm.total_blocks, r.result.problems_per_s, llm.generated_tokens_per_s,
                       100 * prm.prefix_hit_rate, prm.evictions))
 end
+print(string.format("open analysis/notebooks/thesis_figures.ipynb with DUET_MEMORY_SPLIT=%s", duet.out))
 return results

@@ -50,4 +50,5 @@ for _, r in ipairs(results) do
                            peak_running = peak_running, problems_per_s = r.result.problems_per_s,
                            token_utilisation = reserved > 0 and filled / reserved or 0}
 end
+print(string.format("open analysis/notebooks/paged_vs_naive.ipynb with DUET_RUN=%s", duet.out))
 return summary

@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-h5py python3-pandas python3-numpy  # analysis/ reads the HDF5 files with these
+  python3-matplotlib jupyter-nbconvert python3-ipykernel python3-nbformat  # analysis/notebooks, scripts/figures.sh
   python3-sentencepiece  # scripts/train_tokenizer.sh and scripts/fit_step_model.py
   patchelf  # scripts/gpu-bundle.sh: RUNPATH $ORIGIN on bundled libraries (DT_RUNPATH is not inherited)
 )

@@ -1,0 +1,197 @@
+"""Figures from duet's HDF5 files (read with duet_h5). One function per kind of figure; each returns
+the figure and the DataFrame it plotted, so that a notebook can check the plot against the file.
+
+    import duet_h5, duet_plots
+    fig, data = duet_plots.memory_split(duet_h5.sweep_table("memory_split.h5", "memory_split"))
+
+Needs matplotlib (Debian: python3-matplotlib) besides duet_h5's h5py, numpy and pandas.
+"""
+import numpy as np
+import pandas as pd
+import matplotlib
+
+matplotlib.use("Agg")  # headless unless a notebook's inline backend is already active
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
+
+
+def memory_split(table, total=0.9):
+    """Problems/s against the LLM's gpu_memory_utilization (the PRM has `total` minus it), with
+    both models' tokens/s below it (the thesis's figure 6.1)."""
+    t = table.sort_values("point.llm_util").reset_index(drop=True)
+    data = pd.DataFrame({
+        "llm_util": t["point.llm_util"], "problems_per_s": t["problems_per_s"],
+        "llm_tokens_per_s": t["llm.generated_tokens_per_s"],
+        # The PRM generates nothing: its work is the prompt tokens it scores.
+        "prm_tokens_per_s": t["prm.prompt_tokens"] / t["makespan_s"],
+        "llm_preemptions": t["llm.preemptions"], "prm_evictions": t["prm.evictions"]})
+    fig, axes = plt.subplots(3, 1, figsize=(7, 6.5), sharex=True)
+    panels = (("problems_per_s", "problems/s", "black", 1), ("llm_tokens_per_s", "LLM generated\ntokens/s", "tab:blue", 1),
+              ("prm_tokens_per_s", "PRM scored\ntokens/s (thousands)", "tab:orange", 1e3))
+    for ax, (column, label, color, scale) in zip(axes, panels):
+        ax.plot(data["llm_util"], data[column] / scale, "o-", color=color)
+        ax.set_ylabel(label)
+    for _, row in data[data["llm_preemptions"] > 0].iterrows():
+        axes[0].annotate(f"{int(row['llm_preemptions'])} LLM preemptions", (row["llm_util"], row["problems_per_s"]),
+                         textcoords="offset points", xytext=(8, -4), fontsize=8)
+    worst = data.loc[data["prm_evictions"].idxmax()]
+    axes[2].annotate(f"{int(worst['prm_evictions'])} PRM blocks evicted", (worst["llm_util"], worst["prm_tokens_per_s"] / 1e3),
+                     textcoords="offset points", xytext=(-150, 0), fontsize=8)
+    axes[-1].set_xlabel(f"LLM gpu_memory_utilization (the PRM has {total} minus it)")
+    axes[0].set_title("Beam-search throughput against the memory split")
+    fig.tight_layout()
+    return fig, data
+
+
+def kv_blocks(steps, total_blocks, title):
+    """An engine's KV blocks at every scheduling step: in use by sequences, and holding the prefix
+    cache (used or free), with the steps that evicted cached blocks marked (the thesis's figures
+    6.2 and 6.3). A full pool of cached blocks is the pressure: a new prefix evicts an old one."""
+    data = pd.DataFrame({"step": np.arange(len(steps)), "kv_blocks_used": steps["kv_blocks_used"].to_numpy(),
+                         "kv_blocks_cached": steps["kv_blocks_cached"].to_numpy(),
+                         "evictions": steps["evictions"].to_numpy()})
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(data["step"], data["kv_blocks_used"], lw=0.8, color="tab:blue", label="in use by sequences")
+    ax.plot(data["step"], data["kv_blocks_cached"], lw=0.8, color="tab:green", label="holding the prefix cache")
+    ax.axhline(total_blocks, color="gray", ls="--", lw=1, label=f"pool: {total_blocks} blocks")
+    evicting = data[data["evictions"] > 0]
+    ax.scatter(evicting["step"], evicting["kv_blocks_cached"], s=6, color="tab:red", zorder=3,
+               label=f"steps that evicted ({int(data['evictions'].sum())} blocks in all)")
+    ax.set_xlabel("scheduling step")
+    ax.set_ylabel("KV blocks")
+    ax.set_ylim(0, 1.12 * total_blocks)
+    ax.set_title(title)
+    ax.legend(loc="center right", fontsize=8)
+    fig.tight_layout()
+    return fig, data
+
+
+def heatmap(table, value, title, rows="point.max_num_seqs", columns="point.max_num_batched_tokens"):
+    """`value` over a two-parameter sweep, as an annotated heatmap (the thesis's figures 6.4, 6.5)."""
+    data = table.pivot_table(index=rows, columns=columns, values=value, aggfunc="first").sort_index()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    image = ax.imshow(data.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(data.columns)), [str(int(c)) for c in data.columns])
+    ax.set_yticks(range(len(data.index)), [str(int(i)) for i in data.index])
+    ax.set_xlabel(columns.removeprefix("point."))
+    ax.set_ylabel(rows.removeprefix("point."))
+    ax.grid(False)
+    top = np.nanmax(data.to_numpy())
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = data.iat[i, j]
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                    color="black" if v > 0.7 * top else "white")
+    fig.colorbar(image, ax=ax, label=value.replace("_per_s", "/s").replace("_", " "))
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig, data
+
+
+def latency_cdfs(requests):
+    """CDFs of TTFT, TPOT and end-to-end latency of the finished requests, in seconds."""
+    r = requests
+    decoded = r["output_tokens"] > 1
+    data = {
+        "ttft_s": np.sort((r["first_token_s"] - r["arrival_s"]).to_numpy()),
+        "tpot_s": np.sort(((r["finish_s"] - r["first_token_s"])[decoded] / (r["output_tokens"][decoded] - 1)).to_numpy()),
+        "e2e_s": np.sort((r["finish_s"] - r["arrival_s"]).to_numpy()),
+    }
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    for ax, (name, values) in zip(axes, data.items()):
+        ax.plot(values, np.arange(1, len(values) + 1) / max(len(values), 1), lw=1.2)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name.removesuffix('_s').upper()} (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1)
+    fig.suptitle("Latency distributions")
+    fig.tight_layout()
+    return fig, data
+
+
+def queue_and_kv(steps, total_blocks):
+    """Waiting and running sequences, and KV utilisation, against the run's clock."""
+    data = pd.DataFrame({"start_s": steps["start_s"], "num_waiting": steps["num_waiting"],
+                         "num_running": steps["num_running"], "kv_utilisation": steps["kv_blocks_used"] / total_blocks})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True)
+    top.plot(data["start_s"], data["num_waiting"], lw=0.8, label="waiting")
+    top.plot(data["start_s"], data["num_running"], lw=0.8, label="running")
+    top.set_ylabel("sequences")
+    top.legend(loc="upper right", fontsize=8)
+    bottom.plot(data["start_s"], 100 * data["kv_utilisation"], lw=0.8, color="tab:green")
+    bottom.set_ylabel("KV blocks in use (%)")
+    bottom.set_ylim(0, 105)
+    bottom.set_xlabel("simulated time (s)")
+    fig.suptitle("Queue and KV cache over the run")
+    fig.tight_layout()
+    return fig, data
+
+
+def predicted_vs_measured(points, unit):
+    """Predicted against measured throughput per point, with y = x and the 5% and 10% bands."""
+    data = points[["label", "measured_throughput", "predicted_throughput"]].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(5, 5))
+    hi = 1.15 * max(data["measured_throughput"].max(), data["predicted_throughput"].max())
+    x = np.array([0, hi])
+    ax.plot(x, x, color="black", lw=1, label="predicted = measured")
+    for band, alpha in ((0.05, 0.25), (0.10, 0.12)):
+        ax.fill_between(x, x * (1 - band), x * (1 + band), color="tab:blue", alpha=alpha, lw=0,
+                        label=f"within {int(100 * band)}%")
+    ax.scatter(data["measured_throughput"], data["predicted_throughput"], color="tab:red", zorder=3, label="points")
+    # Only the worst point is named: the labels of close points would overlap.
+    worst = (data["predicted_throughput"] / data["measured_throughput"] - 1).abs().idxmax()
+    row = data.loc[worst]
+    ax.annotate(f"worst: {row['label']}", (row["measured_throughput"], row["predicted_throughput"]), fontsize=7,
+                textcoords="offset points", xytext=(-10, 10), ha="right")
+    ax.set_xlim(0, hi)
+    ax.set_ylim(0, hi)
+    ax.set_xlabel(f"measured ({unit})")
+    ax.set_ylabel(f"predicted ({unit})")
+    ax.set_title("Predicted against measured throughput")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig, data
+
+
+def step_errors(predicted_steps, measured_steps, engine):
+    """The distribution of per-step relative errors of the step span (duration + host time), for
+    two runs whose batches are the same step for step."""
+    n = min(len(predicted_steps), len(measured_steps))
+    span = lambda s: (s["duration_s"] + s["host_s"]).to_numpy()[:n]  # noqa: E731
+    data = pd.DataFrame({"error": span(predicted_steps) / span(measured_steps) - 1})
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    clipped = np.clip(100 * data["error"], -100, 100)
+    ax.hist(clipped, bins=60, color="tab:blue")
+    ax.axvline(0, color="black", lw=1)
+    ax.set_xlabel("predicted / measured - 1 per step (%, clipped at +-100)")
+    ax.set_ylabel("steps")
+    ax.set_title(f"{engine}: per-step error, median {100 * data['error'].median():+.1f}%")
+    fig.tight_layout()
+    return fig, data
+
+
+def allocator_bars(table):
+    """Peak running sequences and throughput per allocator and problem batch size."""
+    data = table.pivot_table(index="point.concurrency", columns="point.allocator", values="problems_per_s",
+                             aggfunc="first").sort_index()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(data.columns)
+    for k, allocator in enumerate(data.columns):
+        ax.bar(np.arange(len(data)) + k * width, data[allocator], width, label=allocator)
+    ax.set_xticks(np.arange(len(data)) + 0.4 - width / 2, [str(int(c)) for c in data.index])
+    ax.set_xlabel("problems in flight")
+    ax.set_ylabel("problems/s")
+    ax.set_title("Paged against naive KV allocation, same memory")
+    ax.legend(title="allocator")
+    fig.tight_layout()
+    return fig, data
+
+
+def save(fig, directory, name):
+    """Writes the figure as DIRECTORY/NAME.png when a directory is given (scripts/figures.sh)."""
+    if directory:
+        import os
+
+        os.makedirs(directory, exist_ok=True)
+        fig.savefig(os.path.join(directory, name + ".png"), bbox_inches="tight")
