@@ -54,10 +54,11 @@ def list_runs(path):
 
 def _engine(engine, tables):
     out = {"attrs": _attrs(engine)}
+    out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in ("steps", "requests")}
     if tables:
         for table in ("steps", "requests"):
             out[table] = pd.DataFrame(engine[table][()])
-    out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in ("steps", "requests")}
+            out[table].attrs["units"] = out["units"][table]  # column -> unit, from the file
     out["enums"] = json.loads(engine["requests"].attrs["enums"])
     return out
 

@@ -171,19 +171,39 @@ def step_errors(predicted_steps, measured_steps, engine):
     return fig, data
 
 
-def allocator_bars(table):
-    """Peak running sequences and throughput per allocator and problem batch size."""
-    data = table.pivot_table(index="point.concurrency", columns="point.allocator", values="problems_per_s",
-                             aggfunc="first").sort_index()
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.8 / len(data.columns)
-    for k, allocator in enumerate(data.columns):
-        ax.bar(np.arange(len(data)) + k * width, data[allocator], width, label=allocator)
-    ax.set_xticks(np.arange(len(data)) + 0.4 - width / 2, [str(int(c)) for c in data.index])
-    ax.set_xlabel("problems in flight")
-    ax.set_ylabel("problems/s")
-    ax.set_title("Paged against naive KV allocation, same memory")
-    ax.legend(title="allocator")
+def allocator_comparison(runs):
+    """Paged against naive allocation (scripts/paged_vs_naive.lua). `runs`: (allocator, problems in
+    flight, run) triples, the run as duet_h5.load_run gives it. Three panels per batch size:
+    throughput, the most sequences running at once (what the allocator fits in the same memory),
+    and token utilisation, the share of reserved KV slots that hold a token. The table beside it has
+    the mean KV blocks per running sequence: best-of-N samples share their prompt's blocks when
+    paged, and each reserves max_model_len when naive."""
+    rows = []
+    for allocator, concurrency, run in runs:
+        llm = run["engines"]["llm"]
+        steps, block_size = llm["steps"], llm["attrs"]["block_size"]
+        busy = steps[steps["num_running"] > 0]
+        rows.append({"allocator": allocator, "concurrency": concurrency,
+                     "problems_per_s": run["attrs"]["problems_per_s"],
+                     "peak_running": int(steps["num_running"].max()),
+                     "token_utilisation": steps["kv_filled_tokens"].sum() / max(1, (steps["kv_blocks_used"] * block_size).sum()),
+                     "blocks_per_running_seq": (busy["kv_blocks_used"] / busy["num_running"]).mean()})
+    data = pd.DataFrame(rows).sort_values(["concurrency", "allocator"]).reset_index(drop=True)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    panels = (("problems_per_s", "problems/s", 1), ("peak_running", "most sequences running at once", 1),
+              ("token_utilisation", "reserved KV slots holding a token (%)", 100))
+    sizes = sorted(data["concurrency"].unique())
+    allocators = sorted(data["allocator"].unique())
+    width = 0.8 / len(allocators)
+    for ax, (column, label, scale) in zip(axes, panels):
+        for k, allocator in enumerate(allocators):
+            part = data[data["allocator"] == allocator].set_index("concurrency").loc[sizes]
+            ax.bar(np.arange(len(sizes)) + k * width, scale * part[column], width, label=allocator)
+        ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, [str(int(c)) for c in sizes])
+        ax.set_xlabel("problems in flight")
+        ax.set_ylabel(label)
+    axes[0].legend(title="allocator", fontsize=8)
+    fig.suptitle("Paged against naive KV allocation, same memory")
     fig.tight_layout()
     return fig, data
 
