@@ -10,12 +10,11 @@
 namespace duet {
 
 BlockPool::BlockPool(std::int32_t num_blocks, int block_size, std::uint32_t model_id, BlockHashFn hash_fn)
-    : block_size_(block_size), model_id_(model_id), hash_fn_(hash_fn) {
+    : by_hash_(std::size_t(std::max(num_blocks, 1))), block_size_(block_size), model_id_(model_id), hash_fn_(hash_fn) {
   if (num_blocks <= 0) throw Error("BlockPool: num_blocks must be positive, got " + std::to_string(num_blocks));
   if (block_size <= 0) throw Error("BlockPool: block_size must be positive, got " + std::to_string(block_size));
   blocks_.resize(num_blocks);
   tokens_.resize(std::size_t(num_blocks) * block_size);
-  by_hash_.reserve(std::size_t(num_blocks));
   for (BlockId b = 0; b < num_blocks; ++b) push_back(b, 0);
   num_free_ = num_blocks;
 }
@@ -61,12 +60,12 @@ void BlockPool::unlink(BlockId b) {
 
 void BlockPool::uncache(BlockId b) {
   Block& blk = blocks_[b];
-  auto it = by_hash_.find(blk.hash);
-  if (it->second == b) {
-    if (blk.hash_next == kNoBlock) by_hash_.erase(it);
-    else it->second = blk.hash_next;
+  BlockId* head = by_hash_.find(blk.hash);
+  if (*head == b) {
+    if (blk.hash_next == kNoBlock) by_hash_.erase(blk.hash);
+    else *head = blk.hash_next;
   } else {
-    BlockId p = it->second;
+    BlockId p = *head;
     while (blocks_[p].hash_next != b) p = blocks_[p].hash_next;
     blocks_[p].hash_next = blk.hash_next;
   }
@@ -135,9 +134,9 @@ std::span<const TokenId> BlockPool::stored_tokens(BlockId b) const {
 }
 
 BlockId BlockPool::lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens) const {
-  auto it = by_hash_.find(h);
-  if (it == by_hash_.end() || std::ssize(tokens) != block_size_) return kNoBlock;
-  for (BlockId c = it->second; c != kNoBlock; c = blocks_[c].hash_next) {
+  const BlockId* head = by_hash_.find(h);
+  if (!head || std::ssize(tokens) != block_size_) return kNoBlock;
+  for (BlockId c = *head; c != kNoBlock; c = blocks_[c].hash_next) {
     const Block& blk = blocks_[c];
     if (blk.parent == parent && std::equal(tokens.begin(), tokens.end(), stored_tokens(c).begin())) return c;
   }
@@ -154,9 +153,9 @@ BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<cons
   blk.hash = h;
   blk.parent = parent;
   blk.cached = true;
-  auto [it, inserted] = by_hash_.try_emplace(h, b);
-  blk.hash_next = inserted ? kNoBlock : it->second;
-  it->second = b;
+  auto [head, inserted] = by_hash_.try_emplace(h, b);
+  blk.hash_next = inserted ? kNoBlock : *head;
+  *head = b;
   ++num_cached_;
   ++stats_.cached_inserts;
   return b;
@@ -198,7 +197,7 @@ void BlockPool::check_consistency() const {
   }
   if (cached != num_cached_) fail("cached count mismatch");
   std::int32_t chained = 0;
-  for (const auto& [h, head] : by_hash_) {
+  by_hash_.for_each([&](BlockHash h, BlockId head) {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
       if (!blocks_[c].cached || blocks_[c].hash != h) fail("hash chain holds block " + std::to_string(c) + " wrongly");
       // A block's key must be the hash of its stored tokens after its parent's hash, whenever
@@ -210,7 +209,7 @@ void BlockPool::check_consistency() const {
         fail("block " + std::to_string(c) + " stores tokens that do not hash to its key");
       ++chained;
     }
-  }
+  });
   if (chained != num_cached_) fail("hash map does not hold every cached block exactly once");
 }
 

@@ -10,10 +10,10 @@
 // allocate, free, touch and set_priority are O(1); lookup is O(1) expected.
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "core/block_hash.hpp"
+#include "core/hash_index.hpp"
 #include "core/types.hpp"
 
 namespace duet {
@@ -107,7 +107,7 @@ class BlockPool {
   std::vector<TokenId> tokens_;  // block_size tokens per block, valid while cached
   List lists_[kNumPriorities];
   std::uint32_t nonempty_ = 0;  // bit p set when lists_[p] has a block
-  std::unordered_map<BlockHash, BlockId> by_hash_;  // hash -> first block of its collision chain
+  HashIndex by_hash_;  // hash -> first block of its collision chain
   int block_size_;
   std::uint32_t model_id_;
   BlockHashFn hash_fn_;
