@@ -14,7 +14,7 @@ using BlockHashFn = BlockHash (*)(BlockHash parent, std::span<const TokenId> tok
 // The hash of the empty prefix, the parent of a sequence's first block.
 inline constexpr BlockHash kRootHash = 0x6475657400000000ULL;  // "duet"
 
-// splitmix64's finalizer folded over the tokens (core/mix.hpp).
+// splitmix64's finalizer (core/mix.hpp) folded over the tokens, two 32-bit tokens per 64-bit step.
 BlockHash hash_block(BlockHash parent, std::span<const TokenId> tokens, std::uint32_t model_id);
 
 }  // namespace duet
