@@ -25,6 +25,13 @@ Percentiles percentiles(std::vector<double> v) {
   return p;
 }
 
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  const std::size_t rank = std::min(v.size() - 1, std::size_t(q * double(v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(rank), v.end());
+  return v[rank];
+}
+
 EngineSummary summarize(const EngineRecords& r, double makespan_s) {
   EngineSummary s;
   s.name = r.name;

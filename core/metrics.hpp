@@ -105,6 +105,11 @@ struct RunSummary {
 };
 
 Percentiles percentiles(std::vector<double> values);
+
+// The nearest-rank q-quantile (q in [0, 1]) of `values`: the sorted sample's element at rank
+// round(q * (n - 1)); 0 for an empty sample. Fit and validation reports use it (a measured value,
+// never an interpolated one); Percentiles interpolate between ranks.
+double quantile(std::vector<double> values, double q);
 EngineSummary summarize(const EngineRecords& records, double makespan_s);
 
 }  // namespace duet

@@ -27,12 +27,6 @@ constexpr Column kBatchColumns[] = {
     {"preemptions", [](const StepRecord& r) { return double(r.preemptions); }},
 };
 
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, std::size_t(q * double(v.size() - 1) + 0.5))];
-}
-
 }  // namespace
 
 void check_identical_batches(const std::vector<EngineRecords>& predicted, const std::vector<EngineRecords>& measured) {

@@ -94,13 +94,11 @@ FitStats fit_stats(const std::vector<double>& pred, const std::vector<double>& y
     ss_tot += (y[i] - mean) * (y[i] - mean);
     rel.push_back(y[i] > 0 ? std::abs(pred[i] / y[i] - 1.0) : 0.0);
   }
-  std::sort(rel.begin(), rel.end());
-  auto at = [&](double q) { return rel[std::min(rel.size() - 1, std::size_t(q * double(rel.size() - 1) + 0.5))]; };
   f.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
   f.rmse_s = std::sqrt(ss_res / double(y.size()));
-  f.median_abs_rel_error = at(0.5);
-  f.p90_abs_rel_error = at(0.9);
-  f.max_abs_rel_error = rel.back();
+  f.median_abs_rel_error = quantile(rel, 0.5);
+  f.p90_abs_rel_error = quantile(rel, 0.9);
+  f.max_abs_rel_error = rel.empty() ? 0.0 : *std::max_element(rel.begin(), rel.end());
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/metrics.hpp"
 
 namespace duet {
 
@@ -87,11 +88,6 @@ struct Problem {
   }
 };
 
-double median_of(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample> samples, const std::string& what,
@@ -113,7 +109,7 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
   for (const CurveSample& s : samples) pr.w.push_back(curve.weights(s.coords));
 
   // Start from a flat surface at the median shortfall and a fixed cost of half the fastest row.
-  Eigen::VectorXd theta = Eigen::VectorXd::Constant(Eigen::Index(curve.size()), std::log(median_of(ratio)));
+  Eigen::VectorXd theta = Eigen::VectorXd::Constant(Eigen::Index(curve.size()), std::log(quantile(ratio, 0.5)));
   double gamma = std::log(0.5 * min_time);
   double cost = pr.cost(theta, gamma), mu = 1e-3;
   Eigen::SparseMatrix<double> a;
@@ -162,8 +158,7 @@ CurveErrors curve_errors(std::span<const CurveSample> samples, const std::functi
     if (err.back() > e.max) e.max = err.back(), e.worst = i;
   }
   e.mape /= double(samples.size());
-  std::sort(err.begin(), err.end());
-  e.p95 = err[std::min(err.size() - 1, std::size_t(0.95 * double(err.size())))];
+  e.p95 = quantile(std::move(err), 0.95);
   return e;
 }
 
