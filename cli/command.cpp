@@ -1,6 +1,9 @@
 #include "cli/command.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -37,6 +40,24 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
     return c.error_status;
   }
+}
+
+std::string command_line_of(int argc, char** argv) {
+  std::string line = "duet";
+  for (int i = 0; i < argc; ++i) line += std::string(" ") + argv[i];
+  return line;
+}
+
+void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& in : inputs)
+    if (!in.empty() && fs::equivalent(out, in, ec))
+      throw Error(what + " " + out + " is the input " + in + ": refusing to overwrite it");
+  const fs::path dir = fs::absolute(out).parent_path();
+  if (!fs::is_directory(dir, ec)) throw Error(what + " " + out + ": no directory " + dir.string());
+  if (::access(dir.c_str(), W_OK) != 0) throw Error(what + " " + out + ": directory " + dir.string() + " is not writable");
+  if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0) throw Error(what + " " + out + ": the file is not writable");
 }
 
 }  // namespace duet::cli

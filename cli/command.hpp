@@ -3,6 +3,8 @@
 // run the body, and turn bad usage and duet errors into one-line messages with exit status 2.
 #include <boost/program_options.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace duet::cli {
 
@@ -16,5 +18,14 @@ struct Command {
 
 int run_command(const Command& command, int argc, char** argv,
                 const std::function<int(const boost::program_options::variables_map&)>& body);
+
+// "duet" and the command's arguments as typed (argv[0] is the command's name): the command_line a
+// run file records.
+std::string command_line_of(int argc, char** argv);
+
+// Before any work: throws duet::Error when `out` is one of `inputs` (an output must never overwrite
+// what the command reads), or cannot be written (a missing or read-only directory, a read-only
+// file). `what` names the option ("--out").
+void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what = "--out");
 
 }  // namespace duet::cli

@@ -110,6 +110,7 @@ int fit(int argc, char** argv) {
     ("help,h", "this help");
   return run_command({"fit", options}, argc, argv, [&](const po::variables_map&) {
     if (csv.empty() == run.empty()) throw Error("give exactly one of --csv and --run");
+    check_output(out, {csv, run});
     if (!run.empty()) return fit_runs(run, group, engine, model, out);
     if (model.empty() || device.empty()) throw Error("--csv needs --model and --device: a profile names both");
     CalibrationProfile p = fit_profile_csv(csv);

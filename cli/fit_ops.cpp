@@ -105,12 +105,13 @@ int fit_ops(int argc, char** argv) {
     ("gemm", po::value(&files[0]), "the GEMM table (default: found in --tables)")
     ("decode-attention", po::value(&files[1]), "the decode (generation) attention table (default: found in --tables)")
     ("prefill-attention", po::value(&files[2]), "the prefill (context) attention table (default: found in --tables)")
-    ("smoothness", po::value(&smoothness)->default_value(0.3), "the penalty on neighbouring knots' difference")
+    ("smoothness", po::value(&smoothness)->default_value(0.3, "0.3"), "the penalty on neighbouring knots' difference")
     ("created", po::value(&created), "the date to record (default: none, so that a re-fit is byte-identical)")
     ("out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")
     ("help,h", "this help");
   return run_command({"fit-ops", options}, argc, argv, [&](const po::variables_map&) {
     const GpuSpec gpu = gpu_by_name(gpu_name);
+    check_output(out, {files[0], files[1], files[2]});
     OperatorPrior prior;
     prior.device = gpu_device_key(gpu);
     prior.gpu_name = gpu.name;

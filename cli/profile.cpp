@@ -122,6 +122,12 @@ int profile(int argc, char** argv) {
     EngineConfig c;
     c.name = "profile";
     c.model = resolve_model(model);
+    // Before the measurement, not after it: the output's directory, and outputs that can be written.
+    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    const std::string h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
+    check_output(out, {model});
+    check_output(h5, {model}, "--out's measurements");
     BackendOptions b;
     b.name = backend;
     b.load_format = load_format;
@@ -132,10 +138,7 @@ int profile(int argc, char** argv) {
       bar.update(double(done), double(total), "points");
     });
     bar.finish();
-    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir);
     save_profile(r.profile, out);
-    const std::string h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
     write_measurements(r, c, h5);
     print_profile(r);
     std::printf("wrote %s and %s\n", out.c_str(), h5.c_str());

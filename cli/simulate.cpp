@@ -24,9 +24,9 @@ int simulate(int argc, char** argv) {
     ("out", po::value(&out), "HDF5 file to write (see analysis/README.md)")
     ("help,h", "this help");
   options.add(output);
-  std::string command_line = "duet";
-  for (int i = 0; i < argc; ++i) command_line += std::string(" ") + argv[i];
+  const std::string command_line = command_line_of(argc, argv);
   return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
+    if (!out.empty()) check_output(out, {args.trace});
     TraceExperiment x = trace_experiment(args, source_dir(), command_line);
     TraceReplay replay(x.trace, x.replay);
     ProgressBar bar("simulate");

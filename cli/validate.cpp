@@ -181,7 +181,7 @@ int validate(int argc, char** argv) {
   own.add_options()
     ("script", po::value(&opt.script), "the Lua script")
     ("profile", po::value(&profile), "the profile to predict with (default: profiles/DEVICE/MODEL.json)")
-    ("max-error", po::value(&max_error)->default_value(0.10), "exit 1 when a point's |throughput error| exceeds this "
+    ("max-error", po::value(&max_error)->default_value(0.10, "0.1"), "exit 1 when a point's |throughput error| exceeds this "
                                                               "(0: never)")
     ("repeats", po::value(&repeats)->default_value(1), "passes of the real engine over every point (the script, or "
                                                        "the trace): each point's fastest run is compared, and from "
@@ -199,8 +199,7 @@ int validate(int argc, char** argv) {
       break;
     }
   for (int i = own_argc + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
-  std::string command_line = "duet";
-  for (int i = 0; i < argc; ++i) command_line += std::string(" ") + argv[i];
+  const std::string command_line = command_line_of(argc, argv);
   return run_command({"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
     if (max_error < 0) throw Error("--max-error must not be negative");
     if (repeats < 1) throw Error("--repeats must be at least 1");
@@ -209,9 +208,11 @@ int validate(int argc, char** argv) {
     if (!is_real_backend(trace.backend)) throw Error("--backend must be a real engine (cpu or cuda) to validate against");
     if (opt.script.empty()) {
       if (out.empty()) out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() + ".validate.h5";
+      check_output(out, {trace.trace, profile});
       return validate_trace(trace, profile, repeats, max_error, out, command_line);
     }
     if (out.empty()) out = std::filesystem::path(opt.script).stem().string() + ".validate.h5";
+    check_output(out, {opt.script, profile});
     return validate_script(opt, trace.backend, profile, repeats, max_error, out, !vm.count("no-progress"));
   });
 }

@@ -1,6 +1,7 @@
 #include "io/trace_replay.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "core/mix.hpp"
@@ -8,7 +9,8 @@
 namespace duet {
 
 TraceReplay::TraceReplay(const Trace& trace, TraceReplayOptions options) : trace_(trace), opt_(options) {
-  if (opt_.rate_scale <= 0) throw Error("rate scale must be positive, got " + std::to_string(opt_.rate_scale));
+  if (!(opt_.rate_scale > 0) || !std::isfinite(opt_.rate_scale))
+    throw Error("rate scale must be a finite number > 0, got " + std::to_string(opt_.rate_scale));
   total_ = opt_.max_requests ? std::min(opt_.max_requests, trace.requests.size()) : trace.requests.size();
 }
 

@@ -69,8 +69,11 @@ ExperimentDefaults defaults_of(const ScriptContext& ctx) {
   d.backend = ctx.opt.backend;
   d.source_dir = ctx.opt.source_dir;
   d.script_text = ctx.script_text;
-  d.command_line = "duet run " + ctx.opt.script;
-  for (const auto& a : ctx.opt.args) d.command_line += " " + a;
+  d.command_line = ctx.opt.command_line;
+  if (d.command_line.empty()) {
+    d.command_line = "duet run " + ctx.opt.script;
+    for (const auto& a : ctx.opt.args) d.command_line += " " + a;
+  }
   d.progress = d.progress && ctx.opt.progress;
   d.validate = ctx.opt.validate;
   return d;
@@ -122,6 +125,9 @@ int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yields until time t
   const double t = luaL_checknumber(L, 1);
   int r = 0;
   guarded(L, [&] {
+    // A NaN would never compare as reached: the run would wait for it forever.
+    if (!std::isfinite(t))
+      throw Error(where(L) + "duet.sleep_until(t): t must be a finite number of seconds, got " + std::to_string(t));
     r = LuaWorkload::from(L).lua_sleep_until(L, t);
     return 0;
   });

@@ -20,6 +20,7 @@ struct ScriptOptions {
   std::string script;                 // path of the Lua script
   std::string backend = "sim";        // sim or cpu
   std::string out;                    // HDF5 file; empty: <script stem>.h5
+  std::string command_line;           // as typed, for the run file; empty: rebuilt from the above
   std::vector<std::string> args;      // after --
   std::string source_dir;             // repository root: workloads/, traces/, models/
   int threads = 0;                    // sweep threads; 0: every core
