@@ -41,15 +41,17 @@ int simulate(int argc, char** argv) {
     ExperimentOutcome o = run_experiment(x.spec, replay, hooks);
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];
-    std::printf("%s: %zu requests (%zu skipped) on %s, %d KV blocks of %d tokens, %s\n", x.trace.source.c_str(),
-                replay.finished(), replay.skipped(), x.spec.gpu.name.c_str(), o.plan.engines[0].num_blocks,
-                e.config.block_size, o.cost_models[0].c_str());
+    std::printf("%s: %zu requests (%zu longer than max_model_len, skipped) on %s, %d KV blocks of %d tokens, %s\n",
+                x.trace.source.c_str(), replay.finished(), replay.skipped(), x.spec.gpu.name.c_str(),
+                o.plan.engines[0].num_blocks, e.config.block_size, o.cost_models[0].c_str());
+    std::printf("%s\n", x.max_model_len_choice.c_str());
     for (const std::string& w : o.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     print_summary(o.summary, stdout);
     if (!out.empty()) {
       o.metadata.text.emplace_back("trace", x.trace.source);
       o.metadata.text.emplace_back("cost_model", o.cost_models[0]);
       o.metadata.numbers.emplace_back("rate_scale", args.rate_scale);
+      o.metadata.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       RunFileWriter(out).write_run("/", o.metadata, o.records, o.summary);
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(), out.c_str());
     }

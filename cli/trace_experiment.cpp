@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "core/memory_plan.hpp"
 
 namespace po = boost::program_options;
 
@@ -16,7 +17,8 @@ po::options_description trace_options(TraceArgs& a, bool with_backend) {
     ("trace-format", po::value(&a.trace_format)->default_value("auto"), "auto, azure or mooncake")
     ("rate-scale", po::value(&a.rate_scale)->default_value(1.0, "1"), "replay arrivals this many times faster")
     ("max-requests", po::value(&a.max_requests)->default_value(0), "replay only the first N requests (0: all)")
-    ("skip-too-long", po::bool_switch(&a.skip_too_long), "skip requests longer than --max-model-len instead of failing")
+    ("on-too-long", po::value(&a.on_too_long)->default_value("skip"),
+     "a request longer than max_model_len: skip (alone, and counted in the summary and the file) or error")
     ("synthetic", po::value(&a.synthetic)->default_value(0), "N synthetic requests instead of a trace")
     ("input-tokens", po::value(&a.input_tokens)->default_value(512), "synthetic: prompt tokens per request")
     ("output-tokens", po::value(&a.output_tokens)->default_value(128), "synthetic: output tokens per request")
@@ -33,7 +35,8 @@ po::options_description trace_options(TraceArgs& a, bool with_backend) {
     ("block-size", po::value(&a.engine.block_size)->default_value(16), "tokens per KV block")
     ("max-num-seqs", po::value(&a.engine.max_num_seqs)->default_value(256), "sequences per step")
     ("max-num-batched-tokens", po::value(&a.engine.max_num_batched_tokens)->default_value(8192), "tokens per step")
-    ("max-model-len", po::value(&a.engine.max_model_len)->default_value(8192), "longest prompt + output")
+    ("max-model-len", po::value(&a.engine.max_model_len)->default_value(0),
+     "longest prompt + output (0: the model's max_position_embeddings, capped by what the KV pool holds)")
     ("enable-prefix-caching", po::value(&a.prefix_caching)->default_value(true), "true or false")
     ("enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true), "true or false")
     ("num-gpu-blocks-override", po::value(&a.num_gpu_blocks_override)->default_value(0),
@@ -68,6 +71,20 @@ Trace synthetic_trace(const TraceArgs& a) {
   return t;
 }
 
+// vLLM's default: the model's own context length, but never more than the KV pool can hold for
+// one sequence (a longer request could never be scheduled).
+std::string choose_max_model_len(EngineConfig& cfg, const GpuSpec& gpu) {
+  if (cfg.max_model_len < 0) throw Error("--max-model-len must not be negative");
+  if (cfg.max_model_len > 0) return "max_model_len " + std::to_string(cfg.max_model_len) + " (given)";
+  const EngineMemory m = plan_memory(gpu, {memory_request(cfg)}).engines.at(0);
+  const std::int64_t pool = std::int64_t(m.num_blocks) * m.block_size;
+  const int model = cfg.model.max_position_embeddings;
+  cfg.max_model_len = int(std::min<std::int64_t>(model, pool));
+  return "max_model_len " + std::to_string(cfg.max_model_len) +
+         (model <= pool ? " (the model's max_position_embeddings)"
+                        : " (the KV pool's " + std::to_string(pool) + " tokens; the model allows " + std::to_string(model) + ")");
+}
+
 }  // namespace
 
 TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir, const std::string& command_line) {
@@ -93,9 +110,12 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   x.spec.source_dir = source_dir;
   x.spec.profile_dir = source_dir + "/profiles";
   x.spec.command_line = command_line;
+  x.max_model_len_choice = choose_max_model_len(cfg, x.spec.gpu);
   x.spec.engines.push_back({cfg, a.cost_model, a.load_format, {}});
+  if (a.on_too_long != "skip" && a.on_too_long != "error")
+    throw Error("--on-too-long must be skip or error, got '" + a.on_too_long + "'");
   x.replay = {0, a.rate_scale, a.max_requests, a.seed, cfg.model.vocab_size, cfg.max_model_len,
-              a.skip_too_long ? TooLong::Skip : TooLong::Error};
+              a.on_too_long == "skip" ? TooLong::Skip : TooLong::Error};
   return x;
 }
 

@@ -16,7 +16,7 @@ struct TraceArgs {
   int synthetic = 0, input_tokens = 512, output_tokens = 128;
   double request_rate = 0, rate_scale = 1;
   std::size_t max_requests = 0;
-  bool skip_too_long = false;
+  std::string on_too_long = "skip";  // skip (count) or error
   std::uint64_t seed = 0;
   EngineConfig engine;
   double gpu_memory_utilization = 0.9;
@@ -29,6 +29,7 @@ boost::program_options::options_description trace_options(TraceArgs& a, bool wit
 
 // The trace, read or made (synthetic), and the experiment that replays it.
 struct TraceExperiment {
+  std::string max_model_len_choice;  // one line for the user: the max_model_len and why
   Trace trace;
   ExperimentSpec spec;
   TraceReplayOptions replay;

@@ -25,7 +25,7 @@ void TraceReplay::submit_due(Runtime& rt) {
   // wake-up can come late, after a step); then sleep until the next one.
   for (; next_ < total_ && trace_.requests[next_].arrival_s / opt_.rate_scale <= rt.now(); ++next_) {
     const TraceRequest& r = trace_.requests[next_];
-    const int longest = r.input_tokens + r.output_tokens;
+    const std::int64_t longest = std::int64_t(r.input_tokens) + r.output_tokens;  // two ints may overflow one
     if (opt_.max_model_len > 0 && longest > opt_.max_model_len) {
       if (opt_.too_long == TooLong::Skip) {
         ++skipped_;
@@ -33,7 +33,7 @@ void TraceReplay::submit_due(Runtime& rt) {
       }
       throw Error(trace_.source + ": request " + std::to_string(next_ + 1) + " needs " + std::to_string(longest) +
                   " tokens, more than max_model_len " + std::to_string(opt_.max_model_len) +
-                  " (raise --max-model-len, or skip such requests with --skip-too-long)");
+                  " (raise --max-model-len, or skip such requests with --on-too-long skip)");
     }
     Sequence s;
     s.id = rt.next_seq_id();

@@ -49,7 +49,7 @@ else
   run quickstart quickstart --problems 100
   run quickstart quickstart_full --problems 100 --prm-mode full
   "$duet" simulate --trace traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --model llama-3.1-8b --gpu h100 \
-    --skip-too-long --out "$data/azure.h5" >"$data/azure.txt"
+    --out "$data/azure.h5" >"$data/azure.txt"
   validation=bench/results/validation-cpu/small-llama.beam.h5
 fi
 
