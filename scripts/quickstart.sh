@@ -4,7 +4,8 @@
 # Arguments go to the script: scripts/quickstart.sh --problems 50
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Only the program: the tests and benchmarks are scripts/test.sh's to build.
+scripts/setup.sh --target duet
 args=()
 (($#)) && args=(-- "$@")
 exec "${BUILD_DIR:-build}/cli/duet" run scripts/quickstart.lua "${args[@]}"

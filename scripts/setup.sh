@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs duet's Debian 12 packages (non-interactive, idempotent: a no-op when all are present)
 # and configures and builds duet in ./build.
-#   scripts/setup.sh              install what is missing, configure, build
+#   scripts/setup.sh              install what is missing, configure, build everything
 #   scripts/setup.sh --deps-only  install what is missing, nothing else
+#   scripts/setup.sh --target T   install what is missing, configure, build target T only (duet)
 # Environment: BUILD_DIR (default build), BUILD_TYPE (default RelWithDebInfo), DUET_CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +33,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 [ "${1:-}" = "--deps-only" ] && exit 0
+target=()
+[ "${1:-}" = "--target" ] && target=(--target "${2:?--target needs a name}")
 
 build_dir="${BUILD_DIR:-build}"
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" ${DUET_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+cmake --build "$build_dir" -j "$(nproc)" "${target[@]}"
