@@ -1,6 +1,7 @@
 #include "core/scheduler.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,9 @@ void Scheduler::add(Sequence& seq) {
   seq.status = SeqStatus::Waiting;
   seq.arrival_order = next_arrival_++;
   seq.sort_key = policy_.order_key ? policy_.order_key(seq) : 0.0;
+  // The waiting queue is ordered by this key: a NaN would break the order and lose sequences.
+  if (!std::isfinite(seq.sort_key))
+    throw Error("sequence " + std::to_string(seq.id) + ": the order policy's key is not a finite number");
   waiting_.insert(&seq);
 }
 

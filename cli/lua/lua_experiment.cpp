@@ -1,6 +1,7 @@
 #include "cli/lua/lua_experiment.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <cstdio>
@@ -198,18 +199,24 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
 }
 
 // The scheduler policies of one engine as std::functions that call into Lua.
-SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p) {
+SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::string& engine) {
   SchedulerPolicy policy;
   if (p.order)
-    policy.order_key = [L, &p](const Sequence& s) {
+    policy.order_key = [L, &p, engine](const Sequence& s) {
       p.order.push();
       lua_pushinteger(L, lua_Integer(s.id));
       lua_pushinteger(L, s.num_tokens());
       lua_pushinteger(L, lua_Integer(s.owner) + 1);
       lua_pushstring(L, s.kind == SeqKind::Score ? "score" : "generate");
       pcall(L, 4, 1);
+      const bool number = lua_type(L, -1) == LUA_TNUMBER;
       const double key = lua_tonumber(L, -1);
       lua_pop(L, 1);
+      // A NaN breaks the waiting queue's order, and the sequences it loses are never run.
+      if (!number || !std::isfinite(key))
+        throw Error("engines." + engine + ".policy.order returned " + (number ? std::to_string(key) : "a non-number") +
+                    " for sequence " + std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
+                    "; it must return a finite number");
       return key;
     };
   if (p.admit)
@@ -320,7 +327,7 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
   spec.profile_dir = d.source_dir + "/profiles";
   spec.command_line = d.command_line;
   for (std::size_t i = 0; i < ex.engines.size(); ++i)
-    spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i], make_policy(L, *ex.policies[i])});
+    spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i], make_policy(L, *ex.policies[i], ex.engines[i].name)});
   return spec;
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <deque>
 #include <memory>
 #include <numeric>
@@ -175,6 +177,14 @@ TEST(Scheduler, OrderKeyPolicyReordersTheWaitingQueue) {
   EXPECT_EQ(b.items[0].seq, &longer);
   r.step();
   EXPECT_NE(shorter.status, SeqStatus::Waiting);
+}
+
+TEST(Scheduler, ANanOrderKeyIsAnErrorNotALostSequence) {
+  SchedulerPolicy p;
+  p.order_key = [](const Sequence& s) { return s.num_tokens() == 50 ? std::nan("") : 1.0; };
+  Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 1000}, 100, 16, p);
+  r.add(10, 1);
+  EXPECT_THROW(r.add(50, 1, 100), Error);
 }
 
 TEST(Scheduler, AdmissionPolicyCanHoldSequencesBack) {
