@@ -146,7 +146,7 @@ int l_trace(lua_State* L) {
     if (lua_istable(L, 2)) {
       TableReader t(L, 2, "duet.trace");
       max = std::size_t(t.integer("max_requests").value_or(0));
-      vocab = int(t.integer("vocab_size").value_or(vocab));
+      vocab = t.int32("vocab_size").value_or(vocab);
       seed = std::uint64_t(t.integer("seed").value_or(0));
       t.finish();
     }
@@ -256,7 +256,7 @@ int l_sweep(lua_State* L) {
     if (t.push("run") != LUA_TFUNCTION) t.fail("run", "expected a function run(point) -> duet.run configuration");
     const int fn = lua_gettop(L);
     // Validation measures a real engine: one point at a time, nothing beside it on the cores.
-    const int threads = ctx.opt.validate ? 1 : int(t.integer("threads").value_or(ctx.opt.threads));
+    const int threads = ctx.opt.validate ? 1 : t.int32("threads").value_or(ctx.opt.threads);
     const std::string label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();

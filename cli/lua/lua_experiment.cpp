@@ -91,14 +91,14 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
     c.gpu_memory_utilization.reset();
   }
-  c.block_size = int(t.integer("block_size").value_or(c.block_size));
-  c.max_num_seqs = int(t.integer("max_num_seqs").value_or(c.max_num_seqs));
-  c.max_num_batched_tokens = int(t.integer("max_num_batched_tokens").value_or(c.max_num_batched_tokens));
-  c.max_model_len = int(t.integer("max_model_len").value_or(c.max_model_len));
+  c.block_size = t.int32("block_size").value_or(c.block_size);
+  c.max_num_seqs = t.int32("max_num_seqs").value_or(c.max_num_seqs);
+  c.max_num_batched_tokens = t.int32("max_num_batched_tokens").value_or(c.max_num_batched_tokens);
+  c.max_model_len = t.int32("max_model_len").value_or(c.max_model_len);
   c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
   c.allocator = allocator_kind_from_name(t.string("allocator").value_or("paged"));
-  if (auto n = t.integer("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
+  if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
   ex.load_formats.push_back(t.string("load_format").value_or("dummy"));
   auto policies = std::make_unique<EnginePolicies>();
@@ -153,11 +153,11 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   }
   lua_pop(L, 1);
   read_function(L, t, "memory_split", ex.memory_split);
-  ex.workload.concurrency = int(t.integer("concurrency").value_or(64));
+  ex.workload.concurrency = t.int32("concurrency").value_or(64);
   const std::string batching = t.string("batching").value_or("continuous");
   if (batching == "fixed") ex.workload.batching = ProblemBatching::Fixed;
   else if (batching != "continuous") t.fail("batching", "must be 'continuous' or 'fixed'");
-  ex.workload.min_batch = int(t.integer("min_batch").value_or(ex.workload.concurrency));
+  ex.workload.min_batch = t.int32("min_batch").value_or(ex.workload.concurrency);
   ex.workload.seed = std::uint64_t(t.integer("seed").value_or(0));
   ex.label = t.string("label").value_or("");
   ex.progress = t.boolean("progress").value_or(d.progress);

@@ -1,6 +1,7 @@
 #include "cli/lua/lua_util.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -99,6 +100,14 @@ std::optional<std::int64_t> TableReader::integer(const char* key) {
   lua_pop(L_, 1);
   if (t != LUA_TNIL && !ok) fail(key, std::string("expected an integer, got ") + lua_typename(L_, t));
   return v;
+}
+
+std::optional<int> TableReader::int32(const char* key) {
+  const std::optional<std::int64_t> v = integer(key);
+  if (v && (*v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max()))
+    fail(key, std::to_string(*v) + " does not fit a 32-bit integer");
+  if (!v) return std::nullopt;
+  return int(*v);
 }
 
 std::optional<std::string> TableReader::string(const char* key) {

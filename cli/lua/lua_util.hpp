@@ -41,6 +41,8 @@ class TableReader {
   bool has(const char* key);
   std::optional<double> number(const char* key);
   std::optional<std::int64_t> integer(const char* key);
+  // An integer that must fit a 32-bit field: a larger one is an error, never a silent wrap.
+  std::optional<int> int32(const char* key);
   std::optional<std::string> string(const char* key);
   std::optional<bool> boolean(const char* key);
   // Pushes the field onto the stack (nil if absent) and returns its Lua type.

@@ -363,7 +363,7 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   std::vector<TokenId> prompt = read_tokens(co, spec, "prompt", seed, v);
   std::vector<TokenId> append = read_tokens(co, spec, "append", mix64(seed + 1), v);
   if (parent && !prompt.empty()) spec.fail("prompt", "give either a prompt or a parent to fork, not both");
-  s.sampling.max_tokens = int(spec.integer("max_tokens").value_or(256));
+  s.sampling.max_tokens = spec.int32("max_tokens").value_or(256);
   s.sampling.ignore_eos = spec.boolean("ignore_eos").value_or(false);
   s.sampling.temperature = float(spec.number("temperature").value_or(0.0));
   s.sampling.top_p = float(spec.number("top_p").value_or(1.0));
@@ -371,8 +371,8 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   s.sampling.stop_token_ids = read_stop_list(co, spec, v);
   s.script.seed = seed;
   s.script.force = spec.boolean("force").value_or(true);
-  if (const auto stop_at = spec.integer("stop_at")) {
-    s.script.stop_at = int(*stop_at);
+  if (const auto stop_at = spec.int32("stop_at")) {
+    s.script.stop_at = *stop_at;
     const int t = spec.push("stop_with");
     if (t == LUA_TNUMBER) s.script.stop_token = TokenId(lua_tointeger(co, -1));
     else if (t == LUA_TSTRING) s.script.stop_token = token_name(spec, "stop_with", lua_tostring(co, -1), v);
@@ -382,13 +382,13 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   s.script.scores = read_number_list<float>(co, spec, "scores");
   s.score_positions = read_number_list<int>(co, spec, "score_positions");
   s.keep_kv = spec.boolean("keep").value_or(false);
-  const std::optional<std::int64_t> priority = spec.integer("priority");
+  const std::optional<int> priority = spec.int32("priority");
   spec.finish();
 
   if (parent) {
     s.tokens = std::move(append);
     Sequence& child = rt_->fork(engine, SeqId(*parent), std::move(s));
-    if (priority) rt_->engine(engine).set_priority(child.id, int(*priority));
+    if (priority) rt_->engine(engine).set_priority(child.id, *priority);
     owner_[child.id] = &task;
     task.live.emplace(child.id, engine);
     ++task.requests;
