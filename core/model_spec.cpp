@@ -163,6 +163,20 @@ void ModelSpec::validate() const {
   positive("intermediate_size", intermediate_size);
   positive("vocab_size", vocab_size);
   positive("max_position_embeddings", max_position_embeddings);
+  // Far beyond any published model, and small enough that every product of them (parameters,
+  // KV bytes per token, FLOPs) fits 64-bit arithmetic: a larger value is a typo, not a model.
+  auto at_most = [&](const char* field, long long v, long long limit) {
+    if (v > limit)
+      throw Error("model '" + name + "': " + field + " " + std::to_string(v) + " is beyond " + std::to_string(limit) +
+                  ", larger than any model's (a typo in the config?)");
+  };
+  at_most("num_hidden_layers", num_layers, 4096);
+  at_most("hidden_size", hidden_size, 1 << 20);
+  at_most("intermediate_size", intermediate_size, 1 << 20);
+  at_most("num_attention_heads", num_heads, 4096);
+  at_most("num_key_value_heads", num_kv_heads, 4096);
+  at_most("head_dim", head_dim, 4096);
+  at_most("vocab_size", vocab_size, 1 << 24);
   if (num_heads % num_kv_heads != 0)
     throw Error("model '" + name + "': num_attention_heads (" + std::to_string(num_heads) +
                 ") must be a multiple of num_key_value_heads (" + std::to_string(num_kv_heads) + ")");

@@ -422,3 +422,25 @@ TEST_F(ModelSpecHfConfig, IntegerOutOfIntRangeIsRejected) {
 
 }  // namespace
 }  // namespace duet
+
+namespace duet {
+namespace {
+
+// Dimensions that fit an int but whose products overflow 64 bits are a clear error naming the
+// field, not a negative parameter count.
+TEST(ModelSpec, AbsurdDimensionsAreAnErrorNamingTheField) {
+  ModelSpec m = model_by_name("llama-3.1-8b");
+  m.hidden_size = 2'000'000'000;
+  try {
+    m.validate();
+    FAIL() << "validate accepted hidden_size 2e9";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_size 2000000000 is beyond 1048576"), std::string::npos) << e.what();
+  }
+  ModelSpec layers = model_by_name("llama-3.1-8b");
+  layers.num_layers = 1'000'000;
+  EXPECT_THROW(layers.validate(), Error);
+}
+
+}  // namespace
+}  // namespace duet
