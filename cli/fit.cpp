@@ -39,6 +39,7 @@ void report(const CalibrationProfile& p, const std::string& out) {
     std::printf("  %-24s %.6g\n", device_feature_names()[i], p.device_coefficients[i]);
   for (std::size_t i = 0; i < kNumHostFeatures; ++i)
     std::printf("  %-24s %.6g\n", host_feature_names()[i], p.host_coefficients[i]);
+  for (const std::string& w : p.warnings) std::printf("warning: %s\n", w.c_str());
   std::printf("wrote %s\n", out.c_str());
 }
 

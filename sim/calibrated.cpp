@@ -102,16 +102,53 @@ FitStats fit_stats(const std::vector<double>& pred, const std::vector<double>& y
   return f;
 }
 
+namespace {
+
+// Collinear measured columns have no unique fit: any split of their cost between them explains the
+// rows equally well. Returns a line naming them, or "" when the columns are independent.
+template <class Name>
+std::string rank_note(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
+                      const std::vector<bool>& active, const std::string& what, const Name& name) {
+  std::vector<std::size_t> cols;
+  for (std::size_t j = 0; j < active.size(); ++j)
+    if (active[j]) cols.push_back(j);
+  if (cols.empty() || x.size() < cols.size()) return "";  // the solver's own errors say why
+  Eigen::MatrixXd a(Eigen::Index(x.size()), Eigen::Index(cols.size()));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    for (std::size_t j = 0; j < cols.size(); ++j) a(Eigen::Index(i), Eigen::Index(j)) = x[i][cols[j]] / y[i];
+  for (Eigen::Index j = 0; j < a.cols(); ++j) a.col(j) /= a.col(j).cwiseAbs().maxCoeff();
+  Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(a);
+  qr.setThreshold(1e-9);
+  if (qr.rank() == a.cols()) return "";
+  std::string dependent;
+  for (Eigen::Index r = qr.rank(); r < a.cols(); ++r)
+    dependent += (dependent.empty() ? "" : ", ") + name(cols[std::size_t(qr.colsPermutation().indices()(r))]);
+  return what + ": the measurements cannot tell " + dependent + " apart from the other features (rank " +
+         std::to_string(qr.rank()) + " of " + std::to_string(a.cols()) +
+         "): their coefficients split one cost arbitrarily; rows that vary them independently would separate them";
+}
+
+}  // namespace
+
 std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
-                               const std::string& what) {
+                               const std::string& what, std::span<const char* const> names,
+                               std::vector<std::string>* warnings) {
   if (x.size() != y.size()) throw Error(what + ": feature and duration counts differ");
   const std::size_t k = x.empty() ? 0 : x[0].size();
+  auto name = [&](std::size_t j) { return j < names.size() ? std::string(names[j]) : "column " + std::to_string(j + 1); };
   // Columns that never leave zero carry no information: they stay out of the fit (coefficient 0).
   std::vector<bool> active(k, false);
-  for (const auto& row : x)
-    for (std::size_t j = 0; j < k; ++j) active[j] = active[j] || row[j] != 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    for (std::size_t j = 0; j < k; ++j) {
+      if (!std::isfinite(x[i][j]) || x[i][j] < 0)
+        throw Error(what + ": row " + std::to_string(i + 1) + ": " + name(j) + " is " + std::to_string(x[i][j]) +
+                    "; features are counts, >= 0 and finite");
+      active[j] = active[j] || x[i][j] != 0.0;
+    }
   for (double v : y)
     if (!std::isfinite(v) || v <= 0) throw Error(what + ": durations must be positive and finite");
+  if (const std::string note = rank_note(x, y, active, what, name); !note.empty() && warnings)
+    warnings->push_back(note);
   std::vector<double> coef(k, 0.0);
   // Active-set non-negativity: solve, drop the most negative coefficient, solve again. The features
   // are physical costs, so a negative one only ever absorbs collinearity or noise.
@@ -180,8 +217,11 @@ CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps) {
     yh.push_back(s.host_s);
     for (std::size_t j = 0; j < kNumHostFeatures; ++j) p.host_max[j] = std::max(p.host_max[j], h[j]);
   }
-  p.device_coefficients = to_array<kNumDeviceFeatures>(fit_linear(xd, yd, "calibration (device time)"));
-  if (!yh.empty()) p.host_coefficients = to_array<kNumHostFeatures>(fit_linear(xh, yh, "calibration (host time)"));
+  p.device_coefficients = to_array<kNumDeviceFeatures>(
+      fit_linear(xd, yd, "calibration (device time)", device_feature_names(), &p.warnings));
+  if (!yh.empty())
+    p.host_coefficients = to_array<kNumHostFeatures>(
+        fit_linear(xh, yh, "calibration (host time)", host_feature_names(), &p.warnings));
 
   std::vector<double> pd, ph;
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_regime;
@@ -345,6 +385,7 @@ void save_profile(const CalibrationProfile& p, const std::string& path) {
   j["fit"]["device"] = stats_json(p.device_fit);
   j["fit"]["host"] = stats_json(p.host_fit);
   for (const auto& [name, f] : p.regimes) j["fit"]["regimes"][name] = stats_json(f);
+  if (!p.warnings.empty()) j["fit"]["warnings"] = p.warnings;
   write_json_file(path, j, 2);
 }
 
@@ -383,6 +424,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
       if (f.contains("device_alone")) p.alone_fit = stats_of(f["device_alone"]);
       if (f.contains("regimes"))
         for (const auto& [name, r] : f["regimes"].items()) p.regimes[name] = stats_of(r);
+      if (f.contains("warnings")) p.warnings = f["warnings"].get<std::vector<std::string>>();
     }
     return p;
   } catch (const nlohmann::json::exception& e) {

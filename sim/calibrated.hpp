@@ -37,6 +37,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,9 +74,14 @@ struct FitStats {
 FitStats fit_stats(const std::vector<double>& predicted, const std::vector<double>& measured);
 
 // Non-negative least squares on relative error. Returns one coefficient per column; a column that
-// never varies from zero gets 0 (the shape was never measured). Throws when too few rows.
+// never varies from zero gets 0 (the shape was never measured). Throws duet::Error when there are
+// too few rows, or a feature is negative or not finite (naming the row and the feature). When the
+// measured columns are linearly dependent, the fit still runs (non-negativity picks one split of
+// their shared cost), and `warnings`, if given, gets a line naming the features the data cannot
+// tell apart. `names` names the columns (default: "column J").
 std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
-                               const std::string& what);
+                               const std::string& what, std::span<const char* const> names = {},
+                               std::vector<std::string>* warnings = nullptr);
 
 struct CalibrationProfile {
   std::string model;         // ModelSpec::name
@@ -97,6 +103,7 @@ struct CalibrationProfile {
   HostFeatures host_max{};
   FitStats device_fit, host_fit;
   std::map<std::string, FitStats> regimes;  // step time (device + host) by regime
+  std::vector<std::string> warnings;         // what the fit could not determine (collinear features)
 };
 
 // The model's shape as one line, e.g. "L2 h256 q4 kv2 d64 f688 v8000 bf16": two profiles agree on

@@ -118,6 +118,25 @@ TEST(Calibrated, CoefficientsNeverGoNegative) {
   EXPECT_EQ(p.host_fit.rows, 0u) << "no host times measured";
 }
 
+TEST(Calibrated, CollinearFeaturesAreNamedAndNegativeOnesRejected) {
+  // decode_context_tokens = 100 * decode_seqs in every row: the data cannot split their costs.
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  for (int i = 1; i <= 30; ++i) {
+    x.push_back({1.0, double(i), 100.0 * i});
+    y.push_back(1e-3 + 1e-5 * i);
+  }
+  const std::array<const char*, 3> names = {"constant", "decode_seqs", "decode_context_tokens"};
+  std::vector<std::string> warnings;
+  const std::vector<double> c = fit_linear(x, y, "t.csv", names, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "cannot tell")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[0], "decode_seqs") || contains(warnings[0], "decode_context_tokens")) << warnings[0];
+  for (double v : c) EXPECT_GE(v, 0.0);
+  x[4][1] = -2;
+  EXPECT_TRUE(contains(error_of([&] { fit_linear(x, y, "t.csv", names); }), "t.csv: row 5: decode_seqs is -2"));
+}
+
 TEST(Calibrated, TooFewRowsOrBadDurationsAreErrors) {
   EXPECT_TRUE(contains(error_of([] { fit_profile(measured(random_shapes(3, 4), 0.0, 0)); }), "rows cannot fit"));
   std::vector<MeasuredStep> rows = measured(random_shapes(40, 4), 0.0, 0);
