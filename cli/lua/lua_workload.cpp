@@ -113,8 +113,15 @@ void LuaWorkload::launch(std::size_t problem) {
 
 void LuaWorkload::resume(Task& task, int nargs) {
   int nres = 0;
+  task.waits = false;
   const int status = lua_resume(task.co, L_, nargs, &nres);
   if (status == LUA_YIELD) {
+    // A bare coroutine.yield() waits for nothing: no finished sequence or wake-up would ever
+    // resume it, and its problem would vanish from the results.
+    if (!task.waits)
+      throw Error("problem " + std::to_string(task.problem + 1) +
+                  ": solve() yielded without waiting for anything (coroutine.yield is not a duet call: "
+                  "use duet.await or duet.sleep_until)");
     lua_pop(task.co, nres);
     task.suspended = true;
     return;
@@ -190,6 +197,7 @@ int LuaWorkload::lua_sleep_until(lua_State* co, double t) {
   const std::uint64_t tag = next_tag_++;
   sleepers_[tag] = co;
   task.suspended = true;
+  task.waits = true;
   rt_->wake_at(t, tag);
   return -1;
 }
@@ -264,6 +272,7 @@ int LuaWorkload::lua_await(lua_State* co) {
   for (SeqId id : task.awaiting)
     if (!task.finished.count(id)) {
       task.suspended = true;
+      task.waits = true;
       return -1;  // the caller yields, outside any C++ scope
     }
   push_results(task, co);

@@ -76,6 +76,7 @@ class LuaWorkload final : public Workload {
     std::vector<std::pair<int, SeqId>> kept;       // finished with keep: released at the end
     std::vector<SeqId> awaiting;                   // what the coroutine waits for
     bool suspended = false;
+    bool waits = false;  // set by duet.await and duet.sleep_until as they yield: something will resume it
   };
 
   void launch(std::size_t problem);
