@@ -45,17 +45,17 @@ void Runtime::enqueue(int e, Sequence seq, double arrival) {
 }
 
 void Runtime::submit(int engine, Sequence seq) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine));
+  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
   enqueue(engine, std::move(seq), now());
 }
 
 void Runtime::submit_arrived(int engine, Sequence seq, double arrival) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine));
+  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
   enqueue(engine, std::move(seq), std::min(arrival, now()));
 }
 
 void Runtime::submit_at(double t, int engine, Sequence seq) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit_at: no engine " + std::to_string(engine));
+  if (engine < 0 || engine >= num_engines()) throw Error("submit_at: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
   if (t <= now()) return submit(engine, std::move(seq));
   std::size_t slot;
   if (!free_slots_.empty()) {
@@ -119,8 +119,13 @@ int Runtime::pick_engine() {
       for (int i = 0; i < n; ++i) any = any || ready(i);
       if (!any) return -1;
       const int i = arbiter_.pick(statuses());
-      if (i < 0 || i >= n || !ready(i))
-        throw Error("arbiter callback chose engine " + std::to_string(i) + ", which has no work");
+      // Engines are named as the script names them, and numbered from 1 as Lua does.
+      if (i < 0 || i >= n)
+        throw Error("the arbiter chose engine " + std::to_string(i + 1) + ", and there are engines 1 to " +
+                    std::to_string(n));
+      if (!ready(i))
+        throw Error("the arbiter chose engine '" + engines_[std::size_t(i)].engine->name() + "' (" +
+                    std::to_string(i + 1) + "), which has no work");
       return i;
     }
   }
