@@ -26,6 +26,8 @@ int run(int argc, char** argv) {
     ("out", po::value(&opt.out), "HDF5 file for the runs (default: SCRIPT's name with .h5, in the current directory)")
     ("threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")
     ("no-progress", "never draw progress bars")
+    ("lua-instruction-limit", po::value(&opt.instruction_limit)->default_value(opt.instruction_limit),
+     "Lua instructions one call into the script may run before it is stopped as an endless loop")
     ("help,h", "this help");
   po::positional_options_description positional;
   positional.add("script", 1);
@@ -41,6 +43,7 @@ int run(int argc, char** argv) {
   return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
     opt.progress = !vm.count("no-progress");
     check_backend(opt.backend);
+    if (opt.instruction_limit <= 0) throw Error("--lua-instruction-limit must be positive");
     if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     opt.source_dir = source_dir();
     opt.command_line = command_line_of(argc, argv);

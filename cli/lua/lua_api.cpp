@@ -349,6 +349,8 @@ const luaL_Reg kFunctions[] = {
 };
 
 void open_duet(lua_State* L, ScriptContext& ctx) {
+  ctx.budget.limit = ctx.opt.instruction_limit;
+  install_instruction_budget(L, &ctx.budget);
   register_types(L);
   register_engine_handle(L);
   lua_pushlightuserdata(L, &ctx);

@@ -24,6 +24,7 @@ struct ScriptOptions {
   std::vector<std::string> args;      // after --
   std::string source_dir;             // repository root: workloads/, traces/, models/
   int threads = 0;                    // sweep threads; 0: every core
+  std::int64_t instruction_limit = 1'000'000'000;  // Lua instructions per call from duet (lua_util.hpp)
   bool progress = true;               // draw progress bars when stderr is a terminal
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
   // point at a time, and goes to `validate` instead of the script's own file.

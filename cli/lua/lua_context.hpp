@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/lua/lua_api.hpp"
+#include "cli/lua/lua_util.hpp"
 #include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
 
@@ -24,6 +25,7 @@ struct ScriptContext {
   int sweeps = 0;
   std::unique_ptr<Tokenizer> tokenizer;  // loaded on first use
   const WorkerJob* worker = nullptr;     // set in a sweep worker's state
+  InstructionBudget budget;              // Lua instructions per call from duet (lua_util.hpp)
 };
 
 // The context of the script running in L (a duet::Error outside a script).

@@ -9,6 +9,7 @@ namespace duet::lua {
 
 State::State() : L_(luaL_newstate()) {
   if (!L_) throw Error("cannot create a Lua state (out of memory)");
+  *static_cast<InstructionBudget**>(lua_getextraspace(L_)) = nullptr;  // no budget until one is installed
   luaL_openlibs(L_);
   // Lua 5.4 seeds math.random randomly at start-up; a run must be reproducible.
   luaL_dostring(L_, "math.randomseed(0)");
@@ -30,7 +31,36 @@ int traceback(lua_State* L) {
 
 }  // namespace
 
+namespace {
+
+constexpr int kHookEvery = 1 << 20;
+
+InstructionBudget* budget_of(lua_State* L) { return *static_cast<InstructionBudget**>(lua_getextraspace(L)); }
+
+void count_hook(lua_State* L, lua_Debug* ar) {
+  InstructionBudget* b = budget_of(L);
+  if (!b || (b->used += kHookEvery) < b->limit) return;
+  lua_getinfo(L, "nSl", ar);
+  const std::string what = ar->name ? std::string("function '") + ar->name + "'"
+                                    : "the function defined at line " + std::to_string(ar->linedefined);
+  luaL_error(L, "%s:%d: %s ran %I Lua instructions without returning to duet (an endless loop?); "
+                "raise the limit with --lua-instruction-limit",
+             ar->short_src, ar->currentline, what.c_str(), (LUAI_UACINT)b->used);
+}
+
+}  // namespace
+
+void install_instruction_budget(lua_State* L, InstructionBudget* budget) {
+  *static_cast<InstructionBudget**>(lua_getextraspace(L)) = budget;
+  lua_sethook(L, count_hook, LUA_MASKCOUNT, kHookEvery);
+}
+
+void reset_instruction_budget(lua_State* L) {
+  if (InstructionBudget* b = budget_of(L)) b->used = 0;
+}
+
 void pcall(lua_State* L, int nargs, int nresults) {
+  reset_instruction_budget(L);
   const int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, traceback);
   lua_insert(L, base);

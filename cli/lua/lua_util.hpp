@@ -26,6 +26,19 @@ class State {
   lua_State* L_;
 };
 
+// A limit on the Lua instructions one call from duet into Lua may run (a policy, the arbiter, a
+// solve() between two waits, the script's main chunk): an endless loop becomes an error naming the
+// function and the line, not a run that hangs forever. Counted by a hook every 2^20 instructions.
+struct InstructionBudget {
+  std::int64_t limit = 1'000'000'000;  // ~10 s of Lua: far beyond any sane policy call
+  std::int64_t used = 0;
+};
+// Installs the limit on L and every coroutine created from it later (they inherit the hook and
+// the main thread's extra space, where the budget's address lives).
+void install_instruction_budget(lua_State* L, InstructionBudget* budget);
+// A new call from duet into Lua starts with a full budget.
+void reset_instruction_budget(lua_State* L);
+
 // Calls the function below nargs arguments; on error throws duet::Error with "file:line: message"
 // and a traceback.
 void pcall(lua_State* L, int nargs, int nresults);

@@ -114,6 +114,7 @@ void LuaWorkload::launch(std::size_t problem) {
 void LuaWorkload::resume(Task& task, int nargs) {
   int nres = 0;
   task.waits = false;
+  reset_instruction_budget(task.co);
   const int status = lua_resume(task.co, L_, nargs, &nres);
   if (status == LUA_YIELD) {
     // A bare coroutine.yield() waits for nothing: no finished sequence or wake-up would ever
