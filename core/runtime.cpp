@@ -44,18 +44,25 @@ void Runtime::enqueue(int e, Sequence seq, double arrival) {
   engine.add(std::move(seq), arrival);
 }
 
+void Runtime::check_engine(const char* what, int engine) const {
+  // Numbered from 1, as a Lua script numbers them.
+  if (engine < 0 || engine >= num_engines())
+    throw Error(std::string(what) + ": no engine " + std::to_string(engine + 1) + " (engines 1 to " +
+                std::to_string(num_engines()) + ")");
+}
+
 void Runtime::submit(int engine, Sequence seq) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
+  check_engine("submit", engine);
   enqueue(engine, std::move(seq), now());
 }
 
 void Runtime::submit_arrived(int engine, Sequence seq, double arrival) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
+  check_engine("submit", engine);
   enqueue(engine, std::move(seq), std::min(arrival, now()));
 }
 
 void Runtime::submit_at(double t, int engine, Sequence seq) {
-  if (engine < 0 || engine >= num_engines()) throw Error("submit_at: no engine " + std::to_string(engine + 1) + " (engines 1 to " + std::to_string(num_engines()) + ")");
+  check_engine("submit_at", engine);
   if (t <= now()) return submit(engine, std::move(seq));
   std::size_t slot;
   if (!free_slots_.empty()) {

@@ -82,6 +82,8 @@ class Runtime {
   std::int64_t progress_every = 4096;
 
  private:
+  // Throws naming `what` when `engine` is not one of this runtime's.
+  void check_engine(const char* what, int engine) const;
   enum class EventType : std::uint8_t { Arrival, StepDone, Wakeup };
   struct Event {
     double time;

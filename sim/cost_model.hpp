@@ -2,9 +2,10 @@
 // How long a batch takes. One interface, three implementations: a roofline from the GPU's and the
 // model's public figures (no measurement needed), an operator-level model whose per-kernel
 // efficiencies are fitted to public measured kernel tables (sim/operator_model.hpp), and a profile
-// fitted to steps that a real engine measured on this device (sim/calibrated.hpp). Both split a step into the device's share and the host's
-// (scheduling, batch preparation, postprocessing), because the host's share is what simulators
-// that leave it out get wrong (Vidur's and others' TTFT errors of 17-56% at low load).
+// fitted to steps that a real engine measured on this device (sim/calibrated.hpp). All three split
+// a step into the device's share and the host's (scheduling, batch preparation, postprocessing),
+// because the host's share is what simulators that leave it out get wrong (Vidur's and others'
+// TTFT errors of 17-56% at low load).
 #include <array>
 #include <memory>
 #include <string>
@@ -25,7 +26,9 @@ struct StepCost {
 // The kernels of one decoder layer, in the order a forward pass runs them (`duet cost`'s keys).
 inline constexpr std::array<const char*, 10> kLayerOperators = {
     "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "norm", "rope", "act", "residual", "kv_write"};
-enum LayerOperator : std::size_t { kQkvProj, kOProj, kGateUpProj, kDownProj, kAttention, kNorm, kRope, kAct, kResidual, kKvWrite };
+enum LayerOperator : std::size_t {
+  kQkvProj, kOProj, kGateUpProj, kDownProj, kAttention, kNorm, kRope, kAct, kResidual, kKvWrite
+};
 
 // A step by operator. step_s() = layers * sum(per_layer_s) + lm_head_s + sampling_s + other_s +
 // unattributed_s + host_s, and equals the model's step_time().

@@ -48,16 +48,13 @@ CurveWeights OperatorCurve::weights(const CurveCoords& coords) const {
   return w;
 }
 
-double OperatorCurve::slowdown(const CurveCoords& coords) const {
-  const CurveWeights w = weights(coords);
+double interpolate(const CurveWeights& w, const double* values) {
   double s = 0;
-  for (int i = 0; i < w.count; ++i) s += w.weight[i] * log_slowdown[std::size_t(w.index[i])];
-  return std::exp(s);
+  for (int i = 0; i < w.count; ++i) s += w.weight[i] * values[w.index[i]];
+  return s;
 }
 
-double OperatorCurve::time(double roofline_s, const CurveCoords& coords) const {
-  return fixed_s + roofline_s * slowdown(coords);
-}
+double OperatorCurve::slowdown_at(const CurveWeights& w) const { return std::exp(interpolate(w, log_slowdown.data())); }
 
 void OperatorCurve::validate(const std::string& what) const {
   if (axes.empty() || axes.size() > std::size_t(kMaxCurveAxes))

@@ -32,6 +32,10 @@ struct CurveWeights {
   bool inside = true;  // every coordinate within its axis's first and last knot
 };
 
+// The surface at a point: sum of weight * values[index], for any set of knot values (a curve's
+// log_slowdown, or a fit's trial values).
+double interpolate(const CurveWeights& w, const double* values);
+
 struct OperatorCurve {
   std::vector<CurveAxis> axes;
   std::vector<double> log_slowdown;  // one per knot combination, the last axis varying fastest
@@ -39,8 +43,11 @@ struct OperatorCurve {
 
   std::size_t size() const;  // the product of the knot counts
   CurveWeights weights(const CurveCoords& coords) const;
-  double slowdown(const CurveCoords& coords) const;
-  double time(double roofline_s, const CurveCoords& coords) const;
+  double slowdown(const CurveCoords& coords) const { return slowdown_at(weights(coords)); }
+  double time(double roofline_s, const CurveCoords& coords) const { return time_at(roofline_s, weights(coords)); }
+  // The same, from weights already computed (the cost model checks them for extrapolation first).
+  double slowdown_at(const CurveWeights& w) const;
+  double time_at(double roofline_s, const CurveWeights& w) const { return fixed_s + roofline_s * slowdown_at(w); }
   // Throws duet::Error naming `what` when the axes, values or fixed cost are malformed.
   void validate(const std::string& what) const;
 };

@@ -36,9 +36,7 @@ struct Problem {
     const double c = std::exp(gamma);
     double sum = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      double s = 0;
-      for (int j = 0; j < w[i].count; ++j) s += w[i].weight[j] * theta[w[i].index[j]];
-      const double r = (c + rows[i].roofline_s * std::exp(s)) / rows[i].measured_s - 1;
+      const double r = (c + rows[i].roofline_s * std::exp(interpolate(w[i], theta.data()))) / rows[i].measured_s - 1;
       sum += r * r;
     }
     for (const auto& [a, b] : pairs) sum += lambda * lambda * (theta[a] - theta[b]) * (theta[a] - theta[b]);
@@ -58,9 +56,7 @@ struct Problem {
     double jac[(1 << kMaxCurveAxes) + 1];
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const CurveWeights& wi = w[i];
-      double s = 0;
-      for (int j = 0; j < wi.count; ++j) s += wi.weight[j] * theta[wi.index[j]];
-      const double y = rows[i].measured_s, scaled = rows[i].roofline_s * std::exp(s);
+      const double y = rows[i].measured_s, scaled = rows[i].roofline_s * std::exp(interpolate(wi, theta.data()));
       const double r = (c + scaled) / y - 1;
       for (int j = 0; j < wi.count; ++j) {
         idx[j] = wi.index[j];

@@ -15,10 +15,6 @@ namespace {
 constexpr const char* kPriorFormat = "duet-operator-prior/1";
 constexpr double kBf16 = 2.0;  // bytes per element: the tables are bf16
 
-double roofline(const GpuSpec& gpu, double flops, double bytes) {
-  return std::max(flops / gpu.bf16_flops, bytes / gpu.hbm_bandwidth);
-}
-
 }  // namespace
 
 const char* operator_class_name(OperatorClass c) {
@@ -54,21 +50,21 @@ std::vector<CurveAxis> operator_axes(OperatorClass c) {
 }
 
 OperatorPoint gemm_point(const GpuSpec& gpu, double m, double n, double k) {
-  return {{m, n, k, 0}, roofline(gpu, 2 * m * n * k, kBf16 * (n * k + m * (n + k)))};
+  return {{m, n, k, 0}, roofline_time(gpu, 2 * m * n * k, kBf16 * (n * k + m * (n + k)))};
 }
 
 OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads, double kv_heads,
                                      double head_dim) {
   // Each query reads its sequence's K and V once per KV head; Q and O are negligible beside them.
   return {{seqs * kv_heads, context, heads / kv_heads, head_dim},
-          roofline(gpu, 4 * seqs * context * heads * head_dim, 2 * kBf16 * seqs * context * kv_heads * head_dim)};
+          roofline_time(gpu, 4 * seqs * context * heads * head_dim, 2 * kBf16 * seqs * context * kv_heads * head_dim)};
 }
 
 OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys, double cached,
                                       double heads, double kv_heads, double head_dim) {
   const double tokens = seqs * query_len;
   const double bytes = kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * (tokens + cached));
-  return {{seqs * heads, query_len, head_dim, 0}, roofline(gpu, 4 * heads * head_dim * keys, bytes)};
+  return {{seqs * heads, query_len, head_dim, 0}, roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
 }
 
 const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {
@@ -136,8 +132,9 @@ void check_prior(const OperatorPrior& p, const ModelSpec& model, const std::stri
   if (p.device != device)
     throw Error(origin + ": the operator prior was fitted for device '" + p.device + "', not '" + device + "'");
   if (dtype_from_name(p.covers.dtype) != model.dtype)
-    throw Error(origin + ": the operator prior covers " + std::string(dtype_name(dtype_from_name(p.covers.dtype))) + " kernels (" + p.covers.architecture + "), and " +
-                model.name + " is " + dtype_name(model.dtype) + "; price it with --cost-model roofline");
+    throw Error(origin + ": the operator prior covers " + dtype_name(dtype_from_name(p.covers.dtype)) + " kernels (" +
+                p.covers.architecture + "), and " + model.name + " is " + dtype_name(model.dtype) +
+                "; price it with --cost-model roofline");
 }
 
 OperatorCostModel::OperatorCostModel(const GpuSpec& gpu, const ModelSpec& model, OperatorPrior prior,
@@ -153,19 +150,21 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   const OperatorCurve& curve = prior_.curve(c);
   // A GEMM wider than the tables (an LM head over a 128k vocabulary) is tiled along n; the
   // tables' slowdown is flat within ~10% from n = 8192 to 65536, so the edge's is no guess.
+  // (The weights clamp every coordinate to its knots, so the probe's are the point's.)
   CurveCoords probe = point.coords;
   if (c == OperatorClass::gemm) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
+  const CurveWeights w = curve.weights(probe);
   // The attention tables may not hold the model's head_dim (A100's hold only 128): the curve's
   // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
   const bool head_dim_ok = c == OperatorClass::gemm || head_dim_measured_;
-  if (!curve.weights(probe).inside || !head_dim_ok) {
+  if (!w.inside || !head_dim_ok) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "%s (%s %s=%.0f %s=%.0f %s=%.0f%s)", what, operator_class_name(c),
                   curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
                   curve.axes[2].name.c_str(), point.coords[2], head_dim_ok ? "" : ", a head_dim the tables lack");
     b.outside.push_back(buf);
   }
-  const double t = curve.time(point.roofline_s, point.coords);
+  const double t = curve.time_at(point.roofline_s, w);
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
 

@@ -2,12 +2,14 @@
 
 #include <cctype>
 #include <filesystem>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "sim/operator_model.hpp"
 #include "sim/roofline.hpp"
 
 namespace duet {
+
 
 std::string slug(const std::string& text) {
   std::string out;
@@ -42,6 +44,8 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
 
 namespace {
 
+constexpr std::string_view kOperatorPrefix = "operator:";  // operator:PRIOR.json
+
 ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device, bool alone) {
   CalibrationProfile p = load_profile(path);
   check_profile(p, model, device, path);
@@ -69,7 +73,7 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
                                   const std::string& device, const std::string& profile_dir, bool alone) {
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
-  if (name.rfind("operator:", 0) == 0) return from_prior(name.substr(9), gpu, model, device);
+  if (name.starts_with(kOperatorPrefix)) return from_prior(name.substr(kOperatorPrefix.size()), gpu, model, device);
   if (name == "auto" && !profile_dir.empty()) {
     const std::string path = profile_path(profile_dir, device, model);
     if (std::filesystem::exists(path)) return from_profile(path, model, device, alone);
@@ -97,7 +101,8 @@ std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpe
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0)
       return std::make_unique<CalibratedCostModel>(load_profile(name.substr(std::string(prefix).size())));
-  if (name.rfind("operator:", 0) == 0) return std::make_unique<OperatorCostModel>(gpu, model, load_prior(name.substr(9)));
+  if (name.starts_with(kOperatorPrefix))
+    return std::make_unique<OperatorCostModel>(gpu, model, load_prior(name.substr(kOperatorPrefix.size())));
   return choose_cost_model(name, gpu, model, gpu_device_key(gpu), "").model;
 }
 

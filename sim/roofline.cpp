@@ -10,8 +10,13 @@ RooflineCostModel::RooflineCostModel(const GpuSpec& gpu, const ModelSpec& model,
   model_.validate();
 }
 
+double roofline_time(const GpuSpec& gpu, double flops, double bytes, double flops_efficiency,
+                     double bandwidth_efficiency) {
+  return std::max(flops / (gpu.bf16_flops * flops_efficiency), bytes / (gpu.hbm_bandwidth * bandwidth_efficiency));
+}
+
 double RooflineCostModel::op_time(double flops, double bytes) const {
-  return std::max(flops / (gpu_.bf16_flops * p_.flops_efficiency), bytes / (gpu_.hbm_bandwidth * p_.bandwidth_efficiency));
+  return roofline_time(gpu_, flops, bytes, p_.flops_efficiency, p_.bandwidth_efficiency);
 }
 
 std::array<double, 4> RooflineCostModel::layer_gemms(double tokens) const {
@@ -37,7 +42,8 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
   const double w = dtype_bytes(m.dtype);
   const double tokens = double(s.prefill_tokens + s.decode_tokens);
   const double h = m.hidden_size;
-  for (double t : layer_gemms(tokens)) b.gemm_s += t * m.num_layers;
+  b.layer_gemm_s = layer_gemms(tokens);
+  for (double t : b.layer_gemm_s) b.gemm_s += t * m.num_layers;
   // Logits only for the rows that need them, written in fp32.
   if (s.logit_rows > 0) {
     const double rows = s.logit_rows;
@@ -63,8 +69,7 @@ StepBreakdown RooflineCostModel::by_operator(const BatchShape& s) const {
   const RooflineBreakdown r = breakdown(s);
   StepBreakdown b;
   b.layers = model_.num_layers;
-  const std::array<double, 4> g = layer_gemms(double(s.prefill_tokens + s.decode_tokens));
-  std::copy(g.begin(), g.end(), b.per_layer_s.begin());
+  std::copy(r.layer_gemm_s.begin(), r.layer_gemm_s.end(), b.per_layer_s.begin());
   b.per_layer_s[kAttention] = (r.decode_attention_s + r.prefill_attention_s) / model_.num_layers;
   b.lm_head_s = r.lm_head_s;
   b.other_s = r.launch_s;

@@ -6,6 +6,10 @@
 
 namespace duet {
 
+// max(FLOPs / peak compute, bytes / peak bandwidth) on `gpu`, at the given shares of its peaks.
+double roofline_time(const GpuSpec& gpu, double flops, double bytes, double flops_efficiency = 1.0,
+                     double bandwidth_efficiency = 1.0);
+
 struct RooflineParams {
   double flops_efficiency = 1.0;      // achieved share of peak bf16 FLOP/s
   double bandwidth_efficiency = 1.0;  // achieved share of peak HBM bandwidth
@@ -22,7 +26,8 @@ struct RooflineParams {
 };
 
 struct RooflineBreakdown {
-  double gemm_s = 0;
+  std::array<double, 4> layer_gemm_s{};  // one layer's QKV, O, gate/up and down GEMMs
+  double gemm_s = 0;                      // every layer's
   double lm_head_s = 0;
   double decode_attention_s = 0;
   double prefill_attention_s = 0;
