@@ -2,33 +2,19 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
 #include <cstdint>
+#include <map>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "io/file_bytes.hpp"
+#include "io/text_lines.hpp"
 
 namespace duet {
 
 namespace {
 
-// Lines of a plain or gzip'd text file, without their "\r\n" or "\n".
-std::vector<std::string> read_lines(const std::string& path) {
-  const std::string text = read_file_bytes(path);
-  std::vector<std::string> lines;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    at = end + 1;
-  }
-  return lines;
-}
-
-std::vector<std::string> split(const std::string& line) {
+std::vector<std::string> split(std::string_view line) {
   std::vector<std::string> out(1);
   for (char c : line) {
     if (c == ',') out.emplace_back();
@@ -60,29 +46,33 @@ double number(const std::string& text, const std::string& where, const std::stri
 }  // namespace
 
 OperatorTable read_operator_table(OperatorClass kind, const std::string& path, const GpuSpec& gpu) {
-  const std::vector<std::string> lines = read_lines(path);
-  if (lines.empty()) throw Error(path + ": empty kernel table");
+  const std::string text = read_file_bytes(path);
+  LineReader lines(text);
+  std::string_view line;
+  if (!lines.next(line)) throw Error(path + ": empty kernel table");
   Columns cols;
-  const std::vector<std::string> header = split(lines[0]);
+  const std::vector<std::string> header = split(line);
   for (std::size_t i = 0; i < header.size(); ++i) cols.index[header[i]] = i;
   const bool gemm = kind == OperatorClass::gemm;
   const std::vector<std::string> names =
       gemm ? std::vector<std::string>{"m", "n", "k", "latency_ms"}
-           : std::vector<std::string>{"batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "latency_ms"};
+           : std::vector<std::string>{"batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+                                      "latency_ms"};
   std::vector<std::size_t> at;
   for (const std::string& n : names) at.push_back(cols.at(n, path));
 
   OperatorTable t{kind, path, {}, {}, {}, 0};
   std::size_t first_impossible = 0;
-  for (std::size_t li = 1; li < lines.size(); ++li) {
-    if (lines[li].empty()) continue;
-    const std::string where = path + ":" + std::to_string(li + 1);
-    const std::vector<std::string> f = split(lines[li]);
+  while (lines.next(line)) {
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lines.number());
+    const std::vector<std::string> f = split(line);
     if (f.size() != header.size())
       throw Error(where + ": " + std::to_string(f.size()) + " fields, the header has " + std::to_string(header.size()));
     std::vector<double> v;
     for (std::size_t i = 0; i < names.size(); ++i)
-      v.push_back(number(f[at[i]], where, names[i]) + (names[i] == "step" ? 1 : 0));  // context: the step's tokens and its own
+      // A decode row's context: the step's tokens and the query's own.
+      v.push_back(number(f[at[i]], where, names[i]) + (names[i] == "step" ? 1 : 0));
     OperatorPoint p;
     std::string group, shape;
     if (gemm) {
@@ -102,7 +92,7 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
     }
     const double measured = v.back() * 1e-3;
     if (p.roofline_s > measured) {
-      if (!t.impossible++) first_impossible = li + 1;
+      if (!t.impossible++) first_impossible = lines.number();
       continue;
     }
     t.rows.push_back({p.coords, p.roofline_s, measured});
