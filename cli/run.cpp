@@ -1,7 +1,6 @@
 // duet run SCRIPT.lua: an experiment written in Lua.
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -47,7 +46,7 @@ int run(int argc, char** argv) {
     if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     opt.source_dir = source_dir();
     opt.command_line = command_line_of(argc, argv);
-    if (opt.out.empty()) opt.out = std::filesystem::path(opt.script).stem().string() + ".h5";
+    if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
     check_output(opt.out, {opt.script});
     lua::run_script(opt);
     return 0;

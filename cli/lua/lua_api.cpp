@@ -416,11 +416,15 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
 
 }  // namespace
 
+std::string default_run_file(const std::string& script) {
+  return std::filesystem::path(script).stem().string() + ".h5";
+}
+
 void run_script(const ScriptOptions& options) {
   ScriptContext ctx;
   ctx.opt = options;
   ctx.script_text = read_text(options.script);
-  ctx.out_path = options.out.empty() ? std::filesystem::path(options.script).stem().string() + ".h5" : options.out;
+  ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
   execute(ctx);
   if (ctx.writer) {
     ctx.writer->close();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/lua/lua_util.hpp"
+
 namespace duet {
 class RunFileWriter;
 }
@@ -24,12 +26,15 @@ struct ScriptOptions {
   std::vector<std::string> args;      // after --
   std::string source_dir;             // repository root: workloads/, traces/, models/
   int threads = 0;                    // sweep threads; 0: every core
-  std::int64_t instruction_limit = 1'000'000'000;  // Lua instructions per call from duet (lua_util.hpp)
+  std::int64_t instruction_limit = kDefaultInstructionLimit;  // Lua instructions per call from duet
   bool progress = true;               // draw progress bars when stderr is a terminal
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
   // point at a time, and goes to `validate` instead of the script's own file.
   const ValidateMode* validate = nullptr;
 };
+
+// The run file of a script when --out is not given: its name with .h5, in the current directory.
+std::string default_run_file(const std::string& script);
 
 // Runs a script to completion; errors (Lua or duet) throw duet::Error with file:line and a
 // traceback.

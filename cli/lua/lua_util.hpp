@@ -29,8 +29,10 @@ class State {
 // A limit on the Lua instructions one call from duet into Lua may run (a policy, the arbiter, a
 // solve() between two waits, the script's main chunk): an endless loop becomes an error naming the
 // function and the line, not a run that hangs forever. Counted by a hook every 2^20 instructions.
+// A few seconds of Lua (a spinning policy stops after 3.7 s): far beyond any sane call.
+inline constexpr std::int64_t kDefaultInstructionLimit = 1'000'000'000;
 struct InstructionBudget {
-  std::int64_t limit = 1'000'000'000;  // ~10 s of Lua: far beyond any sane policy call
+  std::int64_t limit = kDefaultInstructionLimit;
   std::int64_t used = 0;
 };
 // Installs the limit on L and every coroutine created from it later (they inherit the hook and
