@@ -11,6 +11,7 @@
 #include "core/gpu_spec.hpp"
 #include "core/model_spec.hpp"
 #include "io/file_bytes.hpp"
+#include "sim/operator_model.hpp"
 #include "sim/profiles.hpp"
 
 namespace po = boost::program_options;
@@ -57,7 +58,9 @@ std::string model_name_of(const std::string& arg) {
   if (!std::filesystem::exists(arg))
     throw Error("--cost-model: '" + arg + "' is neither roofline, operator, auto nor a JSON file");
   const nlohmann::json j = read_json_file(arg);
-  return (j.value("format", "").rfind("duet-operator-prior", 0) == 0 ? "operator:" : "profile:") + arg;
+  // Any version of the prior family goes to the prior's reader, which names the version it wants.
+  const std::string_view family = kOperatorPriorFormat.substr(0, kOperatorPriorFormat.find('/'));
+  return (j.value("format", "").starts_with(family) ? "operator:" : "profile:") + arg;
 }
 
 nlohmann::json to_json(const StepBreakdown& b, const std::string& model, const std::string& gpu, const std::string& cost) {

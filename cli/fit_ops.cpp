@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -26,25 +27,39 @@ namespace duet::cli {
 
 namespace {
 
-// The table of `kind` for `gpu` in `dir`, by AIConfigurator's file names
-// ("h100_sxm_vllm0.19.0_gemm_bf16.csv.gz"): the device key's first word, then the class's name.
-std::string find_table(const std::string& dir, const GpuSpec& gpu, OperatorClass kind) {
+// Each class's option and AIConfigurator's file-name ending for its table, in kOperatorClasses' order.
+struct ClassTable {
+  const char* option;
+  const char* file_suffix;
+};
+constexpr ClassTable kClassTables[] = {{"gemm", "_gemm_bf16.csv"},
+                                       {"decode-attention", "_generation_attention_bf16.csv"},
+                                       {"prefill-attention", "_context_attention_bf16.csv"}};
+static_assert(std::size(kClassTables) == kOperatorClasses.size());
+
+// Class `i`'s table for `gpu` in `dir`, by AIConfigurator's file names
+// ("h100_sxm_vllm0.19.0_gemm_bf16.csv.gz"): the device key's first word, then the class's ending.
+std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i) {
   const std::string key = gpu_device_key(gpu);
   const std::string prefix = key.substr(0, key.find('-')) + "_";
-  const char* name = kind == OperatorClass::gemm               ? "_gemm_bf16.csv"
-                     : kind == OperatorClass::decode_attention ? "_generation_attention_bf16.csv"
-                                                               : "_context_attention_bf16.csv";
+  const ClassTable& c = kClassTables[i];
   std::vector<std::string> found;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string f = e.path().filename().string();
-    if (f.rfind(prefix, 0) == 0 && f.find(name) != std::string::npos) found.push_back(e.path().string());
+    if (f.starts_with(prefix) && f.find(c.file_suffix) != std::string::npos) found.push_back(e.path().string());
   }
   if (ec) throw Error(dir + ": cannot list (" + ec.message() + ")");
   if (found.size() != 1)
-    throw Error(dir + ": " + std::to_string(found.size()) + " tables match " + prefix + "*" + name + "*; name one with --" +
-                std::string(kind == OperatorClass::gemm ? "gemm" : kind == OperatorClass::decode_attention ? "decode-attention" : "prefill-attention"));
+    throw Error(dir + ": " + std::to_string(found.size()) + " tables match " + prefix + "*" + c.file_suffix +
+                "*; name one with --" + c.option);
   return found[0];
+}
+
+std::string as_written(double x) {  // 0.3, not 0.29999999999999999
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 std::string pct(double x) {
@@ -95,17 +110,17 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
 int fit_ops(int argc, char** argv) {
   std::string gpu_name, tables, out, created;
   std::string files[3];
-  double smoothness = 0.1;
+  double smoothness = CurveFitOptions{}.smoothness;
   po::options_description options(
       "duet fit-ops: an operator prior for one GPU from measured kernel tables\n"
       "(NVIDIA AIConfigurator's bf16 GEMM and attention tables; see sim/operator_model.hpp)");
   options.add_options()
     ("gpu", po::value(&gpu_name)->required(), "the GPU the tables were measured on (h100, h200, a100)")
     ("tables", po::value(&tables), "a directory of tables, found by the GPU's name")
-    ("gemm", po::value(&files[0]), "the GEMM table (default: found in --tables)")
-    ("decode-attention", po::value(&files[1]), "the decode (generation) attention table (default: found in --tables)")
-    ("prefill-attention", po::value(&files[2]), "the prefill (context) attention table (default: found in --tables)")
-    ("smoothness", po::value(&smoothness)->default_value(0.3, "0.3"), "the penalty on neighbouring knots' difference")
+    (kClassTables[0].option, po::value(&files[0]), "the GEMM table (default: found in --tables)")
+    (kClassTables[1].option, po::value(&files[1]), "the decode (generation) attention table (default: found in --tables)")
+    (kClassTables[2].option, po::value(&files[2]), "the prefill (context) attention table (default: found in --tables)")
+    ("smoothness", po::value(&smoothness)->default_value(smoothness, as_written(smoothness)), "the penalty on neighbouring knots' difference")
     ("created", po::value(&created), "the date to record (default: none, so that a re-fit is byte-identical)")
     ("out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")
     ("help,h", "this help");
@@ -125,7 +140,7 @@ int fit_ops(int argc, char** argv) {
       const OperatorClass c = kOperatorClasses[i];
       if (files[i].empty()) {
         if (tables.empty()) throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
-        files[i] = find_table(tables, gpu, c);
+        files[i] = find_table(tables, gpu, i);
       }
       const OperatorTable t = read_operator_table(c, files[i], gpu);
       if (c != OperatorClass::gemm)

@@ -12,7 +12,6 @@ namespace duet {
 
 namespace {
 
-constexpr const char* kPriorFormat = "duet-operator-prior/1";
 constexpr double kBf16 = 2.0;  // bytes per element: the tables are bf16
 
 }  // namespace
@@ -77,7 +76,7 @@ OperatorCurve& OperatorPrior::curve(OperatorClass c) {
 
 void save_prior(const OperatorPrior& p, const std::string& path) {
   nlohmann::json j;
-  j["format"] = kPriorFormat;
+  j["format"] = kOperatorPriorFormat;
   j["device"] = p.device;
   j["gpu"] = p.gpu_name;
   j["created_utc"] = p.created_utc;
@@ -94,8 +93,9 @@ void save_prior(const OperatorPrior& p, const std::string& path) {
 
 OperatorPrior load_prior(const std::string& path) {
   const nlohmann::json j = read_json_file(path);
-  if (!j.is_object() || j.value("format", "") != kPriorFormat)
-    throw Error(path + ": field 'format' must be \"" + kPriorFormat + "\" (a prior from `duet fit-ops`)");
+  if (!j.is_object() || j.value("format", "") != kOperatorPriorFormat)
+    throw Error(path + ": field 'format' must be \"" + std::string(kOperatorPriorFormat) +
+                "\" (a prior from `duet fit-ops`)");
   OperatorPrior p;
   try {
     p.device = j.at("device").get<std::string>();

@@ -26,6 +26,7 @@
 // roofline. Host time per step and per sequence is the roofline's (sim/roofline.hpp).
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/gpu_spec.hpp"
@@ -79,6 +80,9 @@ struct OperatorPrior {
   const OperatorCurve& curve(OperatorClass c) const;
   OperatorCurve& curve(OperatorClass c);
 };
+
+// The prior file's "format" field; other versions of the family are refused with this one named.
+inline constexpr std::string_view kOperatorPriorFormat = "duet-operator-prior/1";
 
 void save_prior(const OperatorPrior& prior, const std::string& path);
 OperatorPrior load_prior(const std::string& path);
