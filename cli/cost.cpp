@@ -35,19 +35,11 @@ BatchShape batch_of(const BatchArgs& a) {
   if (a.prefill_tokens > 0 && (a.prefill_seqs < 1 || a.prefill_seqs > a.prefill_tokens))
     throw Error("--prefill-seqs must be between 1 and --prefill-tokens");
   BatchShape s;
-  if (a.prefill_tokens > 0) {
-    s.prefill_seqs = a.prefill_seqs;
-    s.prefill_tokens = a.prefill_tokens;
-    for (int i = 0; i < a.prefill_seqs; ++i) {
-      const double n = a.prefill_tokens / a.prefill_seqs + (i < a.prefill_tokens % a.prefill_seqs ? 1 : 0);
-      const double c = double(a.prefill_context);
-      s.prefill_attention_keys += n * c + n * (n + 1) / 2;
-      s.prefill_tokens_squared += n * n;
-      s.prefill_context_tokens += a.prefill_context;
-    }
-  }
-  s.decode_seqs = s.decode_tokens = a.decode_seqs;
-  s.decode_context_tokens = std::int64_t(a.decode_seqs) * a.decode_context;
+  if (a.prefill_tokens > 0)
+    for (int i = 0; i < a.prefill_seqs; ++i)
+      add_prefill_chunk(s, a.prefill_tokens / a.prefill_seqs + (i < a.prefill_tokens % a.prefill_seqs ? 1 : 0),
+                        a.prefill_context);
+  for (int i = 0; i < a.decode_seqs; ++i) add_decode(s, a.decode_context);
   s.logit_rows = s.prefill_seqs + s.decode_seqs;
   return s;
 }

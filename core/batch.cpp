@@ -12,22 +12,27 @@ std::span<const int> positions_to_score(const BatchItem& item) {
   return {first, last};
 }
 
+void add_prefill_chunk(BatchShape& s, int new_tokens, std::int64_t context) {
+  const double n = new_tokens;
+  s.prefill_tokens += new_tokens;
+  ++s.prefill_seqs;
+  s.prefill_context_tokens += context;
+  s.prefill_attention_keys += n * double(context) + n * (n + 1.0) / 2.0;
+  s.prefill_tokens_squared += n * n;
+}
+
+void add_decode(BatchShape& s, std::int64_t context) {
+  ++s.decode_tokens;
+  ++s.decode_seqs;
+  s.decode_context_tokens += context;
+}
+
 BatchShape shape_of(const Batch& batch) {
   BatchShape s;
   s.copies = static_cast<int>(batch.copies.size());
   for (const BatchItem& it : batch.items) {
-    const double n = it.num_new_tokens;
-    if (it.is_decode) {
-      s.decode_tokens += it.num_new_tokens;
-      ++s.decode_seqs;
-      s.decode_context_tokens += it.context_len;
-    } else {
-      s.prefill_tokens += it.num_new_tokens;
-      ++s.prefill_seqs;
-      s.prefill_context_tokens += it.context_len;
-      s.prefill_attention_keys += n * double(it.context_len) + n * (n + 1.0) / 2.0;
-      s.prefill_tokens_squared += n * n;
-    }
+    if (it.is_decode) add_decode(s, it.context_len);
+    else add_prefill_chunk(s, it.num_new_tokens, it.context_len);
     if (it.want == Want::Sample) s.logit_rows += 1;
     if (it.want == Want::Score) s.logit_rows += int(positions_to_score(it).size());
   }

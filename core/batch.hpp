@@ -51,6 +51,10 @@ struct BatchShape {
 };
 
 BatchShape shape_of(const Batch& batch);
+// A shape's accounting of one item: a prefill chunk of `new_tokens` after `context` cached tokens,
+// or one decoding sequence with `context` tokens before its new one (logit rows are the caller's).
+void add_prefill_chunk(BatchShape& shape, int new_tokens, std::int64_t context);
+void add_decode(BatchShape& shape, std::int64_t context);
 
 // The score positions an item's chunk must score: unscored ones inside [context_len, end). Every
 // executor returns exactly these, in order, in StepResult::scores.
