@@ -135,8 +135,9 @@ def sweep_table(path, sweep=None):
 
 def find_run(path, label):
     """The group of the run labelled `label` (a duet.run{label = ...}); KeyError when none is."""
-    for group in list_runs(path):
-        with h5py.File(path, "r") as f:
+    groups = list_runs(path)
+    with h5py.File(path, "r") as f:
+        for group in groups:
             if _plain(f[group].attrs.get("label", "")) == label:
                 return group
     raise KeyError(f"{path}: no run labelled {label!r}")
