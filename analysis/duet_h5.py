@@ -53,22 +53,27 @@ def list_runs(path):
 
 
 def _engine(engine, tables):
-    out = {"attrs": _attrs(engine)}
-    out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in ("steps", "requests")}
+    # A run recorded below "steps" (its record_level attribute) lacks the tables it left out: they
+    # come back as None.
+    present = [table for table in ("steps", "requests") if table in engine]
+    out = {"attrs": _attrs(engine), "steps": None, "requests": None}
+    out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in present}
     if tables:
-        for table in ("steps", "requests"):
+        for table in present:
             out[table] = pd.DataFrame(engine[table][()])
             out[table].attrs["units"] = out["units"][table]  # column -> unit, from the file
-    out["enums"] = json.loads(engine["requests"].attrs["enums"])
+    out["enums"] = json.loads(engine["requests"].attrs["enums"]) if "requests" in engine else None
     return out
 
 
 def load_run(path, group="/", tables=True):
     """One run as a dict:
 
-    attrs    the run group's attributes: configuration, duet_schema_version (and created_utc at /)
+    attrs    the run group's attributes: configuration, duet_schema_version (and created_utc at /);
+             record_level ("requests" or "summary") when the run left tables out
     summary  makespan_s, wall_s
-    engines  {name: {"attrs": summary attributes, "steps": DataFrame, "requests": DataFrame,
+    engines  {name: {"attrs": summary attributes, "steps": DataFrame, "requests": DataFrame (None
+                     when not recorded),
                      "units": {"steps": {...}, "requests": {...}}, "enums": {...}}}
 
     tables=False skips the DataFrames (quick when only summaries of a large sweep are needed).

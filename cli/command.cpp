@@ -48,6 +48,14 @@ std::string command_line_of(int argc, char** argv) {
   return line;
 }
 
+RecordLevel parse_record_level(const std::string& option, const std::string& text) {
+  try {
+    return record_level_from_name(text);
+  } catch (const Error& e) {
+    throw Error(option + ": " + e.what());
+  }
+}
+
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/metrics.hpp"
+
 namespace duet::cli {
 
 struct Command {
@@ -27,5 +29,8 @@ std::string command_line_of(int argc, char** argv);
 // what the command reads), or cannot be written (a missing or read-only directory, a read-only
 // file). `what` names the option ("--out").
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what = "--out");
+
+// The --record option: throws duet::Error naming `option` for an unknown level.
+RecordLevel parse_record_level(const std::string& option, const std::string& text);
 
 }  // namespace duet::cli

@@ -2,6 +2,7 @@
 // simulator by default, or a real engine on the wall clock (--backend cpu|cuda).
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <optional>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -17,28 +18,48 @@ namespace duet::cli {
 int simulate(int argc, char** argv) {
   TraceArgs args;
   std::string out;
+  std::string record = "steps";
   po::options_description options("duet simulate: replay a trace or a synthetic workload through one engine");
   options.add(trace_options(args, true));
   po::options_description output("Output");
   output.add_options()
-    ("out", po::value(&out), "HDF5 file to write (see analysis/README.md)")
+    ("out", po::value(&out), "HDF5 file to write as the run goes (see analysis/README.md)")
+    ("record", po::value(&record)->default_value("steps"),
+     "what the file holds: steps (the timeline, requests and summary), requests (no timeline) or summary")
     ("help,h", "this help");
   options.add(output);
   const std::string command_line = command_line_of(argc, argv);
   return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
     if (!out.empty()) check_output(out, {args.trace});
+    const RecordLevel level = parse_record_level("--record", record);
     TraceExperiment x = trace_experiment(args, source_dir(), command_line);
+    x.spec.record = level;
     TraceReplay replay(x.trace, x.replay);
     ProgressBar bar("simulate");
+    // The records go to the file as the run makes them; memory holds a chunk per table.
+    std::optional<RunFileWriter> file;
+    std::optional<RunStream> stream;
+    if (!out.empty()) file.emplace(out);
+    x.spec.keep_records = false;
     ExperimentHooks hooks;
-    hooks.before_run = [&](Runtime& rt) {
+    hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
+      if (file) {
+        stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
+        rt.set_recording(x.spec.record, false, &*stream);
+      }
       rt.on_progress = [&](const Runtime& r) {
         char detail[64];
         std::snprintf(detail, sizeof detail, "requests, %s %.0f s", args.backend == "sim" ? "simulated" : "ran", r.now());
         bar.update(double(replay.finished()), double(replay.total()), detail);
       };
     };
-    ExperimentOutcome o = run_experiment(x.spec, replay, hooks);
+    ExperimentOutcome o;
+    try {
+      o = run_experiment(x.spec, replay, hooks);
+    } catch (const std::exception& e) {
+      if (stream) stream->abandon(e.what());
+      throw;
+    }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];
     std::printf("%s: %zu requests (%zu longer than max_model_len, skipped) on %s, %d KV blocks of %d tokens, %s\n",
@@ -47,12 +68,14 @@ int simulate(int argc, char** argv) {
     std::printf("%s\n", x.max_model_len_choice.c_str());
     for (const std::string& w : o.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     print_summary(o.summary, stdout);
-    if (!out.empty()) {
-      o.metadata.text.emplace_back("trace", x.trace.source);
-      o.metadata.text.emplace_back("cost_model", o.cost_models[0]);
-      o.metadata.numbers.emplace_back("rate_scale", args.rate_scale);
-      o.metadata.numbers.emplace_back("requests_too_long", double(replay.skipped()));
-      RunFileWriter(out).write_run("/", o.metadata, o.records, o.summary);
+    if (stream) {
+      RunMetadata extra;
+      extra.text.emplace_back("trace", x.trace.source);
+      extra.text.emplace_back("cost_model", o.cost_models[0]);
+      extra.numbers.emplace_back("rate_scale", args.rate_scale);
+      extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
+      stream->finish(o.summary, extra);
+      file->close();
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(), out.c_str());
     }
     return 0;

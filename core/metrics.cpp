@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/error.hpp"
+
 namespace duet {
 
 Percentiles percentiles(std::vector<double> v) {
@@ -32,43 +34,70 @@ double quantile(std::vector<double> v, double q) {
   return v[rank];
 }
 
-EngineSummary summarize(const EngineRecords& r, double makespan_s) {
-  EngineSummary s;
-  s.name = r.name;
-  s.model = r.model;
-  s.steps = std::int64_t(r.steps.size());
-  s.requests = std::int64_t(r.requests.size());
-  std::int64_t query = 0, hit = 0;
-  double weighted_util = 0;
-  for (const StepRecord& st : r.steps) {
-    query += st.prefix_query_tokens;
-    hit += st.prefix_hit_tokens;
-    s.preemptions += st.preemptions;
-    s.evictions += st.evictions;
-    s.cow_copies += st.cow_copies;
-    s.busy_s += st.duration_s + st.host_s;
-    const double util = r.total_blocks ? double(st.kv_blocks_used) / r.total_blocks : 0.0;
-    s.peak_kv_utilisation = std::max(s.peak_kv_utilisation, util);
-    weighted_util += util * st.duration_s;
+RecordLevel record_level_from_name(const std::string& name) {
+  if (name == "steps") return RecordLevel::Steps;
+  if (name == "requests") return RecordLevel::Requests;
+  if (name == "summary") return RecordLevel::Summary;
+  throw Error("unknown record level '" + name + "' (valid: steps, requests, summary)");
+}
+
+const char* record_level_name(RecordLevel level) {
+  switch (level) {
+    case RecordLevel::Steps: return "steps";
+    case RecordLevel::Requests: return "requests";
+    case RecordLevel::Summary: break;
   }
-  s.mean_kv_utilisation = s.busy_s > 0 ? weighted_util / s.busy_s : 0.0;
-  s.prefix_hit_rate = query ? double(hit) / double(query) : 0.0;
-  std::vector<double> ttft, tpot, e2e;
-  for (const RequestRecord& q : r.requests) {
-    s.prompt_tokens += q.prompt_tokens;
-    s.generated_tokens += q.output_tokens;
-    ttft.push_back(q.first_token_s - q.arrival_s);
-    e2e.push_back(q.finish_s - q.arrival_s);
-    if (q.output_tokens > 1) tpot.push_back((q.finish_s - q.first_token_s) / double(q.output_tokens - 1));
-  }
-  s.ttft_s = percentiles(ttft);
-  s.tpot_s = percentiles(tpot);
-  s.e2e_s = percentiles(e2e);
+  return "summary";
+}
+
+SummaryAccumulator::SummaryAccumulator(std::string name, std::string model, std::int32_t total_blocks)
+    : total_blocks_(total_blocks) {
+  s_.name = std::move(name);
+  s_.model = std::move(model);
+}
+
+void SummaryAccumulator::add(const StepRecord& st) {
+  ++s_.steps;
+  query_tokens_ += st.prefix_query_tokens;
+  hit_tokens_ += st.prefix_hit_tokens;
+  prefill_tokens_ += st.prefill_tokens;
+  s_.preemptions += st.preemptions;
+  s_.evictions += st.evictions;
+  s_.cow_copies += st.cow_copies;
+  s_.busy_s += st.duration_s + st.host_s;
+  const double util = total_blocks_ ? double(st.kv_blocks_used) / total_blocks_ : 0.0;
+  s_.peak_kv_utilisation = std::max(s_.peak_kv_utilisation, util);
+  weighted_util_ += util * st.duration_s;
+}
+
+void SummaryAccumulator::add(const RequestRecord& q) {
+  ++s_.requests;
+  s_.prompt_tokens += q.prompt_tokens;
+  s_.generated_tokens += q.output_tokens;
+  ttft_.push_back(q.first_token_s - q.arrival_s);
+  e2e_.push_back(q.finish_s - q.arrival_s);
+  if (q.output_tokens > 1) tpot_.push_back((q.finish_s - q.first_token_s) / double(q.output_tokens - 1));
+}
+
+EngineSummary SummaryAccumulator::summary(double makespan_s) const {
+  EngineSummary s = s_;
+  s.mean_kv_utilisation = s.busy_s > 0 ? weighted_util_ / s.busy_s : 0.0;
+  s.prefix_hit_rate = query_tokens_ ? double(hit_tokens_) / double(query_tokens_) : 0.0;
+  s.ttft_s = percentiles(ttft_);
+  s.tpot_s = percentiles(tpot_);
+  s.e2e_s = percentiles(e2e_);
   if (makespan_s > 0) {
     s.generated_tokens_per_s = double(s.generated_tokens) / makespan_s;
     s.requests_per_s = double(s.requests) / makespan_s;
   }
   return s;
+}
+
+EngineSummary summarize(const EngineRecords& r, double makespan_s) {
+  SummaryAccumulator acc(r.name, r.model, r.total_blocks);
+  for (const StepRecord& st : r.steps) acc.add(st);
+  for (const RequestRecord& q : r.requests) acc.add(q);
+  return acc.summary(makespan_s);
 }
 
 }  // namespace duet

@@ -104,6 +104,42 @@ struct RunSummary {
   std::vector<EngineSummary> engines;
 };
 
+// What a run keeps of its records: the step timeline and everything below it, the per-request
+// table without the timeline, or only the summary (a sweep of thousands of points often wants
+// nothing more, and should not pay for timelines).
+enum class RecordLevel : std::uint8_t { Steps, Requests, Summary };
+
+RecordLevel record_level_from_name(const std::string& name);  // steps, requests, summary
+const char* record_level_name(RecordLevel level);
+
+// Receives a run's records as they are made, e.g. a file written as the run goes.
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  virtual void add_step(int engine, const StepRecord& step) = 0;
+  virtual void add_request(int engine, const RequestRecord& request) = 0;
+};
+
+// An engine's summary, built as its records arrive, so that a run need not keep its timeline to
+// summarize it. summarize() adds kept records through it in the same order, so the two agree bit
+// for bit. It keeps three latencies per request (the percentiles need the sample).
+class SummaryAccumulator {
+ public:
+  SummaryAccumulator(std::string name, std::string model, std::int32_t total_blocks);
+  void add(const StepRecord& step);
+  void add(const RequestRecord& request);
+  EngineSummary summary(double makespan_s) const;
+  // Tokens the engine computed in prefill (prefix hits and forked KV are not recomputed).
+  std::int64_t computed_prefill_tokens() const { return prefill_tokens_; }
+
+ private:
+  EngineSummary s_;
+  std::int32_t total_blocks_ = 0;
+  std::int64_t query_tokens_ = 0, hit_tokens_ = 0, prefill_tokens_ = 0;
+  double weighted_util_ = 0;
+  std::vector<double> ttft_, tpot_, e2e_;
+};
+
 Percentiles percentiles(std::vector<double> values);
 
 // The nearest-rank q-quantile (q in [0, 1]) of `values`: the sorted sample's element at rank

@@ -29,8 +29,15 @@ int Runtime::add_engine(Engine& engine, std::string model_name) {
   rec.model = std::move(model_name);
   rec.total_blocks = engine.kv().usage().total_blocks;
   rec.block_size = engine.kv().block_size();
+  tallies_.emplace_back(rec.name, rec.model, rec.total_blocks);
   records_.push_back(std::move(rec));
   return num_engines() - 1;
+}
+
+void Runtime::set_recording(RecordLevel level, bool keep, RecordSink* sink) {
+  record_level_ = level;
+  keep_records_ = keep;
+  sink_ = sink;
 }
 
 void Runtime::push(double t, EventType type, int engine, std::uint64_t payload) {
@@ -266,7 +273,10 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   r.cow_copies = static_cast<std::int32_t>(c.cow_copies - slot.last_counters.cow_copies);
   r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size());
   slot.last_counters = c;
-  records_[std::size_t(e)].steps.push_back(r);
+  tallies_[std::size_t(e)].add(r);
+  if (record_level_ != RecordLevel::Steps) return;
+  if (keep_records_) records_[std::size_t(e)].steps.push_back(r);
+  if (sink_) sink_->add_step(e, r);
 }
 
 void Runtime::record_request(int e, const Sequence& s) {
@@ -283,13 +293,16 @@ void Runtime::record_request(int e, const Sequence& s) {
   r.output_tokens = s.num_output_tokens();
   r.cached_tokens = s.num_cached_prompt_tokens;
   r.preemptions = s.num_preemptions;
-  records_[std::size_t(e)].requests.push_back(r);
+  tallies_[std::size_t(e)].add(r);
+  if (record_level_ == RecordLevel::Summary) return;
+  if (keep_records_) records_[std::size_t(e)].requests.push_back(r);
+  if (sink_) sink_->add_request(e, r);
 }
 
 RunSummary Runtime::summary() const {
   RunSummary s;
   s.makespan_s = first_arrival_ >= 0 ? last_finish_ - first_arrival_ : 0.0;
-  for (const EngineRecords& r : records_) s.engines.push_back(summarize(r, s.makespan_s));
+  for (const SummaryAccumulator& t : tallies_) s.engines.push_back(t.summary(s.makespan_s));
   return s;
 }
 

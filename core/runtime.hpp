@@ -72,7 +72,14 @@ class Runtime {
 
   Engine& engine(int i) { return *engines_[std::size_t(i)].engine; }
   int num_engines() const { return static_cast<int>(engines_.size()); }
+  // What the run records: `level` says how much, `keep` whether records() holds it in memory, and
+  // `sink` (optional, borrowed) receives each record as it is made. The summary is built as the
+  // run goes, whatever is kept. Set before run(); by default everything is kept in memory.
+  void set_recording(RecordLevel level, bool keep, RecordSink* sink);
+  // Each engine's name, model and pool; the steps and requests the recording kept.
   const std::vector<EngineRecords>& records() const { return records_; }
+  std::vector<EngineRecords> take_records() { return std::move(records_); }  // after run()
+  const SummaryAccumulator& tally(int engine) const { return tallies_.at(std::size_t(engine)); }
   RunSummary summary() const;
   std::int64_t steps() const { return steps_; }
   std::size_t pending_arrivals() const { return pending_arrivals_; }
@@ -116,6 +123,10 @@ class Runtime {
   Arbiter arbiter_;
   std::vector<EngineSlot> engines_;
   std::vector<EngineRecords> records_;
+  std::vector<SummaryAccumulator> tallies_;
+  RecordLevel record_level_ = RecordLevel::Steps;
+  bool keep_records_ = true;
+  RecordSink* sink_ = nullptr;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<Sequence> arrivals_;      // future arrivals, by slot
   std::vector<std::size_t> free_slots_;

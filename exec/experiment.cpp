@@ -33,15 +33,6 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                            e.load_format, spec.seed,   spec.source_dir};
     built.push_back(make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i), e.policy));
   }
-  std::unique_ptr<Clock> clock = make_clock(spec.backend);
-  Runtime rt(*clock, spec.arbiter);
-  for (std::size_t i = 0; i < built.size(); ++i) rt.add_engine(built[i]->engine(), spec.engines[i].config.model.name);
-  if (hooks.before_run) hooks.before_run(rt);
-  rt.run(workload);
-
-  out.summary = rt.summary();
-  out.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  out.records = rt.records();
   out.metadata = run_metadata(spec.backend, spec.command_line, spec.gpu, out.plan, configs);
   out.metadata.text.emplace_back("arbiter", spec.arbiter_name);
   // The device that priced or ran the steps: what `duet fit` checks a profile against.
@@ -50,12 +41,25 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                                                                     : gpu_device_key(spec.gpu));
   out.metadata.numbers.emplace_back("seed", double(spec.seed));
   for (std::size_t i = 0; i < built.size(); ++i) {
-    const std::string& name = spec.engines[i].config.name;
     out.cost_models.push_back(built[i]->describe());
-    out.metadata.text.emplace_back(name + ".cost_model", built[i]->describe());
+    out.metadata.text.emplace_back(spec.engines[i].config.name + ".cost_model", built[i]->describe());
+  }
+
+  std::unique_ptr<Clock> clock = make_clock(spec.backend);
+  Runtime rt(*clock, spec.arbiter);
+  rt.set_recording(spec.record, spec.keep_records, nullptr);
+  for (std::size_t i = 0; i < built.size(); ++i) rt.add_engine(built[i]->engine(), spec.engines[i].config.model.name);
+  if (hooks.before_run) hooks.before_run(rt, out);
+  rt.run(workload);
+
+  out.summary = rt.summary();
+  out.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  out.records = rt.take_records();
+  for (int i = 0; i < rt.num_engines(); ++i) out.computed_prefill_tokens.push_back(rt.tally(i).computed_prefill_tokens());
+  for (std::size_t i = 0; i < built.size(); ++i) {
     if (const CostModel* cost = built[i]->cost_model()) {
       const std::string note = cost->extrapolation_report();
-      if (!note.empty()) out.warnings.push_back("engine '" + name + "': " + note);
+      if (!note.empty()) out.warnings.push_back("engine '" + spec.engines[i].config.name + "': " + note);
     }
   }
   return out;

@@ -34,6 +34,10 @@ struct ExperimentSpec {
   std::string profile_dir;                 // committed profiles (source_dir/profiles); empty: none
   std::string cost_device;                 // sim: whose profiles to use (empty: the simulated GPU's)
   std::string command_line;
+  RecordLevel record = RecordLevel::Steps;  // what the run records
+  // Whether the outcome holds the records (in memory). A caller that streams them to a file
+  // (ExperimentHooks::before_run sets the runtime's sink) need not keep them.
+  bool keep_records = true;
 };
 
 // The vocabulary of each engine, before anything is built (a workload needs them to exist).
@@ -42,15 +46,17 @@ std::vector<Vocabulary> vocabularies(const ExperimentSpec& spec);
 struct ExperimentOutcome {
   MemoryPlan plan;
   RunSummary summary;
-  std::vector<EngineRecords> records;
+  std::vector<EngineRecords> records;  // as spec.record and spec.keep_records say
+  std::vector<std::int64_t> computed_prefill_tokens;  // per engine, whatever was recorded
   RunMetadata metadata;               // the configuration, the backend and each engine's cost model
   std::vector<std::string> cost_models;  // per engine: what priced or ran it
   std::vector<std::string> warnings;     // e.g. a profile extrapolated
 };
 
 struct ExperimentHooks {
-  // Called with the runtime before the run (progress callbacks, extra set-up).
-  std::function<void(Runtime&)> before_run;
+  // Called with the runtime before the run (progress callbacks, a record sink), and with what is
+  // known of the outcome by then: the memory plan, the metadata, the cost models and warnings.
+  std::function<void(Runtime&, const ExperimentOutcome&)> before_run;
 };
 
 // Builds the engines from the memory plan, runs `workload` to completion on the backend's clock,

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <span>
@@ -269,6 +270,13 @@ void visit_summary(Summary& s, Visit&& visit) {
 
 constexpr const char* kVersionAttr = "duet_schema_version";
 constexpr const char* kCreatedAttr = "created_utc";
+// Written only below RecordLevel::Steps, so that a full run's attributes are as they always were.
+constexpr const char* kRecordAttr = "record_level";
+constexpr const char* kIncompleteAttr = "incomplete";  // a streamed run that never finished: why
+
+bool reserved_attr(const std::string& name) {
+  return name == kVersionAttr || name == kCreatedAttr || name == kRecordAttr || name == kIncompleteAttr;
+}
 
 template <class T>
 void put_number(const H5::H5Object& obj, const std::string& name, T value) {
@@ -383,35 +391,95 @@ bool path_exists(const H5::Group& root, const std::string& path) {
 // HDF5's default 1 MiB chunk cache.
 constexpr hsize_t kChunkRows = 4096;
 
-template <class Row>
-void write_table(const H5::Group& engine, const char* name, const std::vector<Row>& rows,
-                 std::span<const Field> fields) {
-  const hsize_t n = rows.size();
-  const hsize_t unlimited = H5S_UNLIMITED;  // so that a streaming writer could append later
-  const hsize_t chunk = std::clamp<hsize_t>(n, 1, kChunkRows);
+// An empty, extendible table of `fields` rows, chunked `chunk` rows at a time.
+H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<const Field> fields,
+                         std::size_t row_size, hsize_t chunk, bool with_enums) {
+  const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   H5::DSetCreatPropList dcpl;
   dcpl.setChunk(1, &chunk);
   dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
   dcpl.setDeflate(4);
-  const H5::DataSet table = engine.createDataSet(name, file_type(fields, sizeof(Row)),
-                                                 H5::DataSpace(1, &n, &unlimited), dcpl);
-  if (n > 0) table.write(rows.data(), memory_type(fields, sizeof(Row)));
+  const H5::DataSet table =
+      parent.createDataSet(name, file_type(fields, row_size), H5::DataSpace(1, &empty, &unlimited), dcpl);
   put_text(table, "units", units_json(fields));
-  if constexpr (std::is_same_v<Row, RequestRecord>) put_text(table, "enums", enums_json());
+  if (with_enums) put_text(table, "enums", enums_json());
+  return table;
 }
 
-void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
-                  const EngineSummary& summary, Where& where) {
-  where.object = path;
+// Appends n rows at the end of the table, which holds `size` rows (updated).
+template <class Row>
+void append_rows(const H5::DataSet& table, hsize_t& size, const Row* rows, hsize_t n, std::span<const Field> fields) {
+  if (n == 0) return;
+  const hsize_t grown = size + n;
+  table.extend(&grown);
+  const H5::DataSpace file_space = table.getSpace();
+  file_space.selectHyperslab(H5S_SELECT_SET, &n, &size);
+  table.write(rows, memory_type(fields, sizeof(Row)), H5::DataSpace(1, &n), file_space);
+  size = grown;
+}
+
+template <class Row>
+constexpr bool has_enums = std::is_same_v<Row, RequestRecord>;
+
+// A whole table is chunked by its length up to kChunkRows rows.
+hsize_t chunk_rows(std::size_t n) { return std::clamp<hsize_t>(n, 1, kChunkRows); }
+
+template <class Row>
+void write_table(const H5::Group& parent, const char* name, const std::vector<Row>& rows,
+                 std::span<const Field> fields) {
+  hsize_t size = 0;
+  const H5::DataSet table = create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>);
+  append_rows(table, size, rows.data(), rows.size(), fields);
+}
+
+// A table written a chunk at a time as its rows arrive. The dataset is made when the first chunk
+// is full, or at the end for a table shorter than a chunk, so that it is chunked as write_table
+// chunks the same rows.
+template <class Row>
+struct TableStream {
+  const char* name;
+  std::span<const Field> fields;
+  std::vector<Row> rows;  // buffered, at most kChunkRows
+  std::optional<H5::DataSet> table;
+  hsize_t size = 0;       // rows in the file
+
+  bool full() const { return rows.size() >= kChunkRows; }
+  void write(const H5::Group& parent, bool last) {
+    if (!table) {
+      if (!last && !full()) return;
+      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>));
+    }
+    append_rows(*table, size, rows.data(), rows.size(), fields);
+    rows.clear();
+  }
+};
+
+// An engine's group with its model and pool; its summary and tables come later.
+H5::Group create_engine(const H5::Group& engines, const EngineRecords& records) {
   const H5::Group engine = create_group(engines, records.name);
   put_text(engine, "model", records.model);
   put_number<std::int32_t>(engine, "total_blocks", records.total_blocks);
   put_number<std::int32_t>(engine, "block_size", records.block_size);
+  return engine;
+}
+
+void put_summary(const H5::Group& engine, const EngineSummary& summary) {
   visit_summary(summary, [&](const std::string& name, auto value) { put_number(engine, name, value); });
-  where.object = join(path, "steps");
-  write_table(engine, "steps", records.steps, kStepFields);
-  where.object = join(path, "requests");
-  write_table(engine, "requests", records.requests, kRequestFields);
+}
+
+void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
+                  const EngineSummary& summary, RecordLevel level, Where& where) {
+  where.object = path;
+  const H5::Group engine = create_engine(engines, records);
+  put_summary(engine, summary);
+  if (level == RecordLevel::Steps) {
+    where.object = join(path, "steps");
+    write_table(engine, "steps", records.steps, kStepFields);
+  }
+  if (level != RecordLevel::Summary) {
+    where.object = join(path, "requests");
+    write_table(engine, "requests", records.requests, kRequestFields);
+  }
 }
 
 const EngineSummary* find_summary(const RunSummary& summary, const std::string& name) {
@@ -424,24 +492,48 @@ bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
 }
 
-// Checked before anything is written, so that a bad call leaves the file as it was.
-void check_run(const RunMetadata& metadata, const std::vector<EngineRecords>& records,
-               const RunSummary& summary, const Where& where) {
-  std::set<std::string> names;
+// Checked before anything is written, so that a bad call leaves the file as it was. `names`
+// collects the metadata names (a stream's extra metadata must not repeat its first).
+void check_metadata(const RunMetadata& metadata, std::set<std::string>& names, const Where& where) {
   auto check_key = [&](const std::string& key) {
-    if (key.empty() || key == kVersionAttr || key == kCreatedAttr || !names.insert(key).second)
+    if (key.empty() || reserved_attr(key) || !names.insert(key).second)
       where.fail("metadata name '" + key + "' is empty, reserved or repeated");
   };
   for (const auto& [key, value] : metadata.text) check_key(key);
   for (const auto& [key, value] : metadata.numbers) check_key(key);
+}
+
+void check_engines(const std::vector<EngineRecords>& records, const Where& where) {
   std::set<std::string> engines;
-  for (const EngineRecords& r : records) {
+  for (const EngineRecords& r : records)
     if (!valid_name(r.name) || !engines.insert(r.name).second)
       where.fail("engine name '" + r.name + "' is empty, contains '/' or is repeated");
+}
+
+void check_summary(const std::vector<EngineRecords>& records, const RunSummary& summary, const Where& where) {
+  for (const EngineRecords& r : records)
     if (!find_summary(summary, r.name)) where.fail("engine '" + r.name + "' has records but no summary");
+  for (const EngineSummary& s : summary.engines) {
+    const bool known = std::any_of(records.begin(), records.end(), [&](const EngineRecords& r) { return r.name == s.name; });
+    if (!known) where.fail("engine '" + s.name + "' has a summary but no records");
   }
-  for (const EngineSummary& s : summary.engines)
-    if (!engines.contains(s.name)) where.fail("engine '" + s.name + "' has a summary but no records");
+}
+
+void put_metadata(const H5::Group& run, const RunMetadata& metadata) {
+  for (const auto& [key, value] : metadata.text) put_text(run, key, value);
+  for (const auto& [key, value] : metadata.numbers) put_number(run, key, value);
+}
+
+void put_run_summary(const H5::Group& run, const RunSummary& summary) {
+  const H5::Group group = create_group(run, "summary");
+  put_number(group, "makespan_s", summary.makespan_s);
+  put_number(group, "wall_s", summary.wall_s);
+}
+
+// Last, so that a run cut short by an error is not listed as a run.
+void mark_run(const H5::Group& run, RecordLevel level) {
+  if (level != RecordLevel::Steps) put_text(run, kRecordAttr, record_level_name(level));
+  put_number<std::int32_t>(run, kVersionAttr, kRunSchemaVersion);
 }
 
 // The run's group, new or (for "/") the root, which must not hold a run yet.
@@ -518,10 +610,14 @@ void read_engine(const H5::Group& engines, const std::string& path, const std::s
   visit_summary(summary, [&](const std::string& attr, auto& value) {
     value = get_number<std::remove_reference_t<decltype(value)>>(engine, attr, where);
   });
-  where.object = join(path, name) + "/steps";
-  records.steps = read_table<StepRecord>(engine, "steps", kStepFields, where);
-  where.object = join(path, name) + "/requests";
-  records.requests = read_table<RequestRecord>(engine, "requests", kRequestFields, where);
+  if (run.level == RecordLevel::Steps) {
+    where.object = join(path, name) + "/steps";
+    records.steps = read_table<StepRecord>(engine, "steps", kStepFields, where);
+  }
+  if (run.level != RecordLevel::Summary) {
+    where.object = join(path, name) + "/requests";
+    records.requests = read_table<RequestRecord>(engine, "requests", kRequestFields, where);
+  }
   run.engines.push_back(std::move(records));
   run.summary.engines.push_back(std::move(summary));
 }
@@ -529,7 +625,7 @@ void read_engine(const H5::Group& engines, const std::string& path, const std::s
 RunMetadata read_metadata(const H5::Group& run, const Where& where) {
   RunMetadata metadata;
   for (const std::string& name : names_in_order(run, true)) {
-    if (name == kVersionAttr || name == kCreatedAttr) continue;
+    if (reserved_attr(name)) continue;
     if (run.openAttribute(name).getTypeClass() == H5T_STRING)
       metadata.text.emplace_back(name, get_text(run, name, where));
     else
@@ -542,13 +638,26 @@ RunData read_run_group(const H5::H5File& file, const std::string& group, Where& 
   where.object = group;
   if (!has_group(file.openGroup("/"), group)) where.fail("no such group");
   const H5::Group run = file.openGroup(group);
-  if (!run.attrExists(kVersionAttr)) where.fail("holds no duet run (no duet_schema_version)");
+  if (!run.attrExists(kVersionAttr)) {
+    if (run.attrExists(kIncompleteAttr))
+      where.fail("holds a run that did not finish (" + get_text(run, kIncompleteAttr, where) +
+                 "); its tables hold what it recorded");
+    where.fail("holds no duet run (no duet_schema_version)");
+  }
   const int version = get_number<std::int32_t>(run, kVersionAttr, where);
   if (version != kRunSchemaVersion)
     where.fail("schema version " + std::to_string(version) + " is not supported (this duet reads " +
                std::to_string(kRunSchemaVersion) + ")");
   RunData data;
   data.metadata = read_metadata(run, where);
+  if (run.attrExists(kRecordAttr)) {
+    const std::string level = get_text(run, kRecordAttr, where);
+    try {
+      data.level = record_level_from_name(level);
+    } catch (const Error& e) {
+      where.fail(std::string(kRecordAttr) + ": " + e.what());
+    }
+  }
   where.object = join(group, "summary");
   const H5::Group summary = open_group(run, "summary", where);
   data.summary.makespan_s = get_number<double>(summary, "makespan_s", where);
@@ -619,33 +728,174 @@ RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
 
 void RunFileWriter::write_run(const std::string& group, const RunMetadata& metadata,
                               const std::vector<EngineRecords>& records, const RunSummary& summary,
-                              const std::vector<ProblemRecord>* problems) {
+                              const std::vector<ProblemRecord>* problems, RecordLevel level) {
   if (!impl_) throw Error("RunFileWriter::write_run: the file is closed");
   Where where{impl_->path, normalized(group)};
-  check_run(metadata, records, summary, where);
+  std::set<std::string> names;
+  check_metadata(metadata, names, where);
+  check_engines(records, where);
+  check_summary(records, summary, where);
   guarded(where, [&] {
     const std::string path = where.object;
     const H5::Group run = run_group(impl_->file, path, where);
-    for (const auto& [key, value] : metadata.text) put_text(run, key, value);
-    for (const auto& [key, value] : metadata.numbers) put_number(run, key, value);
+    put_metadata(run, metadata);
     where.object = join(path, "summary");
-    const H5::Group summary_group = create_group(run, "summary");
-    put_number(summary_group, "makespan_s", summary.makespan_s);
-    put_number(summary_group, "wall_s", summary.wall_s);
+    put_run_summary(run, summary);
     const std::string engines_path = join(path, "engines");
     where.object = engines_path;
     const H5::Group engines = create_group(run, "engines");
     for (const EngineRecords& r : records)
-      write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), where);
-    if (problems) {
+      write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), level, where);
+    if (problems && level != RecordLevel::Summary) {
       where.object = join(path, "problems");
       write_table(run, "problems", *problems, kProblemFields);
     }
-    // Last, so that a run cut short by an error is not listed as a run.
     where.object = path;
-    put_number<std::int32_t>(run, kVersionAttr, kRunSchemaVersion);
+    mark_run(run, level);
     impl_->file.flush(H5F_SCOPE_GLOBAL);
   });
+}
+
+struct RunStream::Impl {
+  struct EngineTables {
+    EngineRecords engine;  // name, model and pool
+    H5::Group group;
+    TableStream<StepRecord> steps{"steps", kStepFields, {}, {}, 0};
+    TableStream<RequestRecord> requests{"requests", kRequestFields, {}, {}, 0};
+  };
+  Where where;
+  std::string path;  // the run's group
+  H5::H5File file;
+  H5::Group run;
+  RecordLevel level;
+  std::set<std::string> names;  // metadata written so far
+  std::vector<EngineTables> engines;
+  std::optional<TableStream<ProblemRecord>> problems;
+  bool ended = false;
+
+  EngineTables& engine(int e) {
+    if (e < 0 || std::size_t(e) >= engines.size())
+      throw Error(where.file + ": " + path + ": no engine " + std::to_string(e + 1) + " in this run");
+    return engines[std::size_t(e)];
+  }
+
+  template <class Row>
+  void write(const H5::Group& parent, const std::string& object, TableStream<Row>& table, bool last) {
+    where.object = object;
+    guarded(where, [&] {
+      table.write(parent, last);
+      if (!last) file.flush(H5F_SCOPE_GLOBAL);
+    });
+  }
+
+  void write_all(bool last) {
+    for (EngineTables& e : engines) {
+      const std::string engine_path = join(join(path, "engines"), e.engine.name);
+      if (level == RecordLevel::Steps) write(e.group, join(engine_path, "steps"), e.steps, last);
+      if (level != RecordLevel::Summary) write(e.group, join(engine_path, "requests"), e.requests, last);
+    }
+    if (problems && level != RecordLevel::Summary) write(run, join(path, "problems"), *problems, last);
+  }
+};
+
+RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& metadata,
+                                   const std::vector<EngineRecords>& engines, RecordLevel level) {
+  if (!impl_) throw Error("RunFileWriter::begin_run: the file is closed");
+  Where where{impl_->path, normalized(group)};
+  const std::string path = where.object;
+  std::set<std::string> names;
+  check_metadata(metadata, names, where);
+  check_engines(engines, where);
+  return guarded(where, [&] {
+    const H5::Group run = run_group(impl_->file, path, where);
+    put_metadata(run, metadata);
+    const std::string engines_path = join(path, "engines");
+    where.object = engines_path;
+    const H5::Group engine_groups = create_group(run, "engines");
+    std::vector<RunStream::Impl::EngineTables> tables;
+    for (const EngineRecords& r : engines) {
+      where.object = join(engines_path, r.name);
+      tables.push_back({EngineRecords{r.name, r.model, r.total_blocks, r.block_size, {}, {}},
+                        create_engine(engine_groups, r)});
+    }
+    impl_->file.flush(H5F_SCOPE_GLOBAL);
+    where.object = path;
+    return RunStream(std::unique_ptr<RunStream::Impl>(
+        new RunStream::Impl{where, path, impl_->file, run, level, std::move(names), std::move(tables), {}, false}));
+  });
+}
+
+RunStream::RunStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RunStream::RunStream(RunStream&&) noexcept = default;
+
+RunStream::~RunStream() {
+  if (impl_ && !impl_->ended) abandon("the run stopped before it finished");
+}
+
+void RunStream::add_step(int e, const StepRecord& step) {
+  Impl::EngineTables& t = impl_->engine(e);
+  if (impl_->level != RecordLevel::Steps) return;
+  t.steps.rows.push_back(step);
+  if (t.steps.full())
+    impl_->write(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/steps", t.steps, false);
+}
+
+void RunStream::add_request(int e, const RequestRecord& request) {
+  Impl::EngineTables& t = impl_->engine(e);
+  if (impl_->level == RecordLevel::Summary) return;
+  t.requests.rows.push_back(request);
+  if (t.requests.full())
+    impl_->write(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/requests", t.requests, false);
+}
+
+void RunStream::add_problem(const ProblemRecord& problem) {
+  if (!impl_->problems) impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
+  if (impl_->level == RecordLevel::Summary) return;
+  impl_->problems->rows.push_back(problem);
+  if (impl_->problems->full()) impl_->write(impl_->run, join(impl_->path, "problems"), *impl_->problems, false);
+}
+
+void RunStream::finish(const RunSummary& summary, const RunMetadata& extra) {
+  Impl& s = *impl_;
+  if (s.ended) throw Error("RunStream::finish: the run has ended");
+  std::vector<EngineRecords> engines;
+  for (const Impl::EngineTables& t : s.engines) engines.push_back(t.engine);
+  s.where.object = s.path;
+  check_summary(engines, summary, s.where);
+  check_metadata(extra, s.names, s.where);
+  s.write_all(true);
+  guarded(s.where, [&] {
+    for (Impl::EngineTables& t : s.engines) {
+      s.where.object = join(join(s.path, "engines"), t.engine.name);
+      put_summary(t.group, *find_summary(summary, t.engine.name));
+    }
+    s.where.object = join(s.path, "summary");
+    put_run_summary(s.run, summary);
+    s.where.object = s.path;
+    put_metadata(s.run, extra);
+    mark_run(s.run, s.level);
+    s.file.flush(H5F_SCOPE_GLOBAL);
+  });
+  s.ended = true;
+}
+
+void RunStream::abandon(const std::string& reason) noexcept {
+  if (!impl_ || impl_->ended) return;
+  Impl& s = *impl_;
+  s.ended = true;
+  try {
+    s.write_all(true);
+  } catch (...) {
+    // The disk may be full: keep what reached the file and still try to say why.
+  }
+  try {
+    s.where.object = s.path;
+    guarded(s.where, [&] {
+      put_text(s.run, kIncompleteAttr, reason);
+      s.file.flush(H5F_SCOPE_GLOBAL);
+    });
+  } catch (...) {
+  }
 }
 
 void RunFileWriter::write_attributes(const std::string& group, const RunMetadata& metadata) {

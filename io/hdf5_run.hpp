@@ -22,6 +22,8 @@ struct RunMetadata {
   std::vector<std::pair<std::string, double>> numbers;
 };
 
+class RunStream;
+
 class RunFileWriter {
  public:
   // Creates the file, replacing any file of that name.
@@ -34,10 +36,16 @@ class RunFileWriter {
   // parents are created). The group must not hold a run yet. Every engine of `records` needs the
   // EngineSummary of the same name in `summary` and vice versa. The file is flushed afterwards,
   // so that the points a long sweep has finished survive a crash.
-  // `problems` (optional) is the per-problem table of a search workload.
+  // `problems` (optional) is the per-problem table of a search workload. Below RecordLevel::Steps
+  // the tables the level leaves out are not written (and the run's `record` attribute says so).
   void write_run(const std::string& group, const RunMetadata& metadata,
                  const std::vector<EngineRecords>& records, const RunSummary& summary,
-                 const std::vector<ProblemRecord>* problems = nullptr);
+                 const std::vector<ProblemRecord>* problems = nullptr, RecordLevel level = RecordLevel::Steps);
+  // Starts a run that is written as it goes (RunStream). `engines` name the engines, their models
+  // and pools; their rows are ignored. The writer must outlive the stream, and nothing else may be
+  // written to the file until the stream has finished.
+  RunStream begin_run(const std::string& group, const RunMetadata& metadata,
+                      const std::vector<EngineRecords>& engines, RecordLevel level = RecordLevel::Steps);
   // Attributes on a group that holds no run itself (created when missing): e.g. a validation
   // point's errors above its predicted and measured runs.
   void write_attributes(const std::string& group, const RunMetadata& metadata);
@@ -49,11 +57,39 @@ class RunFileWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// A run written as it goes: rows are buffered per table and written a chunk (kChunkRows rows) at a
+// time, so memory holds at most a chunk per table, and the file is flushed after each chunk. The
+// datasets end up identical to write_run's for the same rows, chunking included. A run that never
+// finishes (an error, a signal that unwinds) leaves what it appended in the file, and its group
+// says why in an `incomplete` attribute; it is not listed as a run.
+class RunStream final : public RecordSink {
+ public:
+  RunStream(RunStream&&) noexcept;
+  RunStream& operator=(RunStream&&) = delete;
+  ~RunStream() override;
+
+  void add_step(int engine, const StepRecord& step) override;
+  void add_request(int engine, const RequestRecord& request) override;
+  void add_problem(const ProblemRecord& problem);  // the table exists only if one is added
+  // Writes what is buffered, the summary, then `extra` metadata after begin_run's, and marks the
+  // group as a run. The summary must name the stream's engines.
+  void finish(const RunSummary& summary, const RunMetadata& extra = {});
+  // Ends a run that failed: what was appended stays, with `reason` in the `incomplete` attribute.
+  void abandon(const std::string& reason) noexcept;
+
+ private:
+  friend class RunFileWriter;
+  struct Impl;
+  explicit RunStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 struct RunData {
   RunMetadata metadata;                // in the order it was written
   std::vector<EngineRecords> engines;  // in the order they were written
   RunSummary summary;                  // engines in the same order as `engines`
   std::vector<ProblemRecord> problems; // empty when the run had no per-problem table
+  RecordLevel level = RecordLevel::Steps;  // the tables below it are empty: not recorded
 };
 
 // Errors (duet::Error) name the file and the object: a missing, truncated or corrupted file, a

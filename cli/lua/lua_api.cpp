@@ -75,6 +75,7 @@ ExperimentDefaults defaults_of(const ScriptContext& ctx) {
     for (const auto& a : ctx.opt.args) d.command_line += " " + a;
   }
   d.progress = d.progress && ctx.opt.progress;
+  d.record = ctx.opt.record;
   d.validate = ctx.opt.validate;
   return d;
 }
@@ -100,7 +101,7 @@ int l_run(lua_State* L) {
     ExperimentResult r = run_experiment(L, 1, defaults_of(ctx));
     if (write && !ctx.worker) {
       const std::string group = group_name("/runs", ctx.runs);
-      writer(ctx).write_run(group, r.metadata, *r.records, r.summary, &r.problems);
+      writer(ctx).write_run(group, r.metadata, *r.records, r.summary, &r.problems, r.record);
     }
     ++ctx.runs;
     push_result(L, r);
@@ -305,7 +306,7 @@ int l_sweep(lua_State* L) {
         for (const auto& [k, v] : p.numbers) meta.numbers.emplace_back("point." + k, v);
         meta.text.emplace_back("sweep", label);
         writer(ctx).write_run(group_name((group_name("/sweeps", sweep) + "/points").c_str(), int(i)), meta,
-                              *p.result.records, p.result.summary, &p.result.problems);
+                              *p.result.records, p.result.summary, &p.result.problems, p.result.record);
       }
       lua_createtable(L, 0, 2);
       push_point(L, grid, p);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/lua/lua_util.hpp"
+#include "core/metrics.hpp"
 
 namespace duet {
 class RunFileWriter;
@@ -28,6 +29,7 @@ struct ScriptOptions {
   int threads = 0;                    // sweep threads; 0: every core
   std::int64_t instruction_limit = kDefaultInstructionLimit;  // Lua instructions per call from duet
   bool progress = true;               // draw progress bars when stderr is a terminal
+  RecordLevel record = RecordLevel::Steps;  // what each run records, unless its `record` key says
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
   // point at a time, and goes to `validate` instead of the script's own file.
   const ValidateMode* validate = nullptr;

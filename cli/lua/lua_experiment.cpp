@@ -66,6 +66,7 @@ struct Experiment {
   LuaWorkloadOptions workload;
   std::string label;
   bool progress = true;
+  RecordLevel record = RecordLevel::Steps;
 };
 
 // A model name, or a config.json path as given or relative to the repository.
@@ -161,6 +162,15 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   ex.workload.seed = std::uint64_t(t.integer("seed").value_or(0));
   ex.label = t.string("label").value_or("");
   ex.progress = t.boolean("progress").value_or(d.progress);
+  if (const auto record = t.string("record")) {
+    try {
+      ex.record = record_level_from_name(*record);
+    } catch (const Error& e) {
+      t.fail("record", e.what());
+    }
+  } else {
+    ex.record = d.record;
+  }
   if (!t.has("workload")) t.fail("workload", "missing: a workload table {problems = ..., solve = ...}");
   t.has("out");
   t.finish();
@@ -326,6 +336,7 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
   spec.source_dir = d.source_dir;
   spec.profile_dir = d.source_dir + "/profiles";
   spec.command_line = d.command_line;
+  spec.record = ex.record;
   for (std::size_t i = 0; i < ex.engines.size(); ++i)
     spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i], make_policy(L, *ex.policies[i], ex.engines[i].name)});
   return spec;
@@ -347,7 +358,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   ProgressBar bar(ex.label.empty() ? "duet.run" : ex.label);
   ExperimentHooks hooks;
   if (ex.progress && bar.enabled())
-    hooks.before_run = [&](Runtime& rt) {
+    hooks.before_run = [&](Runtime& rt, const ExperimentOutcome&) {
       rt.progress_every = 256;
       rt.on_progress = [&, what](const Runtime& r) {
         char detail[64];
@@ -367,6 +378,8 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   r.summary = run.outcome.summary;
   r.records = std::make_shared<std::vector<EngineRecords>>(std::move(run.outcome.records));
   r.problems = std::move(run.problems);
+  r.computed_prefill_tokens = run.outcome.computed_prefill_tokens;
+  r.record = ex.record;
   r.problems_per_s = r.summary.makespan_s > 0 ? double(r.problems.size()) / r.summary.makespan_s : 0;
   r.metadata = std::move(run.outcome.metadata);
   r.metadata.text.emplace_back("script", d.script_text);
@@ -444,6 +457,9 @@ int timeline(lua_State* L) {
   const std::string name = luaL_checkstring(L, 1);
   for (const EngineRecords& r : **records) {
     if (r.name != name) continue;
+    if (lua_toboolean(L, lua_upvalueindex(2)))
+      return luaL_error(L, "timeline: this run kept no timeline (record = '%s'; 'steps' keeps it)",
+                        lua_tostring(L, lua_upvalueindex(3)));
     const auto& s = r.steps;
     lua_createtable(L, 0, 16);
     push_column(L, s, &StepRecord::start_s, "start_s");
@@ -519,12 +535,12 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     push_percentiles(L, "ttft_s", e.ttft_s);
     push_percentiles(L, "tpot_s", e.tpot_s);
     push_percentiles(L, "e2e_s", e.e2e_s);
-    for (const EngineRecords& rec : *r.records) {
+    for (std::size_t i = 0; i < r.records->size(); ++i) {
+      const EngineRecords& rec = (*r.records)[i];
       if (rec.name != e.name) continue;
       set_number(L, "total_blocks", rec.total_blocks);
       // Tokens the engine actually computed (prefix hits and forked KV are not recomputed).
-      double prefill = 0;
-      for (const StepRecord& st : rec.steps) prefill += st.prefill_tokens;
+      const double prefill = i < r.computed_prefill_tokens.size() ? double(r.computed_prefill_tokens[i]) : 0.0;
       set_number(L, "prefill_tokens", prefill);
       set_number(L, "prefill_tokens_per_s", r.summary.makespan_s > 0 ? prefill / r.summary.makespan_s : 0);
     }
@@ -539,7 +555,9 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_pushcclosure(L, timeline, 1);
+  lua_pushboolean(L, r.record != RecordLevel::Steps);
+  lua_pushstring(L, record_level_name(r.record));
+  lua_pushcclosure(L, timeline, 3);
   lua_setfield(L, -2, "timeline");
 }
 

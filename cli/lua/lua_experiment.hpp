@@ -22,6 +22,8 @@ struct ExperimentResult {
   RunSummary summary;
   std::shared_ptr<std::vector<EngineRecords>> records;
   std::vector<ProblemRecord> problems;
+  std::vector<std::int64_t> computed_prefill_tokens;  // per engine
+  RecordLevel record = RecordLevel::Steps;            // what `records` holds
   double problems_per_s = 0;
 };
 
@@ -49,6 +51,7 @@ struct ExperimentDefaults {
   std::string script_text;
   std::string command_line;
   bool progress = true;
+  RecordLevel record = RecordLevel::Steps;
   const ValidateMode* validate = nullptr;
 };
 

@@ -285,5 +285,58 @@ TEST(Runtime, StepRecordsCarryKvAndCounterDeltas) {
   EXPECT_EQ(s.engines[0].generated_tokens, 4);
 }
 
+// Collects what a sink receives.
+struct Collect : RecordSink {
+  std::vector<EngineRecords> got{2};
+  void add_step(int e, const StepRecord& s) override { got[std::size_t(e)].steps.push_back(s); }
+  void add_request(int e, const RequestRecord& r) override { got[std::size_t(e)].requests.push_back(r); }
+};
+
+void two_engine_load(Runtime& rt) {
+  Script w;
+  w.on_start = [](Runtime& r) {
+    for (SeqId id = 1; id <= 40; ++id) r.submit_at(0.1 * double(id), int(id % 2), gen(id, 3 + int(id % 7), 1 + int(id % 5)));
+  };
+  rt.run(w);
+}
+
+// The summary is built as records arrive: the same whatever the run keeps, and equal to summarize()
+// over the full records; a sink gets exactly the records the level keeps.
+TEST(Runtime, RecordingLevelsKeepTheSameSummary) {
+  TwoEngines full;
+  two_engine_load(full.rt);
+  const RunSummary want = full.rt.summary();
+  for (int e = 0; e < 2; ++e) {
+    const EngineSummary s = summarize(full.rt.records()[std::size_t(e)], want.makespan_s);
+    EXPECT_EQ(s.steps, want.engines[std::size_t(e)].steps);
+    EXPECT_EQ(s.busy_s, want.engines[std::size_t(e)].busy_s);
+    EXPECT_EQ(s.e2e_s.p90, want.engines[std::size_t(e)].e2e_s.p90);
+    EXPECT_EQ(s.mean_kv_utilisation, want.engines[std::size_t(e)].mean_kv_utilisation);
+  }
+  for (const RecordLevel level : {RecordLevel::Steps, RecordLevel::Requests, RecordLevel::Summary}) {
+    SCOPED_TRACE(record_level_name(level));
+    TwoEngines t;
+    Collect sink;
+    t.rt.set_recording(level, false, &sink);
+    two_engine_load(t.rt);
+    const RunSummary got = t.rt.summary();
+    ASSERT_EQ(got.engines.size(), 2u);
+    for (std::size_t e = 0; e < 2; ++e) {
+      EXPECT_TRUE(t.rt.records()[e].steps.empty() && t.rt.records()[e].requests.empty()) << "nothing kept";
+      EXPECT_EQ(got.engines[e].steps, want.engines[e].steps);
+      EXPECT_EQ(got.engines[e].requests, want.engines[e].requests);
+      EXPECT_EQ(got.engines[e].ttft_s.p99, want.engines[e].ttft_s.p99);
+      EXPECT_EQ(got.engines[e].busy_s, want.engines[e].busy_s);
+      EXPECT_EQ(t.rt.tally(int(e)).computed_prefill_tokens(), full.rt.tally(int(e)).computed_prefill_tokens());
+      const std::size_t steps = level == RecordLevel::Steps ? full.rt.records()[e].steps.size() : 0;
+      const std::size_t requests = level != RecordLevel::Summary ? full.rt.records()[e].requests.size() : 0;
+      EXPECT_EQ(sink.got[e].steps.size(), steps);
+      EXPECT_EQ(sink.got[e].requests.size(), requests);
+      if (steps) EXPECT_EQ(sink.got[e].steps.back().start_s, full.rt.records()[e].steps.back().start_s);
+    }
+  }
+  EXPECT_THROW(record_level_from_name("timeline"), Error);
+}
+
 }  // namespace
 }  // namespace duet

@@ -42,6 +42,11 @@ auto fields(const RequestRecord& r) {
                     r.preemptions);
 }
 
+auto fields(const ProblemRecord& p) {
+  return std::tuple(p.index, p.level, p.iterations, p.correct, bits(p.start_s), bits(p.finish_s), p.requests,
+                    p.generated_tokens, bits(p.score));
+}
+
 auto fields(const Percentiles& p) { return std::tuple(bits(p.mean), bits(p.p50), bits(p.p90), bits(p.p99)); }
 
 auto fields(const EngineSummary& s) {
@@ -314,6 +319,132 @@ TEST_F(Hdf5Run, BadWritesChangeNothing) {
   writer.close();
   EXPECT_THROW(writer.write_run("/q", {}, records, summary), Error);
   expect_same_run(records, summary, read_run(path, "/p"));
+}
+
+// ---- Streaming ---------------------------------------------------------------------------------
+
+std::vector<ProblemRecord> synthetic_problems(std::size_t n) {
+  std::vector<ProblemRecord> problems(n);
+  for (std::size_t i = 0; i < n; ++i)
+    problems[i] = {std::int64_t(i + 1), int(i % 5), int(i % 40), int(i % 3) - 1, 0.5 * double(i),
+                   double(i) + 1.0, std::int64_t(i * 17), std::int64_t(i * 301), 1.0 / double(i + 1)};
+  return problems;
+}
+
+hsize_t chunk_of(const H5::H5File& h5, const std::string& table) {
+  hsize_t chunk = 0;
+  h5.openDataSet(table).getCreatePlist().getChunk(1, &chunk);
+  return chunk;
+}
+
+// The rows of each engine and the problems, streamed in an interleaved order as a run makes them.
+RunStream stream_all(RunFileWriter& writer, const RunMetadata& metadata, const std::vector<EngineRecords>& records,
+                     const std::vector<ProblemRecord>& problems, RecordLevel level = RecordLevel::Steps) {
+  RunStream stream = writer.begin_run("/", metadata, records, level);
+  std::size_t most = problems.size();
+  for (const EngineRecords& r : records) most = std::max({most, r.steps.size(), r.requests.size()});
+  for (std::size_t i = 0; i < most; ++i) {
+    for (std::size_t e = 0; e < records.size(); ++e) {
+      if (i < records[e].steps.size()) stream.add_step(int(e), records[e].steps[i]);
+      if (i < records[e].requests.size()) stream.add_request(int(e), records[e].requests[i]);
+    }
+    if (i < problems.size()) stream.add_problem(problems[i]);
+  }
+  return stream;
+}
+
+// Several chunks and a remainder, a table shorter than a chunk, an empty one, problems: the datasets
+// of a streamed run are those of write_run, chunking included.
+TEST_F(Hdf5Run, StreamedRunEqualsWrittenRun) {
+  const std::vector<EngineRecords> records = {synthetic_engine("llm", 3 * 4096 + 17, 4096, 1),
+                                              synthetic_engine("prm", 100, 0, 2)};
+  const RunSummary summary = summary_of(records, 3.5, 1.25);
+  const std::vector<ProblemRecord> problems = synthetic_problems(5000);
+  const RunMetadata first{{{"backend", "sim"}}, {{"seed", 7.0}}};
+  const RunMetadata extra{{{"trace", "conv.csv"}}, {{"rate_scale", 2.0}}};
+  RunMetadata all = first;
+  all.text.push_back(extra.text[0]);
+  all.numbers.push_back(extra.numbers[0]);
+  RunFileWriter(file("written.h5")).write_run("/", all, records, summary, &problems);
+  {
+    RunFileWriter writer(file("streamed.h5"));
+    stream_all(writer, first, records, problems).finish(summary, extra);
+  }
+  for (const char* name : {"written.h5", "streamed.h5"}) {
+    SCOPED_TRACE(name);
+    const RunData run = read_run(file(name));
+    expect_same_run(records, summary, run);
+    expect_same_rows(problems, run.problems);
+    EXPECT_EQ(run.metadata.text, all.text);
+    EXPECT_EQ(run.metadata.numbers, all.numbers);
+  }
+  const H5::H5File written(file("written.h5"), H5F_ACC_RDONLY), streamed(file("streamed.h5"), H5F_ACC_RDONLY);
+  for (const char* table : {"/engines/llm/steps", "/engines/llm/requests", "/engines/prm/steps",
+                            "/engines/prm/requests", "/problems"}) {
+    SCOPED_TRACE(table);
+    EXPECT_EQ(chunk_of(written, table), chunk_of(streamed, table));
+    expect_layout(streamed.openDataSet(table), written.openDataSet(table).getSpace().getSimpleExtentNpoints());
+  }
+}
+
+// A run that fails midway leaves a valid file holding every full chunk it appended and the rows it
+// had buffered, says why, and is not listed as a run.
+TEST_F(Hdf5Run, UnfinishedStreamKeepsWhatItAppended) {
+  const std::vector<EngineRecords> records = {synthetic_engine("llm", 2 * 4096 + 5, 10, 1)};
+  const std::string path = file("cut.h5");
+  {
+    RunFileWriter writer(path);
+    RunStream stream = stream_all(writer, {}, records, {});
+    stream.abandon("engine 'llm' is stuck");
+    EXPECT_THROW(stream.finish(summary_of(records, 1, 1)), Error);
+  }
+  EXPECT_TRUE(list_runs(path).empty());
+  expect_error([&] { read_run(path); }, path, "did not finish (engine 'llm' is stuck)");
+  const H5::H5File h5(path, H5F_ACC_RDONLY);
+  EXPECT_EQ(h5.openDataSet("/engines/llm/steps").getSpace().getSimpleExtentNpoints(), 2 * 4096 + 5);
+  EXPECT_EQ(h5.openDataSet("/engines/llm/requests").getSpace().getSimpleExtentNpoints(), 10);
+  // Dropped without finishing (an exception unwinding through the caller): the same.
+  {
+    RunFileWriter writer(file("dropped.h5"));
+    stream_all(writer, {}, records, {});
+  }
+  expect_error([&] { read_run(file("dropped.h5")); }, "did not finish (the run stopped before it finished)");
+}
+
+// Below RecordLevel::Steps the tables the level leaves out are not written, streamed or not, and
+// a reader is told they were not recorded.
+TEST_F(Hdf5Run, RecordLevelsLeaveTablesOut) {
+  const std::vector<EngineRecords> records = {synthetic_engine("llm", 50, 40, 1)};
+  const RunSummary summary = summary_of(records, 2, 1);
+  const std::vector<ProblemRecord> problems = synthetic_problems(3);
+  for (const RecordLevel level : {RecordLevel::Requests, RecordLevel::Summary}) {
+    const std::string name = record_level_name(level);
+    SCOPED_TRACE(name);
+    RunFileWriter(file(name + ".h5")).write_run("/", {}, records, summary, &problems, level);
+    {
+      RunFileWriter writer(file(name + "-streamed.h5"));
+      stream_all(writer, {}, records, problems, level).finish(summary);
+    }
+    for (const std::string& path : {file(name + ".h5"), file(name + "-streamed.h5")}) {
+      const RunData run = read_run(path);
+      EXPECT_EQ(run.level, level);
+      ASSERT_EQ(run.engines.size(), 1u);
+      EXPECT_TRUE(run.engines[0].steps.empty());
+      EXPECT_EQ(fields(run.summary.engines[0]), fields(summary.engines[0]));
+      if (level == RecordLevel::Requests) {
+        expect_same_rows(records[0].requests, run.engines[0].requests);
+        expect_same_rows(problems, run.problems);
+      } else {
+        EXPECT_TRUE(run.engines[0].requests.empty());
+        EXPECT_TRUE(run.problems.empty());
+      }
+      const H5::H5File h5(path, H5F_ACC_RDONLY);
+      EXPECT_FALSE(h5.nameExists("/engines/llm/steps"));
+      EXPECT_EQ(text_attr(h5.openGroup("/"), "record_level"), name);
+    }
+  }
+  expect_error([&] { RunFileWriter(file("r.h5")).write_run("/", {{{"record_level", "x"}}, {}}, records, summary); },
+               "'record_level'", "reserved");
 }
 
 // ---- Damaged files -----------------------------------------------------------------------------
