@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA runtime as the rest of duet sees it: devices, memory, streams, events and CUDA graphs,
 // behind plain C++ types. This header and the other kernels/ headers include no CUDA header, so
-// that only kernels/ depends on the toolkit (DESIGN.md); errors are duet::Error naming the call.
+// that only kernels/ depends on the toolkit (docs/design.md); errors are duet::Error naming the call.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -6,10 +6,22 @@ The simulator and the Lua workloads need, per MATH difficulty level, how long a 
 is. PRM800K's human-labelled trajectories are the public source of real step-by-step solutions to
 MATH problems, so we fit those three quantities to them.
 
-  /usr/bin/python3 scripts/fit_step_model.py [--shared ../shared/data] [--out workloads/data/step_model.json]
+  /usr/bin/python3 scripts/fit_step_model.py [DATA_DIR] [--out workloads/data/step_model.json]
 
-Needs numpy and python3-sentencepiece (scripts/setup.sh installs both) and the team's shared data
-folder; like scripts/train_tokenizer.sh it runs on a developer machine, and its output is committed.
+Needs numpy and python3-sentencepiece (scripts/setup.sh installs both). The output is committed, so
+users never need to run this; it documents how the file was made and rebuilds it.
+
+Inputs:
+  * DATA_DIR/prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz (default DATA_DIR: ../shared/data
+    beside the repository). It is not shipped. Its public source: xhghhh/Enhancing-PRM800K @
+    29dc428dba6a807cebf30dec727acfdf8aadbf75, phase1_test.stepwise-critic.parquet (MIT), which is
+    Scott Logic's prm800k-denorm "stepwise critique" conversion (MIT) of PRM800K phase1_test.jsonl
+    (openai/prm800k, MIT). Convert the parquet file to JSON lines, one row per line with every field
+    unchanged, and gzip it. The committed fit read a file with sha256
+    72f1f461abf0c96f1f3cee00e4992b84b4c1d9887b4471fe4168f3319d811836 (the output records the
+    sha256 of what it read); a conversion of your own may differ in bytes and still give the same fit.
+  * workloads/data/math500.jsonl (MATH-500, shipped) for each problem's level.
+  * workloads/data/tokenizer/duet-math.model (shipped) to count tokens.
 
 Method (also written into the JSON and workloads/data/README.md):
   * Trajectories: the stepwise file has one row per candidate step; the row the labeller chose has
@@ -47,9 +59,11 @@ LEVELS = (1, 2, 3, 4, 5)
 ANSWER_FORMAT = "{text}\n\n# Answer\n\n{answer}"
 
 REPO = Path(__file__).resolve().parent.parent
-STEPWISE = "prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz"
-MATH500 = "prm800k/math_splits/test.jsonl"
+STEPWISE = "prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz"  # under the data folder
+MATH500 = "workloads/data/math500.jsonl"
 TOKENIZER = "workloads/data/tokenizer/duet-math.model"
+STEPWISE_SOURCE = ("xhghhh/Enhancing-PRM800K @ 29dc428dba6a807cebf30dec727acfdf8aadbf75: "
+                   "phase1_test.stepwise-critic.parquet, as JSON lines")
 
 
 def sha256(path):
@@ -122,15 +136,21 @@ def pool_for(level, solved_per_level):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shared", default=str(REPO.parent / "shared" / "data"))
-    ap.add_argument("--out", default=str(REPO / "workloads" / "data" / "step_model.json"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog=f"Reads DATA_DIR/{STEPWISE}, {MATH500} and {TOKENIZER}.")
+    default_data = REPO.parent / "shared" / "data"
+    ap.add_argument("data_dir", nargs="?", default=str(default_data), metavar="DATA_DIR",
+                    help=f"the folder that holds {STEPWISE} (default: {default_data})")
+    ap.add_argument("--shared", dest="data_dir_option", metavar="DATA_DIR", help=argparse.SUPPRESS)  # old name
+    ap.add_argument("--out", default=str(REPO / "workloads" / "data" / "step_model.json"),
+                    help="where to write the step model (default: %(default)s)")
     args = ap.parse_args()
-    shared = Path(args.shared)
-    stepwise_path, math500_path, tok_path = shared / STEPWISE, shared / MATH500, REPO / TOKENIZER
+    data = Path(args.data_dir_option or args.data_dir)
+    stepwise_path, math500_path, tok_path = data / STEPWISE, REPO / MATH500, REPO / TOKENIZER
     for p in (stepwise_path, math500_path, tok_path):
         if not p.is_file():
-            sys.exit(f"fit_step_model: {p} not found")
+            hint = " (pass the data folder: fit_step_model.py DATA_DIR; see --help)" if p == stepwise_path else ""
+            sys.exit(f"fit_step_model: {p} not found{hint}")
 
     sp = spm.SentencePieceProcessor(model_file=str(tok_path))
     ntok = lambda text: len(sp.encode(text))
@@ -198,7 +218,7 @@ def main():
 
     model = {
         "source": {
-            "stepwise": f"../shared/data/{STEPWISE}: PRM800K phase-1 test (Lightman et al. 2023, MIT, "
+            "stepwise": f"{STEPWISE} ({STEPWISE_SOURCE}): PRM800K phase-1 test (Lightman et al. 2023, MIT, "
                         "(c) 2023 OpenAI) in Scott Logic's stepwise-critique format (MIT)",
             "stepwise_sha256": sha256(stepwise_path),
             "levels_from": "workloads/data/math500.jsonl (MATH-500, problems from MATH, Hendrycks et al. "

@@ -165,6 +165,6 @@ EOF
 size_kib="$(du -sk "$bundle" | cut -f1)"
 echo "gpu-bundle: $bundle is $((size_kib / 1024)) MiB ($(ls "$bundle/lib" | wc -l) libraries)"
 if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
-  echo "gpu-bundle: $bundle exceeds $limit_mib MiB (the device tool's carry limit)" >&2
+  echo "gpu-bundle: $bundle exceeds $limit_mib MiB, the size it is meant to stay under (du -sh $bundle/* shows what grew)" >&2
   exit 1
 fi

@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
 # Trains duet's small sentencepiece model (workloads/data/tokenizer/duet-math.model + .vocab) from
 # public MIT text: the MATH-500 problems and reference solutions, and the PRM800K phase-1 test step
-# texts. It needs the team's shared data folder (../shared/data), so it runs on a developer machine,
-# not on a user's; the committed model is the output of this script.
-#   scripts/train_tokenizer.sh            train and verify
-# Environment: SHARED_DATA (default ../shared/data). Needs spm_train (Debian package sentencepiece)
-# and, for the check at the end, python3-sentencepiece (both in scripts/setup.sh).
+# texts. The committed model is the output of this script; users never need to run it.
+#   scripts/train_tokenizer.sh [DATA_DIR]     train into workloads/data/tokenizer and verify
+# Inputs:
+#   workloads/data/math500.jsonl (shipped; MATH-500 from openai/prm800k, MIT)
+#   DATA_DIR/prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz (not shipped; default DATA_DIR:
+#     ../shared/data beside the repository). Its public source is xhghhh/Enhancing-PRM800K @
+#     29dc428dba6a807cebf30dec727acfdf8aadbf75, phase1_test.stepwise-critic.parquet (MIT): Scott
+#     Logic's prm800k-denorm "stepwise critique" conversion (MIT) of PRM800K phase1_test.jsonl.
+#     Convert it to JSON lines with every field unchanged and gzip it (workloads/data/tokenizer/
+#     README.md gives the sha256 of the file the committed model was trained on).
+# Needs spm_train (Debian package sentencepiece) and, for the check at the end,
+# python3-sentencepiece (both in scripts/setup.sh).
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 repo="$PWD"
-shared="${SHARED_DATA:-$repo/../shared/data}"
-math500="$shared/prm800k/math_splits/test.jsonl"
-steps="$shared/prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz"
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$self"; }  # the comment block above
+case "${1:-}" in -h | --help) usage; exit 0 ;; esac
+[ "$#" -le 1 ] || { usage >&2; exit 2; }
+data="${1:-$repo/../shared/data}"
+math500="$repo/workloads/data/math500.jsonl"
+steps="$data/prm800k/stepwise/phase1_test.stepwise-critic.jsonl.gz"
 out="$repo/workloads/data/tokenizer"
 for f in "$math500" "$steps"; do
-  [ -f "$f" ] || { echo "train_tokenizer: $f not found (set SHARED_DATA)" >&2; exit 1; }
+  [ -f "$f" ] || { echo "train_tokenizer: $f not found (usage: scripts/train_tokenizer.sh [DATA_DIR])" >&2; exit 1; }
 done
 command -v spm_train >/dev/null || { echo "train_tokenizer: spm_train not found (apt-get install sentencepiece)" >&2; exit 1; }
 

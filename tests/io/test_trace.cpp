@@ -500,7 +500,8 @@ TEST(TraceShipped, PromptTokensFollowTheMooncakeHashIds) {
   }
 }
 
-// The copies in traces/ must stay byte-for-byte the files in the team's shared data folder.
+// The copies in traces/ must stay byte-for-byte the public files (their sources: traces/README.md),
+// checked against a data folder beside the repository when one is there.
 TEST(TraceShipped, CopiesMatchSharedData) {
   const fs::path shared = DUET_SHARED_DATA_DIR;
   if (!fs::exists(shared)) GTEST_SKIP() << "no shared data folder at " << shared;
