@@ -3,6 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
@@ -143,6 +149,164 @@ TEST(Engine, ReleaseOfALiveSequenceAbortsIt) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
   EXPECT_FALSE(r.engine.has_work());
   EXPECT_EQ(r.engine.find(1), nullptr);
+}
+
+
+// Steps until the engine has no work, or until a step schedules nothing (the engine could not go
+// on by itself). Returns the batches.
+std::vector<Batch> run_until_idle(Engine& engine, int max_steps = 1000) {
+  std::vector<Batch> batches;
+  while (engine.has_work() && int(batches.size()) < max_steps) {
+    StepOutcome o = engine.step(0);
+    if (o.batch.empty()) break;
+    batches.push_back(std::move(o.batch));
+  }
+  return batches;
+}
+
+// The item of a sequence in a list of batches: its first, or nullptr.
+const BatchItem* first_item(const std::vector<Batch>& batches, SeqId id) {
+  for (const Batch& b : batches)
+    for (const BatchItem& it : b.items)
+      if (it.seq->id == id) return &it;
+  return nullptr;
+}
+
+Sequence distinct_prompt(SeqId id, int n, int max_tokens, TokenId first) {
+  Sequence s = prompt(id, n, max_tokens);
+  for (int i = 0; i < n; ++i) s.tokens[std::size_t(i)] = first + i;
+  return s;
+}
+
+// A kept sequence's KV is a cache, not a reservation: a pool too small for it and the next
+// request hands its blocks back (full ones still hittable), and a fork from it afterwards
+// recomputes only what was evicted meanwhile.
+TEST(Engine, KeptKvGoesBackToAShortPoolAndAForkRecomputesWhatWasEvicted) {
+  auto scenario = [](int blocks) {
+    auto r = std::make_unique<EngineRig>(blocks, 4);
+    Sequence& parent = r->engine.add(prompt(1, 13, 3), 0);  // 16 tokens, 15 computed: 3 full blocks + 1
+    parent.keep_kv = true;
+    run_until_idle(r->engine);
+    EXPECT_EQ(parent.kv.blocks.size(), 4u);
+    // 20 tokens sharing nothing with the parent: 5 blocks at admission, 6 by its last token.
+    r->engine.add(distinct_prompt(2, 20, 3, 300), 0);
+    const auto other = run_until_idle(r->engine);
+    EXPECT_FALSE(r->engine.has_work()) << "stuck with " << blocks << " blocks: the kept KV held the pool";
+    const std::int64_t evictions_before_fork = r->engine.kv().counters().evictions;
+    Sequence child;
+    child.id = 3;
+    child.tokens = {50, 51};
+    child.sampling.max_tokens = 2;
+    Sequence& c = r->engine.fork(1, child, 0);
+    r->engine.release(1);
+    const auto batches = run_until_idle(r->engine);
+    EXPECT_FALSE(r->engine.has_work());
+    EXPECT_EQ(c.num_output_tokens(), 2);
+    return std::make_tuple(std::move(r), first_item(batches, 3) ? *first_item(batches, 3) : BatchItem{},
+                           std::vector<TokenId>(c.tokens), evictions_before_fork);
+  };
+
+  auto [large, large_first, large_tokens, large_evictions] = scenario(64);
+  EXPECT_EQ(large->engine.scheduler().num_idle_releases(), 0) << "a large pool keeps the kept KV";
+  EXPECT_EQ(large_first.context_len, 15) << "the fork shares all 15 computed tokens";
+  EXPECT_EQ(large_first.num_new_tokens, 3);
+
+  auto [small, small_first, small_tokens, small_evictions] = scenario(8);
+  const auto& kv = dynamic_cast<const KvCacheManager&>(small->engine.kv());
+  EXPECT_EQ(small->engine.scheduler().num_idle_releases(), 1);
+  EXPECT_EQ(small->engine.scheduler().num_kept(), 0u);
+  EXPECT_EQ(small->engine.scheduler().num_preemptions(), 0);
+  // The other request took the parent's partial block and the 4 unused ones, then evicted one
+  // full block as it grew: the last of the parent's (the pool frees tail first, so a prefix
+  // outlives its continuation). The fork hits the other two and recomputes the rest.
+  EXPECT_EQ(large_evictions, 0);
+  EXPECT_EQ(small_evictions, 1);
+  EXPECT_EQ(small_first.context_len, 8);
+  EXPECT_EQ(small_first.num_new_tokens, 10);
+  EXPECT_EQ(small_tokens, large_tokens);
+  EXPECT_EQ(kv.usage().used_blocks, 0);
+  kv.pool().check_consistency();
+}
+
+// A beam-search-like tree on a pool that holds little more than one sequence: each finished
+// sequence is kept and forked twice, and released only when both children have finished. Kept
+// sequences and the forks waiting with their parents' blocks give their KV back when the pool is
+// short, so every sequence finishes, with the same tokens as on a large pool and more recomputed.
+TEST(Engine, ATreeOfKeptSequencesAndForksFinishesOnASmallPool) {
+  struct Outcome {
+    std::map<std::string, std::vector<TokenId>> tokens;  // by path in the tree (ids depend on finish order)
+    std::int64_t prefill = 0;
+    std::int64_t releases = 0;
+    bool stuck = false;
+  };
+  auto tree = [](int blocks) {
+    Outcome out;
+    ScriptedExecutor exec;
+    Engine engine("llm", {.max_num_seqs = 16, .max_num_batched_tokens = 64},
+                  std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 4, true}), exec);
+    constexpr int kDepth = 4;
+    std::map<SeqId, int> depth, open_children;
+    std::map<SeqId, SeqId> parent_of;
+    std::map<SeqId, std::string> path;
+    SeqId next = 1;
+    for (int p = 0; p < 3; ++p) {
+      const SeqId id = next++;
+      engine.add(distinct_prompt(id, 10, 3, TokenId(1000 * (p + 1))), 0).keep_kv = true;
+      depth[id] = 0;
+      path[id] = std::to_string(p);
+    }
+    // A sequence goes when its subtree has finished: a leaf at once, a parent with its last child.
+    std::function<void(SeqId)> subtree_done = [&](SeqId c) {
+      engine.release(c);
+      auto it = parent_of.find(c);
+      if (it != parent_of.end() && --open_children[it->second] == 0) subtree_done(it->second);
+    };
+    int steps = 0;
+    while (engine.has_work() && ++steps < 10000) {
+      StepOutcome o = engine.step(0);
+      if (o.batch.empty()) {
+        out.stuck = true;
+        break;
+      }
+      for (const BatchItem& it : o.batch.items)
+        if (!it.is_decode) out.prefill += it.num_new_tokens;
+      for (Sequence* s : o.finished) {
+        const SeqId id = s->id;
+        out.tokens[path[id]] = s->tokens;
+        if (depth[id] < kDepth) {
+          for (int k = 0; k < 2; ++k) {
+            Sequence child;
+            child.id = next++;
+            child.tokens = {TokenId(50 + k), TokenId(60 + depth[id])};
+            child.sampling.max_tokens = 3;
+            child.keep_kv = true;
+            engine.fork(id, child, 0);
+            depth[child.id] = depth[id] + 1;
+            parent_of[child.id] = id;
+            path[child.id] = path[id] + "." + std::to_string(k);
+            ++open_children[id];
+          }
+        } else {
+          subtree_done(id);
+        }
+      }
+    }
+    out.releases = engine.scheduler().num_idle_releases();
+    const auto& kv = dynamic_cast<const KvCacheManager&>(engine.kv());
+    kv.pool().check_consistency();
+    return out;
+  };
+  const Outcome large = tree(256);
+  const Outcome small = tree(10);  // the longest sequence: 10 + 4 * (2 + 3) + 3 = 33 tokens, 9 blocks
+  EXPECT_FALSE(large.stuck);
+  EXPECT_EQ(large.releases, 0);
+  EXPECT_FALSE(small.stuck) << "a small pool deadlocked on kept KV";
+  EXPECT_GT(small.releases, 0);
+  EXPECT_EQ(small.tokens.size(), std::size_t(3 * (1 + 2 + 4 + 8 + 16)));
+  EXPECT_TRUE(small.tokens == large.tokens) << "the tokens differ from the large pool's";
+  EXPECT_GT(small.prefill, large.prefill) << "what was evicted is recomputed";
+  std::cout << "[ stats    ] prefilled tokens: " << small.prefill << " on 10 blocks (" << small.releases
+            << " idle releases), " << large.prefill << " on 256\n";
 }
 
 }  // namespace
