@@ -45,6 +45,7 @@ void Scheduler::add(Sequence& seq) {
   if (!std::isfinite(seq.sort_key))
     throw Error("sequence " + std::to_string(seq.id) + ": the order policy's key is not a finite number");
   waiting_.insert(&seq);
+  waiting_with_kv_ += holds_kv(seq.kv);  // a fork, holding its parent's blocks
 }
 
 SchedulerView Scheduler::view() const { return {running_.size(), waiting_.size(), kv_.usage()}; }
@@ -116,8 +117,10 @@ Scheduler::Admission Scheduler::admit(Sequence& seq, Batch& batch, int& budget) 
   const int remaining = seq.num_tokens() - computed;
   if (!config_.enable_chunked_prefill && remaining > budget) return Admission::NoBudget;
   const int n = std::min(remaining, budget);
+  const bool held = holds_kv(seq.kv);
   if (!kv_.allocate_slots(seq, n, hit)) return Admission::NoMemory;
   waiting_.erase(waiting_.begin());
+  waiting_with_kv_ -= held;
   seq.num_computed_tokens = computed;
   if (seq.num_preemptions == 0 && fresh) seq.num_cached_prompt_tokens = hit;
   seq.status = SeqStatus::Running;
@@ -136,9 +139,11 @@ bool Scheduler::release_idle_kv() {
   if (!kept_.empty()) {
     seq = &kept_.front();
     kept_.pop_front();
-  } else {
+  } else if (waiting_with_kv_ > 0) {
     for (auto it = waiting_.rbegin(); it != waiting_.rend() && !seq; ++it)
       if (holds_kv((*it)->kv)) seq = *it;
+    if (!seq) throw std::logic_error("release_idle_kv: the count of waiting sequences holding KV is off");
+    --waiting_with_kv_;
   }
   if (!seq) return false;
   kv_.free(*seq);
@@ -177,8 +182,12 @@ void Scheduler::preempt(Sequence& victim, Batch& batch) {
 }
 
 void Scheduler::finish(Sequence& seq, bool keep_kv) {
-  if (seq.status == SeqStatus::Running) running_.erase(running_.iterator_to(seq));
-  else if (seq.status == SeqStatus::Waiting) waiting_.erase(&seq);
+  if (seq.status == SeqStatus::Running) {
+    running_.erase(running_.iterator_to(seq));
+  } else if (seq.status == SeqStatus::Waiting) {
+    waiting_.erase(&seq);
+    waiting_with_kv_ -= holds_kv(seq.kv);
+  }
   seq.status = SeqStatus::Finished;
   if (!keep_kv) kv_.free(seq);
   else if (holds_kv(seq.kv)) kept_.push_back(seq);

@@ -101,6 +101,7 @@ class Scheduler {
   // Finished sequences that hold the KV they kept, in finish order (the oldest goes back to the
   // pool first). A sequence is in at most one of running_ and kept_, so they share its hook.
   RunningList kept_;
+  std::size_t waiting_with_kv_ = 0;  // waiting sequences holding blocks (forks); none: no scan
   std::uint64_t next_arrival_ = 0;
   std::int64_t num_preemptions_ = 0;
   std::int64_t num_idle_releases_ = 0;
