@@ -2,16 +2,20 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <tuple>
 
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/naive_allocator.hpp"
 
 namespace duet {
 namespace {
@@ -307,6 +311,194 @@ TEST(Engine, ATreeOfKeptSequencesAndForksFinishesOnASmallPool) {
   EXPECT_GT(small.prefill, large.prefill) << "what was evicted is recomputed";
   std::cout << "[ stats    ] prefilled tokens: " << small.prefill << " on 10 blocks (" << small.releases
             << " idle releases), " << large.prefill << " on 256\n";
+}
+
+// --- Property: random search trees of kept sequences and forks -------------------------------
+
+// One node of a random search tree, drawn from (seed, path) alone, so that every pool grows the
+// same tree whatever order its sequences finish in.
+struct NodePlan {
+  int children = 0;
+  int append = 0;       // tokens a child appends to its parent's (a root: its prompt length)
+  int max_tokens = 1;
+  bool release_early = false;  // right after forking its children, not when they have finished
+  int priority = kDefaultPriority;
+};
+
+NodePlan plan_node(std::uint64_t seed, const std::string& path, int depth, int max_depth) {
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL ^ std::hash<std::string>{}(path));
+  auto between = [&](int lo, int hi) { return lo + int(rng() % std::uint64_t(hi - lo + 1)); };
+  NodePlan n;
+  n.children = depth < max_depth ? between(0, 3) : 0;
+  n.append = depth == 0 ? between(1, 24) : between(1, 4);
+  n.max_tokens = between(1, 4);
+  n.release_early = between(0, 3) == 0;
+  n.priority = between(0, kNumPriorities - 1);
+  return n;
+}
+
+struct TreeCase {
+  std::uint64_t seed = 0;
+  bool naive = false;
+  bool caching = true;
+  int block_size = 4;
+  int max_num_seqs = 8;
+  int max_num_batched_tokens = 32;
+  int roots = 3;
+  int max_depth = 3;
+};
+
+struct TreeRun {
+  std::map<std::string, std::vector<TokenId>> tokens;  // by path
+  std::int64_t computed = 0;                            // tokens computed, prefill and decode
+  std::int64_t releases = 0;
+  std::string error;
+};
+
+// Tokens of the longest sequence of the tree under `path` whose parent has `len` tokens.
+int longest(const TreeCase& c, const std::string& path, int depth, int len) {
+  const NodePlan n = plan_node(c.seed, path, depth, c.max_depth);
+  int best = len + n.append + n.max_tokens;
+  for (int k = 0; k < n.children; ++k) best = std::max(best, longest(c, path + "." + std::to_string(k), depth + 1, best));
+  return best;
+}
+
+// `check`: every step, each block's reference count against the tables that name it (O(blocks)).
+TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) {
+  TreeRun out;
+  ScriptedExecutor exec;
+  std::unique_ptr<KvAllocator> kv;
+  const KvCacheManager* paged = nullptr;
+  if (c.naive) {
+    kv = std::make_unique<NaiveAllocator>(blocks, c.block_size, max_model_len);
+  } else {
+    auto p = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, c.block_size, c.caching});
+    paged = p.get();
+    kv = std::move(p);
+  }
+  Engine engine("tree", {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
+                         .max_model_len = max_model_len},
+                std::move(kv), exec);
+  std::map<SeqId, std::string> path;
+  std::map<SeqId, int> depth, open_children;
+  std::map<SeqId, SeqId> parent_of;
+  std::set<SeqId> alive;  // not released yet
+  SeqId next = 1;
+  std::mt19937_64 prompts(c.seed);
+  for (int r = 0; r < c.roots; ++r) {
+    const std::string p = std::to_string(r);
+    const NodePlan n = plan_node(c.seed, p, 0, c.max_depth);
+    Sequence s;
+    s.id = next++;
+    for (int i = 0; i < n.append; ++i) s.tokens.push_back(TokenId(prompts() % 4));  // 4 ids: shared blocks
+    s.num_prompt_tokens = n.append;
+    s.sampling.max_tokens = n.max_tokens;
+    s.keep_kv = n.children > 0;
+    engine.add(std::move(s), 0);
+    path[next - 1] = p;
+    depth[next - 1] = 0;
+    alive.insert(next - 1);
+  }
+  auto release = [&](SeqId id) {
+    engine.release(id);  // a second release of an early-released parent is a no-op
+    alive.erase(id);
+  };
+  std::function<void(SeqId)> subtree_done = [&](SeqId id) {
+    release(id);
+    auto it = parent_of.find(id);
+    if (it != parent_of.end() && --open_children[it->second] == 0) subtree_done(it->second);
+  };
+  for (int steps = 0; engine.has_work(); ++steps) {
+    if (steps > 100000) return out.error = "no progress", out;
+    const StepOutcome o = engine.step(0);
+    if (o.batch.empty()) return out.error = "stuck after " + std::to_string(steps) + " steps", out;
+    for (const BatchItem& it : o.batch.items) out.computed += it.num_new_tokens;
+    for (Sequence* s : o.finished) {
+      const SeqId id = s->id;
+      out.tokens[path[id]] = s->tokens;
+      const NodePlan n = plan_node(c.seed, path[id], depth[id], c.max_depth);
+      if (n.children == 0) {
+        subtree_done(id);
+        continue;
+      }
+      engine.set_priority(id, n.priority);
+      for (int k = 0; k < n.children; ++k) {
+        const std::string p = path[id] + "." + std::to_string(k);
+        const NodePlan cn = plan_node(c.seed, p, depth[id] + 1, c.max_depth);
+        Sequence child;
+        child.id = next++;
+        for (int i = 0; i < cn.append; ++i) child.tokens.push_back(TokenId(k + i % 2));
+        child.sampling.max_tokens = cn.max_tokens;
+        child.keep_kv = cn.children > 0;
+        engine.fork(id, std::move(child), 0);
+        path[next - 1] = p;
+        depth[next - 1] = depth[id] + 1;
+        parent_of[next - 1] = id;
+        alive.insert(next - 1);
+      }
+      open_children[id] = n.children;
+      if (n.release_early) release(id);
+    }
+    // Every block is held exactly by the live sequences whose tables name it.
+    if (paged && check) {
+      std::map<BlockId, int> holders;
+      for (SeqId id : alive)
+        if (const Sequence* s = engine.find(id))
+          for (BlockId b : s->kv.blocks) ++holders[b];
+      for (BlockId b = 0; b < paged->pool().num_blocks(); ++b)
+        if (paged->pool().block(b).ref_count != (holders.count(b) ? holders[b] : 0))
+          return out.error = "block " + std::to_string(b) + " ref_count is off after step " + std::to_string(steps), out;
+      try {
+        paged->pool().check_consistency();
+      } catch (const std::exception& e) {
+        return out.error = e.what(), out;
+      }
+    }
+  }
+  if (!alive.empty()) out.error = std::to_string(alive.size()) + " sequences never released";
+  if (engine.kv().usage().used_blocks != 0) out.error = "blocks still held at the end";
+  out.releases = engine.scheduler().num_idle_releases();
+  return out;
+}
+
+// Random trees on pools from one longest sequence to three, against a pool that never runs short:
+// every run finishes (kept and waiting-fork KV goes back instead of deadlocking), every block's
+// reference count matches the tables, the tokens are the large pool's, and nothing is computed
+// less often than there.
+TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLongest) {
+  std::int64_t releases = 0, runs_with_recompute = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto between = [&](int lo, int hi) { return lo + int(rng() % std::uint64_t(hi - lo + 1)); };
+    TreeCase c;
+    c.seed = seed;
+    c.naive = between(0, 9) == 0;
+    c.caching = !c.naive && between(0, 3) > 0;
+    c.block_size = std::array{1, 4, 16}[std::size_t(between(0, 2))];
+    c.max_num_seqs = between(1, 16);
+    c.max_num_batched_tokens = between(4, 64);
+    c.roots = between(1, 4);
+    int len = 0;
+    for (int r = 0; r < c.roots; ++r) len = std::max(len, longest(c, std::to_string(r), 0, 0));
+    const int per_seq = (len + c.block_size - 1) / c.block_size;
+    const int blocks = c.naive ? per_seq * between(1, 3) : between(per_seq, 3 * per_seq);
+    const std::string what = "seed " + std::to_string(seed) + (c.naive ? " naive" : " paged") + ", caching " +
+                             std::to_string(c.caching) + ", block_size " + std::to_string(c.block_size) + ", " +
+                             std::to_string(blocks) + " blocks (longest " + std::to_string(len) + " tokens)";
+    const TreeRun small = grow_tree(c, len, blocks, true);
+    ASSERT_EQ(small.error, "") << what;
+    const TreeRun large = grow_tree(c, len, per_seq * 200, false);
+    ASSERT_EQ(large.error, "") << what;
+    ASSERT_EQ(large.releases, 0) << what;
+    ASSERT_TRUE(small.tokens == large.tokens) << what;
+    ASSERT_GE(small.computed, large.computed) << what;
+    releases += small.releases;
+    runs_with_recompute += small.computed > large.computed;
+  }
+  EXPECT_GT(releases, 0) << "no pool ever ran short";
+  EXPECT_GT(runs_with_recompute, 0);
+  std::cout << "[ stats    ] 300 trees: " << releases << " idle releases, " << runs_with_recompute
+            << " runs recomputed more than on a large pool\n";
 }
 
 }  // namespace
