@@ -29,7 +29,7 @@ duet.await = function(...)
   return results
 end
 
-local function run(blocks)
+local function run(blocks, backend)
   local logs = {}
   local workload = beam_search.workload{problems = problems, n = 4, beam_width = 2, num_iterations = 5, max_tokens = 512,
                                         prm_mode = "incremental"}
@@ -47,7 +47,7 @@ local function run(blocks)
                   max_num_batched_tokens = 256, max_model_len = 2048}
   local llm, prm = {name = "llm"}, {name = "prm"}
   for k, v in pairs(engine) do llm[k], prm[k] = v, v end
-  local result = duet.run{backend = "sim", gpu = "h100", out = false, progress = false, concurrency = 4,
+  local result = duet.run{backend = backend or "sim", gpu = "h100", out = false, progress = false, concurrency = 4,
                           engines = {llm, prm}, workload = workload}
   return result, logs
 end
@@ -78,4 +78,22 @@ for _, name in ipairs{"llm", "prm"} do
 end
 assert(small.engines.llm.prefill_tokens > large.engines.llm.prefill_tokens,
        "the small pool recomputes what it evicted from kept beams")
+-- The CPU engine runs the same scheduler on the same token streams: step for step the same batches
+-- on the small pool (no simulator-only path), and the same results.
+local cpu, cpu_logs = run(40, "cpu")
+for _, name in ipairs{"llm", "prm"} do
+  local a, b = small.timeline(name), cpu.timeline(name)
+  assert(#a.start_s == #b.start_s, string.format("%s: %d steps simulated, %d executed", name, #a.start_s, #b.start_s))
+  for i = 1, #a.start_s do
+    for _, col in ipairs{"prefill_tokens", "decode_tokens", "num_seqs", "kv_blocks_used", "prefix_hit_tokens", "evictions",
+                         "preemptions", "cow_copies"} do
+      assert(a[col][i] == b[col][i], string.format("%s step %d: %s %d simulated, %d executed", name, i, col, a[col][i],
+                                                   b[col][i]))
+    end
+  end
+  print(string.format("%s: %d identical steps on the CPU engine", name, #a.start_s))
+end
+for i, log in pairs(small_logs) do
+  for k = 1, #log do assert(log[k] == cpu_logs[i][k], string.format("problem %d result %d differs on the CPU engine", i, k)) end
+end
 print("kept kv ok")
