@@ -50,9 +50,7 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
 void Engine::release(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  Sequence& seq = *it->second;
-  if (seq.finished()) kv_->free(seq);  // a no-op unless it kept its KV
-  else scheduler_.abort(seq);
+  scheduler_.release(*it->second);
   seqs_.erase(it);
 }
 

@@ -33,7 +33,9 @@ class Engine {
   Sequence& add(Sequence seq, double now);
   // A new sequence that continues src: src's tokens followed by child.tokens, sharing src's KV
   // blocks (copy-on-write). The child's id, kind, sampling and score positions (absolute) come
-  // from `child`. src must hold its KV: running, or finished with keep_kv.
+  // from `child`. src must hold its KV: running, or finished with keep_kv. When the pool was short
+  // and took a kept sequence's KV back, the child is admitted as a new sequence and recomputes
+  // what the prefix cache no longer holds.
   Sequence& fork(SeqId src, Sequence child, double now);
   // Drops a finished sequence (freeing KV it kept) or aborts a live one.
   void release(SeqId id);

@@ -182,7 +182,7 @@ void Runtime::check_stuck() const {
                   " running sequences that cannot be scheduled: its KV pool (" +
                   std::to_string(e.kv().usage().total_blocks) + " blocks of " + std::to_string(e.kv().block_size()) +
                   " tokens, " + std::to_string(e.kv().usage().used_blocks) +
-                  " in use) is too small for them, or kept sequences hold it");
+                  " in use) is too small for them");
   }
 }
 

@@ -9,6 +9,12 @@
 
 namespace duet {
 
+namespace {
+
+bool holds_kv(const KvState& kv) { return !kv.blocks.empty() || kv.naive_region >= 0; }
+
+}  // namespace
+
 Scheduler::Scheduler(const SchedulerConfig& config, KvAllocator& kv, SchedulerPolicy policy)
     : config_(config), kv_(kv), policy_(std::move(policy)) {
   if (config.max_num_seqs <= 0) throw Error("max_num_seqs must be positive, got " + std::to_string(config.max_num_seqs));
@@ -39,6 +45,7 @@ void Scheduler::add(Sequence& seq) {
   if (!std::isfinite(seq.sort_key))
     throw Error("sequence " + std::to_string(seq.id) + ": the order policy's key is not a finite number");
   waiting_.insert(&seq);
+  waiting_with_kv_ += holds_kv(seq.kv);  // a fork, holding its parent's blocks
 }
 
 SchedulerView Scheduler::view() const { return {running_.size(), waiting_.size(), kv_.usage()}; }
@@ -75,6 +82,7 @@ void Scheduler::schedule_running(Batch& batch, int& budget, bool& preempted) {
     const int n = std::min(remaining, budget);
     bool self_preempted = false;
     while (!kv_.allocate_slots(seq, n)) {
+      if (release_idle_kv()) continue;  // cached KV goes back before running work is lost
       Sequence& victim = choose_victim(it);
       self_preempted = &victim == &seq;
       if (self_preempted) ++it;  // step past it before it leaves the list
@@ -93,21 +101,55 @@ void Scheduler::schedule_waiting(Batch& batch, int& budget) {
   while (!waiting_.empty() && budget > 0 && running_.size() < std::size_t(config_.max_num_seqs)) {
     Sequence& seq = **waiting_.begin();
     if (policy_.admit && !policy_.admit(seq, view())) break;
-    const bool fresh = seq.kv.blocks.empty();  // a fork arrives holding its parent's blocks
-    const int hit = fresh ? kv_.lookup_prefix(seq) : 0;
-    const int computed = fresh ? hit : seq.num_computed_tokens;
-    const int remaining = seq.num_tokens() - computed;
-    if (!config_.enable_chunked_prefill && remaining > budget) break;
-    const int n = std::min(remaining, budget);
-    if (!kv_.allocate_slots(seq, n, hit)) break;
-    waiting_.erase(waiting_.begin());
-    seq.num_computed_tokens = computed;
-    if (seq.num_preemptions == 0 && fresh) seq.num_cached_prompt_tokens = hit;
-    seq.status = SeqStatus::Running;
-    running_.push_back(seq);
-    add_item(batch, seq, n);
-    budget -= n;
+    Admission a = admit(seq, batch, budget);
+    // With nothing running, no memory would come back by itself: the engine would stall (or, if
+    // nothing else will release what idle sequences hold, be stuck). Their KV goes back instead.
+    while (a == Admission::NoMemory && running_.empty() && release_idle_kv()) a = admit(seq, batch, budget);
+    if (a != Admission::Admitted) break;
   }
+}
+
+// Admits the head of the waiting queue (seq) with as many of its tokens as the budget allows.
+Scheduler::Admission Scheduler::admit(Sequence& seq, Batch& batch, int& budget) {
+  const bool fresh = seq.kv.blocks.empty();  // a fork arrives holding its parent's blocks
+  const int hit = fresh ? kv_.lookup_prefix(seq) : 0;
+  const int computed = fresh ? hit : seq.num_computed_tokens;
+  const int remaining = seq.num_tokens() - computed;
+  if (!config_.enable_chunked_prefill && remaining > budget) return Admission::NoBudget;
+  const int n = std::min(remaining, budget);
+  const bool held = holds_kv(seq.kv);
+  if (!kv_.allocate_slots(seq, n, hit)) return Admission::NoMemory;
+  waiting_.erase(waiting_.begin());
+  waiting_with_kv_ -= held;
+  seq.num_computed_tokens = computed;
+  if (seq.num_preemptions == 0 && fresh) seq.num_cached_prompt_tokens = hit;
+  seq.status = SeqStatus::Running;
+  running_.push_back(seq);
+  add_item(batch, seq, n);
+  budget -= n;
+  return Admission::Admitted;
+}
+
+// Gives one idle sequence's KV back to the pool: the oldest kept sequence, else the waiting
+// sequence last in the order that holds blocks (a fork). Its full blocks stay hittable, at the
+// retention priority they had, until the pool reuses them; the sequence recomputes (or a fork
+// from it looks up) its tokens through the prefix cache, as a preempted one does. False: none.
+bool Scheduler::release_idle_kv() {
+  Sequence* seq = nullptr;
+  if (!kept_.empty()) {
+    seq = &kept_.front();
+    kept_.pop_front();
+  } else if (waiting_with_kv_ > 0) {
+    for (auto it = waiting_.rbegin(); it != waiting_.rend() && !seq; ++it)
+      if (holds_kv((*it)->kv)) seq = *it;
+    if (!seq) throw std::logic_error("release_idle_kv: the count of waiting sequences holding KV is off");
+    --waiting_with_kv_;
+  }
+  if (!seq) return false;
+  kv_.free(*seq);
+  seq->num_computed_tokens = 0;
+  ++num_idle_releases_;
+  return true;
 }
 
 void Scheduler::add_item(Batch& batch, Sequence& seq, int n) {
@@ -140,16 +182,28 @@ void Scheduler::preempt(Sequence& victim, Batch& batch) {
 }
 
 void Scheduler::finish(Sequence& seq, bool keep_kv) {
-  if (seq.status == SeqStatus::Running) running_.erase(running_.iterator_to(seq));
-  else if (seq.status == SeqStatus::Waiting) waiting_.erase(&seq);
+  if (seq.status == SeqStatus::Running) {
+    running_.erase(running_.iterator_to(seq));
+  } else if (seq.status == SeqStatus::Waiting) {
+    waiting_.erase(&seq);
+    waiting_with_kv_ -= holds_kv(seq.kv);
+  }
   seq.status = SeqStatus::Finished;
   if (!keep_kv) kv_.free(seq);
+  else if (holds_kv(seq.kv)) kept_.push_back(seq);
 }
 
 void Scheduler::abort(Sequence& seq) {
   if (seq.status == SeqStatus::Finished) return;
   seq.finish_reason = FinishReason::Aborted;
   finish(seq);
+}
+
+void Scheduler::release(Sequence& seq) {
+  if (!seq.finished()) return abort(seq);
+  // A finished sequence holds KV only while it is on the kept list.
+  if (holds_kv(seq.kv)) kept_.erase(kept_.iterator_to(seq));
+  kv_.free(seq);
 }
 
 }  // namespace duet

@@ -3,6 +3,12 @@
 // budget shared by decodes and (chunked) prefills, running sequences before waiting ones, no
 // admissions in a step that preempted, and preemption by recompute (a victim's blocks go back to
 // the pool but stay hittable, so it usually resumes from the prefix cache).
+//
+// KV that no running sequence needs (a finished sequence kept to fork from, a fork waiting for
+// admission with its parent's blocks) is a cache, not a reservation: when the pool is short, it
+// goes back to the pool before any running sequence is preempted, and before the engine would
+// stall with nothing running. Its full blocks stay hittable at their retention priority, so a
+// later fork or admission recomputes only what was evicted meanwhile.
 #include <boost/intrusive/list.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -48,14 +54,20 @@ class Scheduler {
   // Queues a sequence. Throws duet::Error if it can never fit in max_model_len.
   void add(Sequence& seq);
   Batch schedule();
-  // Releases a finished sequence's KV (unless keep_kv) and drops it from the running set.
+  // Releases a finished sequence's KV (unless keep_kv: then it is kept until release(), or until
+  // the pool runs short) and drops it from the running set.
   void finish(Sequence& seq, bool keep_kv = false);
   void abort(Sequence& seq);
+  // Forgets a sequence: a finished one gives back the KV it kept, a live one is aborted.
+  void release(Sequence& seq);
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   std::size_t num_waiting() const { return waiting_.size(); }
   std::size_t num_running() const { return running_.size(); }
   std::int64_t num_preemptions() const { return num_preemptions_; }
+  // Sequences not running whose KV went back to the pool because it was short.
+  std::int64_t num_idle_releases() const { return num_idle_releases_; }
+  std::size_t num_kept() const { return kept_.size(); }
   SchedulerView view() const;
   const SchedulerConfig& config() const { return config_; }
   KvAllocator& kv() { return kv_; }
@@ -74,6 +86,9 @@ class Scheduler {
 
   void schedule_running(Batch& batch, int& budget, bool& preempted);
   void schedule_waiting(Batch& batch, int& budget);
+  enum class Admission { Admitted, NoBudget, NoMemory };
+  Admission admit(Sequence& seq, Batch& batch, int& budget);
+  bool release_idle_kv();
   void add_item(Batch& batch, Sequence& seq, int num_new_tokens);
   Sequence& choose_victim(RunningList::iterator from);
   void preempt(Sequence& victim, Batch& batch);
@@ -83,8 +98,13 @@ class Scheduler {
   SchedulerPolicy policy_;
   std::set<Sequence*, WaitingOrder> waiting_;
   RunningList running_;  // admission order
+  // Finished sequences that hold the KV they kept, in finish order (the oldest goes back to the
+  // pool first). A sequence is in at most one of running_ and kept_, so they share its hook.
+  RunningList kept_;
+  std::size_t waiting_with_kv_ = 0;  // waiting sequences holding blocks (forks); none: no scan
   std::uint64_t next_arrival_ = 0;
   std::int64_t num_preemptions_ = 0;
+  std::int64_t num_idle_releases_ = 0;
 };
 
 }  // namespace duet

@@ -63,7 +63,8 @@ struct Sequence {
   int num_computed_tokens = 0;      // tokens whose KV is in the cache
   SamplingParams sampling;
   OutputScript script;
-  bool keep_kv = false;             // a finished sequence keeps its blocks until released (to fork)
+  bool keep_kv = false;             // a finished sequence keeps its blocks until released (to fork),
+                                    // or until the pool runs short (they stay cached, see Scheduler)
   std::vector<int> score_positions; // Score: token positions whose next-token distribution is scored
   std::vector<float> scores;        // Score: one per score position, as they are computed
 

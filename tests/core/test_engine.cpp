@@ -2,10 +2,20 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/naive_allocator.hpp"
 
 namespace duet {
 namespace {
@@ -143,6 +153,352 @@ TEST(Engine, ReleaseOfALiveSequenceAbortsIt) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
   EXPECT_FALSE(r.engine.has_work());
   EXPECT_EQ(r.engine.find(1), nullptr);
+}
+
+
+// Steps until the engine has no work, or until a step schedules nothing (the engine could not go
+// on by itself). Returns the batches.
+std::vector<Batch> run_until_idle(Engine& engine, int max_steps = 1000) {
+  std::vector<Batch> batches;
+  while (engine.has_work() && int(batches.size()) < max_steps) {
+    StepOutcome o = engine.step(0);
+    if (o.batch.empty()) break;
+    batches.push_back(std::move(o.batch));
+  }
+  return batches;
+}
+
+// The item of a sequence in a list of batches: its first, or nullptr.
+const BatchItem* first_item(const std::vector<Batch>& batches, SeqId id) {
+  for (const Batch& b : batches)
+    for (const BatchItem& it : b.items)
+      if (it.seq->id == id) return &it;
+  return nullptr;
+}
+
+Sequence distinct_prompt(SeqId id, int n, int max_tokens, TokenId first) {
+  Sequence s = prompt(id, n, max_tokens);
+  for (int i = 0; i < n; ++i) s.tokens[std::size_t(i)] = first + i;
+  return s;
+}
+
+// A kept sequence's KV is a cache, not a reservation: a pool too small for it and the next
+// request hands its blocks back (full ones still hittable), and a fork from it afterwards
+// recomputes only what was evicted meanwhile.
+TEST(Engine, KeptKvGoesBackToAShortPoolAndAForkRecomputesWhatWasEvicted) {
+  auto scenario = [](int blocks) {
+    auto r = std::make_unique<EngineRig>(blocks, 4);
+    Sequence& parent = r->engine.add(prompt(1, 13, 3), 0);  // 16 tokens, 15 computed: 3 full blocks + 1
+    parent.keep_kv = true;
+    run_until_idle(r->engine);
+    EXPECT_EQ(parent.kv.blocks.size(), 4u);
+    // 20 tokens sharing nothing with the parent: 5 blocks at admission, 6 by its last token.
+    r->engine.add(distinct_prompt(2, 20, 3, 300), 0);
+    const auto other = run_until_idle(r->engine);
+    EXPECT_FALSE(r->engine.has_work()) << "stuck with " << blocks << " blocks: the kept KV held the pool";
+    const std::int64_t evictions_before_fork = r->engine.kv().counters().evictions;
+    Sequence child;
+    child.id = 3;
+    child.tokens = {50, 51};
+    child.sampling.max_tokens = 2;
+    Sequence& c = r->engine.fork(1, child, 0);
+    r->engine.release(1);
+    const auto batches = run_until_idle(r->engine);
+    EXPECT_FALSE(r->engine.has_work());
+    EXPECT_EQ(c.num_output_tokens(), 2);
+    return std::make_tuple(std::move(r), first_item(batches, 3) ? *first_item(batches, 3) : BatchItem{},
+                           std::vector<TokenId>(c.tokens), evictions_before_fork);
+  };
+
+  auto [large, large_first, large_tokens, large_evictions] = scenario(64);
+  EXPECT_EQ(large->engine.scheduler().num_idle_releases(), 0) << "a large pool keeps the kept KV";
+  EXPECT_EQ(large_first.context_len, 15) << "the fork shares all 15 computed tokens";
+  EXPECT_EQ(large_first.num_new_tokens, 3);
+
+  auto [small, small_first, small_tokens, small_evictions] = scenario(8);
+  const auto& kv = dynamic_cast<const KvCacheManager&>(small->engine.kv());
+  EXPECT_EQ(small->engine.scheduler().num_idle_releases(), 1);
+  EXPECT_EQ(small->engine.scheduler().num_kept(), 0u);
+  EXPECT_EQ(small->engine.scheduler().num_preemptions(), 0);
+  // The other request took the parent's partial block and the 4 unused ones, then evicted one
+  // full block as it grew: the last of the parent's (the pool frees tail first, so a prefix
+  // outlives its continuation). The fork hits the other two and recomputes the rest.
+  EXPECT_EQ(large_evictions, 0);
+  EXPECT_EQ(small_evictions, 1);
+  EXPECT_EQ(small_first.context_len, 8);
+  EXPECT_EQ(small_first.num_new_tokens, 10);
+  EXPECT_EQ(small_tokens, large_tokens);
+  EXPECT_EQ(kv.usage().used_blocks, 0);
+  kv.pool().check_consistency();
+}
+
+// A beam-search-like tree on a pool that holds little more than one sequence: each finished
+// sequence is kept and forked twice, and released only when both children have finished. Kept
+// sequences and the forks waiting with their parents' blocks give their KV back when the pool is
+// short, so every sequence finishes, with the same tokens as on a large pool and more recomputed.
+TEST(Engine, ATreeOfKeptSequencesAndForksFinishesOnASmallPool) {
+  struct Outcome {
+    std::map<std::string, std::vector<TokenId>> tokens;  // by path in the tree (ids depend on finish order)
+    std::int64_t prefill = 0;
+    std::int64_t releases = 0;
+    bool stuck = false;
+  };
+  auto tree = [](int blocks) {
+    Outcome out;
+    ScriptedExecutor exec;
+    Engine engine("llm", {.max_num_seqs = 16, .max_num_batched_tokens = 64},
+                  std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 4, true}), exec);
+    constexpr int kDepth = 4;
+    std::map<SeqId, int> depth, open_children;
+    std::map<SeqId, SeqId> parent_of;
+    std::map<SeqId, std::string> path;
+    SeqId next = 1;
+    for (int p = 0; p < 3; ++p) {
+      const SeqId id = next++;
+      engine.add(distinct_prompt(id, 10, 3, TokenId(1000 * (p + 1))), 0).keep_kv = true;
+      depth[id] = 0;
+      path[id] = std::to_string(p);
+    }
+    // A sequence goes when its subtree has finished: a leaf at once, a parent with its last child.
+    std::function<void(SeqId)> subtree_done = [&](SeqId c) {
+      engine.release(c);
+      auto it = parent_of.find(c);
+      if (it != parent_of.end() && --open_children[it->second] == 0) subtree_done(it->second);
+    };
+    int steps = 0;
+    while (engine.has_work() && ++steps < 10000) {
+      StepOutcome o = engine.step(0);
+      if (o.batch.empty()) {
+        out.stuck = true;
+        break;
+      }
+      for (const BatchItem& it : o.batch.items)
+        if (!it.is_decode) out.prefill += it.num_new_tokens;
+      for (Sequence* s : o.finished) {
+        const SeqId id = s->id;
+        out.tokens[path[id]] = s->tokens;
+        if (depth[id] < kDepth) {
+          for (int k = 0; k < 2; ++k) {
+            Sequence child;
+            child.id = next++;
+            child.tokens = {TokenId(50 + k), TokenId(60 + depth[id])};
+            child.sampling.max_tokens = 3;
+            child.keep_kv = true;
+            engine.fork(id, child, 0);
+            depth[child.id] = depth[id] + 1;
+            parent_of[child.id] = id;
+            path[child.id] = path[id] + "." + std::to_string(k);
+            ++open_children[id];
+          }
+        } else {
+          subtree_done(id);
+        }
+      }
+    }
+    out.releases = engine.scheduler().num_idle_releases();
+    const auto& kv = dynamic_cast<const KvCacheManager&>(engine.kv());
+    kv.pool().check_consistency();
+    return out;
+  };
+  const Outcome large = tree(256);
+  const Outcome small = tree(10);  // the longest sequence: 10 + 4 * (2 + 3) + 3 = 33 tokens, 9 blocks
+  EXPECT_FALSE(large.stuck);
+  EXPECT_EQ(large.releases, 0);
+  EXPECT_FALSE(small.stuck) << "a small pool deadlocked on kept KV";
+  EXPECT_GT(small.releases, 0);
+  EXPECT_EQ(small.tokens.size(), std::size_t(3 * (1 + 2 + 4 + 8 + 16)));
+  EXPECT_TRUE(small.tokens == large.tokens) << "the tokens differ from the large pool's";
+  EXPECT_GT(small.prefill, large.prefill) << "what was evicted is recomputed";
+  std::cout << "[ stats    ] prefilled tokens: " << small.prefill << " on 10 blocks (" << small.releases
+            << " idle releases), " << large.prefill << " on 256\n";
+}
+
+// --- Property: random search trees of kept sequences and forks -------------------------------
+
+// One node of a random search tree, drawn from (seed, path) alone, so that every pool grows the
+// same tree whatever order its sequences finish in.
+struct NodePlan {
+  int children = 0;
+  int append = 0;       // tokens a child appends to its parent's (a root: its prompt length)
+  int max_tokens = 1;
+  bool release_early = false;  // right after forking its children, not when they have finished
+  int priority = kDefaultPriority;
+};
+
+NodePlan plan_node(std::uint64_t seed, const std::string& path, int depth, int max_depth) {
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL ^ std::hash<std::string>{}(path));
+  auto between = [&](int lo, int hi) { return lo + int(rng() % std::uint64_t(hi - lo + 1)); };
+  NodePlan n;
+  n.children = depth < max_depth ? between(0, 3) : 0;
+  n.append = depth == 0 ? between(1, 24) : between(1, 4);
+  n.max_tokens = between(1, 4);
+  n.release_early = between(0, 3) == 0;
+  n.priority = between(0, kNumPriorities - 1);
+  return n;
+}
+
+struct TreeCase {
+  std::uint64_t seed = 0;
+  bool naive = false;
+  bool caching = true;
+  int block_size = 4;
+  int max_num_seqs = 8;
+  int max_num_batched_tokens = 32;
+  int roots = 3;
+  int max_depth = 3;
+};
+
+struct TreeRun {
+  std::map<std::string, std::vector<TokenId>> tokens;  // by path
+  std::int64_t computed = 0;                            // tokens computed, prefill and decode
+  std::int64_t releases = 0;
+  std::string error;
+};
+
+// Tokens of the longest sequence of the tree under `path` whose parent has `len` tokens.
+int longest(const TreeCase& c, const std::string& path, int depth, int len) {
+  const NodePlan n = plan_node(c.seed, path, depth, c.max_depth);
+  int best = len + n.append + n.max_tokens;
+  for (int k = 0; k < n.children; ++k) best = std::max(best, longest(c, path + "." + std::to_string(k), depth + 1, best));
+  return best;
+}
+
+// `check`: every step, each block's reference count against the tables that name it (O(blocks)).
+TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) {
+  TreeRun out;
+  ScriptedExecutor exec;
+  std::unique_ptr<KvAllocator> kv;
+  const KvCacheManager* paged = nullptr;
+  if (c.naive) {
+    kv = std::make_unique<NaiveAllocator>(blocks, c.block_size, max_model_len);
+  } else {
+    auto p = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, c.block_size, c.caching});
+    paged = p.get();
+    kv = std::move(p);
+  }
+  Engine engine("tree", {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
+                         .max_model_len = max_model_len},
+                std::move(kv), exec);
+  std::map<SeqId, std::string> path;
+  std::map<SeqId, int> depth, open_children;
+  std::map<SeqId, SeqId> parent_of;
+  std::set<SeqId> alive;  // not released yet
+  SeqId next = 1;
+  std::mt19937_64 prompts(c.seed);
+  for (int r = 0; r < c.roots; ++r) {
+    const std::string p = std::to_string(r);
+    const NodePlan n = plan_node(c.seed, p, 0, c.max_depth);
+    Sequence s;
+    s.id = next++;
+    for (int i = 0; i < n.append; ++i) s.tokens.push_back(TokenId(prompts() % 4));  // 4 ids: shared blocks
+    s.num_prompt_tokens = n.append;
+    s.sampling.max_tokens = n.max_tokens;
+    s.keep_kv = n.children > 0;
+    engine.add(std::move(s), 0);
+    path[next - 1] = p;
+    depth[next - 1] = 0;
+    alive.insert(next - 1);
+  }
+  auto release = [&](SeqId id) {
+    engine.release(id);  // a second release of an early-released parent is a no-op
+    alive.erase(id);
+  };
+  std::function<void(SeqId)> subtree_done = [&](SeqId id) {
+    release(id);
+    auto it = parent_of.find(id);
+    if (it != parent_of.end() && --open_children[it->second] == 0) subtree_done(it->second);
+  };
+  for (int steps = 0; engine.has_work(); ++steps) {
+    if (steps > 100000) return out.error = "no progress", out;
+    const StepOutcome o = engine.step(0);
+    if (o.batch.empty()) return out.error = "stuck after " + std::to_string(steps) + " steps", out;
+    for (const BatchItem& it : o.batch.items) out.computed += it.num_new_tokens;
+    for (Sequence* s : o.finished) {
+      const SeqId id = s->id;
+      out.tokens[path[id]] = s->tokens;
+      const NodePlan n = plan_node(c.seed, path[id], depth[id], c.max_depth);
+      if (n.children == 0) {
+        subtree_done(id);
+        continue;
+      }
+      engine.set_priority(id, n.priority);
+      for (int k = 0; k < n.children; ++k) {
+        const std::string p = path[id] + "." + std::to_string(k);
+        const NodePlan cn = plan_node(c.seed, p, depth[id] + 1, c.max_depth);
+        Sequence child;
+        child.id = next++;
+        for (int i = 0; i < cn.append; ++i) child.tokens.push_back(TokenId(k + i % 2));
+        child.sampling.max_tokens = cn.max_tokens;
+        child.keep_kv = cn.children > 0;
+        engine.fork(id, std::move(child), 0);
+        path[next - 1] = p;
+        depth[next - 1] = depth[id] + 1;
+        parent_of[next - 1] = id;
+        alive.insert(next - 1);
+      }
+      open_children[id] = n.children;
+      if (n.release_early) release(id);
+    }
+    // Every block is held exactly by the live sequences whose tables name it.
+    if (paged && check) {
+      std::map<BlockId, int> holders;
+      for (SeqId id : alive)
+        if (const Sequence* s = engine.find(id))
+          for (BlockId b : s->kv.blocks) ++holders[b];
+      for (BlockId b = 0; b < paged->pool().num_blocks(); ++b)
+        if (paged->pool().block(b).ref_count != (holders.count(b) ? holders[b] : 0))
+          return out.error = "block " + std::to_string(b) + " ref_count is off after step " + std::to_string(steps), out;
+      try {
+        paged->pool().check_consistency();
+      } catch (const std::exception& e) {
+        return out.error = e.what(), out;
+      }
+    }
+  }
+  if (!alive.empty()) out.error = std::to_string(alive.size()) + " sequences never released";
+  if (engine.kv().usage().used_blocks != 0) out.error = "blocks still held at the end";
+  out.releases = engine.scheduler().num_idle_releases();
+  return out;
+}
+
+// Random trees on pools from one longest sequence to three, against a pool that never runs short:
+// every run finishes (kept and waiting-fork KV goes back instead of deadlocking), every block's
+// reference count matches the tables, the tokens are the large pool's, and nothing is computed
+// less often than there.
+TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLongest) {
+  std::int64_t releases = 0, runs_with_recompute = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto between = [&](int lo, int hi) { return lo + int(rng() % std::uint64_t(hi - lo + 1)); };
+    TreeCase c;
+    c.seed = seed;
+    c.naive = between(0, 9) == 0;
+    c.caching = !c.naive && between(0, 3) > 0;
+    c.block_size = std::array{1, 4, 16}[std::size_t(between(0, 2))];
+    c.max_num_seqs = between(1, 16);
+    c.max_num_batched_tokens = between(4, 64);
+    c.roots = between(1, 4);
+    int len = 0;
+    for (int r = 0; r < c.roots; ++r) len = std::max(len, longest(c, std::to_string(r), 0, 0));
+    const int per_seq = (len + c.block_size - 1) / c.block_size;
+    const int blocks = c.naive ? per_seq * between(1, 3) : between(per_seq, 3 * per_seq);
+    const std::string what = "seed " + std::to_string(seed) + (c.naive ? " naive" : " paged") + ", caching " +
+                             std::to_string(c.caching) + ", block_size " + std::to_string(c.block_size) + ", " +
+                             std::to_string(blocks) + " blocks (longest " + std::to_string(len) + " tokens)";
+    const TreeRun small = grow_tree(c, len, blocks, true);
+    ASSERT_EQ(small.error, "") << what;
+    const TreeRun large = grow_tree(c, len, per_seq * 200, false);
+    ASSERT_EQ(large.error, "") << what;
+    ASSERT_EQ(large.releases, 0) << what;
+    ASSERT_TRUE(small.tokens == large.tokens) << what;
+    ASSERT_GE(small.computed, large.computed) << what;
+    releases += small.releases;
+    runs_with_recompute += small.computed > large.computed;
+  }
+  EXPECT_GT(releases, 0) << "no pool ever ran short";
+  EXPECT_GT(runs_with_recompute, 0);
+  std::cout << "[ stats    ] 300 trees: " << releases << " idle releases, " << runs_with_recompute
+            << " runs recomputed more than on a large pool\n";
 }
 
 }  // namespace

@@ -246,6 +246,34 @@ TEST(Runtime, KeptSequencesCanBeForkedLater) {
   EXPECT_EQ(t.llm.kv().usage().used_blocks, 0);
 }
 
+// 4 kept sequences of 3 blocks each, all kept until the last has finished, on 8 blocks: the
+// kept KV goes back to the pool instead of stopping the run as stuck, and forks from parents
+// whose KV went back recompute it.
+TEST(Runtime, KeptSequencesDoNotDeadlockASmallPool) {
+  TwoEngines t({}, 8);
+  Script w;
+  w.on_start = [](Runtime& rt) {
+    for (SeqId id = 1; id <= 4; ++id) {
+      Sequence s = gen(id, 10, 2);  // 12 tokens, 11 computed: 3 blocks of 4
+      s.keep_kv = true;
+      rt.submit(0, std::move(s));
+    }
+  };
+  int parents = 0, children = 0;
+  w.finished = [&](Runtime& rt, int, Sequence& s) {
+    if (s.id > 4) return ++children, void();
+    if (++parents < 4) return;
+    for (SeqId id = 1; id <= 4; ++id) {
+      rt.fork(0, id, gen(10 + id, 2, 2));
+      rt.release(0, id);
+    }
+  };
+  t.rt.run(w);
+  EXPECT_EQ(children, 4);
+  EXPECT_GT(t.llm.scheduler().num_idle_releases(), 0);
+  EXPECT_EQ(t.llm.kv().usage().used_blocks, 0);
+}
+
 TEST(Runtime, AnEngineThatCanNeverScheduleIsReported) {
   TwoEngines t({}, 2);  // 2 blocks of 4 tokens
   Script w;

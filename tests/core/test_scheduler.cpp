@@ -39,7 +39,7 @@ struct Rig {
       s.num_computed_tokens += it.num_new_tokens;
       if (it.want == Want::Sample) {
         s.tokens.push_back(9999);
-        if (s.num_output_tokens() >= s.sampling.max_tokens) sched.finish(s);
+        if (s.num_output_tokens() >= s.sampling.max_tokens) sched.finish(s, s.keep_kv);
       }
     }
     return b;
@@ -212,6 +212,36 @@ TEST(Scheduler, VictimPolicyChoosesWhomToPreempt) {
   EXPECT_EQ(batch.preempted[0], &b);
   EXPECT_EQ(a.status, SeqStatus::Running);
   EXPECT_EQ(c.status, SeqStatus::Running);
+}
+
+
+// Kept KV is a cache: a running sequence that needs room takes it before anything is preempted,
+// and a pool with room leaves it alone.
+TEST(Scheduler, KeptKvGoesBackBeforeARunningSequenceIsPreempted) {
+  for (const int blocks : {6, 64}) {
+    SCOPED_TRACE(std::to_string(blocks) + " blocks");
+    Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 64}, blocks, 4);
+    Sequence& kept = r.add(7, 1);  // 8 tokens, 7 computed: 2 blocks
+    kept.keep_kv = true;
+    r.step();
+    ASSERT_TRUE(kept.finished());
+    ASSERT_EQ(kept.kv.blocks.size(), 2u);
+    EXPECT_EQ(r.sched.num_kept(), 1u);
+    // 12 prompt tokens + 10 generated: 3 blocks at admission, 6 by the end; 6 blocks hold it.
+    Sequence& grows = r.add(12, 10, 500);
+    while (r.sched.has_work()) ASSERT_FALSE(r.step().empty()) << "stuck";
+    EXPECT_EQ(grows.num_output_tokens(), 10);
+    EXPECT_EQ(r.sched.num_preemptions(), 0);
+    const bool short_pool = blocks == 6;
+    EXPECT_EQ(r.sched.num_idle_releases(), short_pool ? 1 : 0);
+    EXPECT_EQ(kept.kv.blocks.empty(), short_pool);
+    EXPECT_EQ(kept.num_computed_tokens, short_pool ? 0 : 7) << "what a fork from it would start from";
+    EXPECT_EQ(r.sched.num_kept(), short_pool ? 0u : 1u);
+    r.sched.release(kept);
+    EXPECT_EQ(r.kv.usage().used_blocks, 0);
+    EXPECT_EQ(r.sched.num_kept(), 0u);
+    r.kv.pool().check_consistency();
+  }
 }
 
 }  // namespace

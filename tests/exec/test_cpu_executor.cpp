@@ -167,6 +167,7 @@ struct Rig {
   void run() {
     while (engine.has_work()) {
       const StepOutcome o = engine.step(0.0);
+      if (o.batch.empty()) return ADD_FAILURE() << "stuck: work that cannot be scheduled", void();
       ++steps;
       bool decode = false, prefill = false;
       for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
@@ -325,6 +326,46 @@ TEST(CpuExecutor, ForkedBeamsMatchIndependentSequences) {
                                   4, beam.sampling);
     alone.run();
     EXPECT_EQ(outputs(s), outputs(beam)) << "beam " << id;
+  }
+}
+
+// A kept parent whose KV a short pool took back (a second request needs its blocks): its forks
+// find what is left of it in the prefix cache, recompute the rest, and compute exactly what forks
+// sharing the parent's KV compute on a roomy pool.
+TEST(CpuExecutor, ForksOfKeptKvThatAShortPoolTookBackMatchFullRecompute) {
+  auto serve = [](int num_blocks) {
+    auto rig = std::make_unique<Rig>(tiny_spec(), num_blocks, 16);
+    Sequence& parent = rig->add(1, random_tokens(13, 5), 3);  // 16 tokens, 15 computed: 4 blocks of 4
+    parent.keep_kv = true;
+    rig->run();
+    rig->add(2, random_tokens(20, 6), 3);  // 5 blocks, then 6: more than 8 blocks leave the parent
+    rig->run();
+    expect_rows_match_reference(*rig);
+    rig->rows.clear();  // the parent is released below
+    for (SeqId id = 10; id < 12; ++id) {
+      Sequence child;
+      child.id = id;
+      child.tokens = random_tokens(2, id);
+      child.sampling = sampling(id == 11 ? 1.0f : 0.0f, id);
+      child.sampling.max_tokens = 4;
+      rig->engine.fork(1, std::move(child), 0.0);
+    }
+    rig->engine.release(1);
+    rig->run();
+    return rig;
+  };
+  const auto tight = serve(8);
+  const auto roomy = serve(64);
+  EXPECT_EQ(tight->engine.scheduler().num_idle_releases(), 1);
+  EXPECT_EQ(roomy->engine.scheduler().num_idle_releases(), 0);
+  EXPECT_GT(tight->engine.kv().counters().evictions, 0);
+  EXPECT_GT(tight->engine.kv().counters().hit_tokens, 0) << "the forks hit what is left of the parent";
+  auto ref = expect_rows_match_reference(*tight);
+  for (SeqId id = 10; id < 12; ++id) {
+    const Sequence& beam = *tight->engine.find(id);
+    ASSERT_EQ(beam.num_output_tokens(), 4);
+    EXPECT_EQ(outputs(beam), outputs(*roomy->engine.find(id))) << "beam " << id;
+    if (beam.sampling.temperature == 0.0f) expect_greedy(beam, ref[id]);
   }
 }
 
