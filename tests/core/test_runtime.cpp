@@ -360,7 +360,9 @@ TEST(Runtime, RecordingLevelsKeepTheSameSummary) {
       const std::size_t requests = level != RecordLevel::Summary ? full.rt.records()[e].requests.size() : 0;
       EXPECT_EQ(sink.got[e].steps.size(), steps);
       EXPECT_EQ(sink.got[e].requests.size(), requests);
-      if (steps) EXPECT_EQ(sink.got[e].steps.back().start_s, full.rt.records()[e].steps.back().start_s);
+      if (steps) {
+        EXPECT_EQ(sink.got[e].steps.back().start_s, full.rt.records()[e].steps.back().start_s);
+      }
     }
   }
   EXPECT_THROW(record_level_from_name("timeline"), Error);
