@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "kernels/cublaslt.hpp"
 #include "kernels/gemm.hpp"
 
 namespace duet::kernels {
@@ -33,7 +34,7 @@ namespace {
 
 void check(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string(call) + ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) +
+    throw Error(std::string(call) + ": " + cublaslt().GetStatusName(status) + " (" + cublaslt().GetStatusString(status) +
                 ")");
 }
 
@@ -60,14 +61,14 @@ struct Gemm::Impl {
 
   ~Impl() {
     for (auto& [key, p] : plans) destroy(p);
-    if (handle) cublasLtDestroy(handle);
+    if (handle) cublaslt().Destroy(handle);
   }
 
   static void destroy(Plan& p) {
-    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
-    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.op) cublasLtMatmulDescDestroy(p.op);
+    if (p.d) cublaslt().MatrixLayoutDestroy(p.d);
+    if (p.b) cublaslt().MatrixLayoutDestroy(p.b);
+    if (p.a) cublaslt().MatrixLayoutDestroy(p.a);
+    if (p.op) cublaslt().MatmulDescDestroy(p.op);
   }
 
   const Plan& plan(int m, int n, int k, cudaDataType_t out) {
@@ -75,30 +76,30 @@ struct Gemm::Impl {
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     try {
-      check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+      check(cublaslt().MatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
       const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+      check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
             "cublasLtMatmulDescSetAttribute(TRANSA)");
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+      check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
-      check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate(W)");
-      check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "cublasLtMatrixLayoutCreate(x)");
-      check(cublasLtMatrixLayoutCreate(&p.d, out, n, m, n), "cublasLtMatrixLayoutCreate(y)");
+      check(cublaslt().MatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate(W)");
+      check(cublaslt().MatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "cublasLtMatrixLayoutCreate(x)");
+      check(cublaslt().MatrixLayoutCreate(&p.d, out, n, m, n), "cublasLtMatrixLayoutCreate(y)");
 
       cublasLtMatmulPreference_t pref = nullptr;
-      check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      check(cublaslt().MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
       const std::uint64_t ws = workspace.bytes();
       const std::uint32_t align = 16;
       cublasStatus_t st =
-          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+          cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
       for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
+        st = cublaslt().MatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+      cublaslt().MatmulPreferenceDestroy(pref);
       check(st, "cublasLtMatmulAlgoGetHeuristic");
       if (found == 0)
         throw Error("Gemm: cuBLASLt has no algorithm for " + shape(m, n, k) +
@@ -125,14 +126,14 @@ struct Gemm::Impl {
       throw Error(std::string(what) + ": x, W and y must be 16-byte aligned (" + shape(m, n, k) + ")");
     const Plan& p = plan(m, n, k, out);
     const float alpha = 1.0f, beta = 0.0f;
-    check(cublasLtMatmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace.get(),
+    check(cublaslt().Matmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace.get(),
                          workspace.bytes(), s),
           "cublasLtMatmul");
   }
 };
 
 Gemm::Gemm(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
-  check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  check(cublaslt().Create(&impl_->handle), "cublasLtCreate");
   impl_->workspace = DeviceBuffer(workspace_bytes);
 }
 

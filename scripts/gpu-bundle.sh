@@ -37,7 +37,8 @@ fi
 # --- Build ---------------------------------------------------------------------------------------
 # The binary's RUNPATH is set at link time (CMake's install RPATH used for the build tree,
 # DT_RUNPATH through --enable-new-dtags); patchelf sets the bundled libraries' below. cudart is linked statically by kernels/; cuBLASLt
-# stays dynamic (the toolkit here ships no static cuBLAS) and is found in /usr/local/cuda/lib64.
+# stays dynamic (the toolkit here ships no static cuBLAS): duet loads it at its first GEMM (kernels/cublaslt.hpp),
+# through the RUNPATH's /usr/local/cuda/lib64 or the system's paths.
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
@@ -134,9 +135,10 @@ cat >"$bundle/run-tests.sh" <<'EOF'
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export DUET_HOME="$here"
-# cuBLASLt comes from the machine's CUDA 13 toolkit (RUNPATH: /usr/local/cuda/lib64). Where it is
-# elsewhere, look in the usual places, pip's nvidia-cublas wheel included.
-if ldd "$here/test_kernels" | grep -q 'libcublasLt.so.13 => not found'; then
+# cuBLASLt comes from the machine's CUDA 13 toolkit: duet loads it when the first GEMM runs, from
+# LD_LIBRARY_PATH, the RUNPATH (/usr/local/cuda/lib64) or the system's paths. Where it is elsewhere,
+# look in the usual places, pip's nvidia-cublas wheel included.
+if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
   candidates=(/usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu)
   pip_dir="$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(os.path.dirname(c.__file__), "lib"))' 2>/dev/null || true)"
   [ -n "$pip_dir" ] && candidates+=("$pip_dir")
