@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -22,13 +24,9 @@ namespace duet::cli {
 
 namespace {
 
-// Replays a whole trace through one engine on the roofline: the simulator's speed, the figure that
-// Vidur's third-party median (8.4 s per experiment) is compared with. Target: under 2 s wall.
-int bench_sim_trace(const std::string& trace_path, const std::string& model, const std::string& gpu_name,
-                    double target_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Trace trace = load_trace(trace_path);
-  const auto t1 = std::chrono::steady_clock::now();
+// A whole trace through one engine priced by the roofline, the records kept in memory.
+ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, const std::string& gpu_name,
+                                 std::size_t* finished = nullptr) {
   ExperimentSpec spec;
   spec.gpu = gpu_by_name(gpu_name);
   spec.source_dir = source_dir();
@@ -38,17 +36,31 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   e.cost_model = "roofline";
   spec.engines.push_back(e);
   TraceReplay replay(trace, {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Error});
+  ExperimentOutcome o = run_experiment(spec, replay);
+  if (finished) *finished = replay.finished();
+  return o;
+}
+
+// Replays a whole trace through one engine on the roofline: the simulator's speed, the figure that
+// Vidur's third-party median (8.4 s per experiment) is compared with. Target: under 2 s wall.
+int bench_sim_trace(const std::string& trace_path, const std::string& model, const std::string& gpu_name,
+                    double target_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Trace trace = load_trace(trace_path);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::size_t finished = 0;
+  const ExperimentOutcome o = simulate_trace(trace, model, gpu_name, &finished);
+  const GpuSpec gpu = gpu_by_name(gpu_name);
   std::int64_t steps = 0;
   double simulated_s = 0;
-  const ExperimentOutcome o = run_experiment(spec, replay);
   for (const StepRecord& r : o.records[0].steps) simulated_s = std::max(simulated_s, r.start_s + r.duration_s + r.host_s);
   steps = std::int64_t(o.records[0].steps.size());
   const auto t2 = std::chrono::steady_clock::now();
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   const double sim_s = std::chrono::duration<double>(t2 - t1).count();
   const double wall_s = load_s + sim_s;
-  std::printf("bench sim-trace: %s, %zu requests, %s on %s (%s)\n", trace.source.c_str(), replay.finished(),
-              e.config.model.name.c_str(), spec.gpu.name.c_str(), o.cost_models[0].c_str());
+  std::printf("bench sim-trace: %s, %zu requests, %s on %s (%s)\n", trace.source.c_str(), finished,
+              o.records[0].model.c_str(), gpu.name.c_str(), o.cost_models[0].c_str());
   std::printf("  wall time            %8.3f s  (load %.3f s + simulate %.3f s)\n", wall_s, load_s, sim_s);
   std::printf("  simulated time       %8.1f s\n", simulated_s);
   std::printf("  engine steps         %8lld  (%.0f steps/s, %.2f us per step)\n", (long long)steps,
@@ -57,6 +69,42 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   std::printf("  generated tokens/s   %8.1f (simulated)\n", o.summary.engines[0].generated_tokens_per_s);
   std::printf("  target               %8.3f s wall: %s (ratio %.2f)\n", target_s,
               wall_s <= target_s ? "met" : "MISSED", wall_s / target_s);
+  return 0;
+}
+
+// The run file's compression, chosen on measurement: the records of a whole trace written with each
+// setting (the fastest of three writes), the file's size and the write time.
+int bench_hdf5(const std::string& trace_path, const std::string& model, const std::string& gpu_name) {
+  const Trace trace = load_trace(trace_path);
+  const ExperimentOutcome o = simulate_trace(trace, model, gpu_name);
+  const std::string path = (std::filesystem::temp_directory_path() / ("duet-bench-hdf5-" + std::to_string(::getpid()) + ".h5")).string();
+  struct Setting {
+    const char* name;
+    TableCompression compression;
+  };
+  const Setting settings[] = {{"none", {false, 0}},          {"shuffle", {true, 0}},
+                              {"deflate 1", {false, 1}},     {"shuffle + deflate 1", {true, 1}},
+                              {"shuffle + deflate 4", {true, 4}}, {"shuffle + deflate 6", {true, 6}},
+                              {"shuffle + deflate 9", {true, 9}}};
+  std::size_t rows = 0;
+  for (const EngineRecords& r : o.records) rows += r.steps.size() + r.requests.size();
+  std::printf("bench hdf5: %s (%zu rows), %s on %s; the fastest of 3 writes\n", trace.source.c_str(), rows,
+              o.records[0].model.c_str(), gpu_name.c_str());
+  std::printf("  %-22s %10s %10s %12s\n", "compression", "size MB", "write s", "MB/s in");
+  const double raw_mb = double(rows) * double(sizeof(StepRecord)) / 1e6;  // about: requests rows are smaller
+  for (const Setting& s : settings) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      RunFileWriter writer(path, s.compression);
+      writer.write_run("/", o.metadata, o.records, o.summary);
+      writer.close();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double mb = double(std::filesystem::file_size(path)) / 1e6;
+    std::printf("  %-22s %10.2f %10.3f %12.0f\n", s.name, mb, best, raw_mb / best);
+  }
+  std::filesystem::remove(path);
   return 0;
 }
 
@@ -117,6 +165,7 @@ int bench(int argc, char** argv) {
   gpu_bench::GpuBenchOptions g;
   po::options_description options("duet bench NAME: benchmarks that print their figures and ratios\n"
                                   "  sim-trace     replay a whole trace through one simulated engine (speed)\n"
+                                  "  hdf5          the run file's size and write time under each compression\n"
                                   "  cpu           the CPU reference engine's prefill and decode tokens/s\n"
                                   "  decode        CUDA: Llama-3.2-1B decode steps vs the HBM roofline (batch 1-256)\n"
                                   "  attention     CUDA: paged decode attention GB/s vs peak bandwidth\n"
@@ -148,11 +197,12 @@ int bench(int argc, char** argv) {
     if (g.iters <= 0) throw Error("--iters must be positive");
     if (which == "sim-trace") return bench_sim_trace(trace, model, gpu, target_s);
     if (which == "cpu") return bench_cpu(cpu_model, batch, prompt, decode);
+    if (which == "hdf5") return bench_hdf5(trace, model, gpu);
     if (which == "decode") return gpu_bench::bench_decode(g);
     if (which == "attention") return gpu_bench::bench_attention(g);
     if (which == "prefill") return gpu_bench::bench_prefill(g);
     if (which == "cpu-overhead") return gpu_bench::bench_cpu_overhead(g);
-    throw Error("unknown benchmark '" + which + "' (valid: sim-trace, cpu, decode, attention, prefill, cpu-overhead)");
+    throw Error("unknown benchmark '" + which + "' (valid: sim-trace, hdf5, cpu, decode, attention, prefill, cpu-overhead)");
   });
 }
 

@@ -393,12 +393,12 @@ constexpr hsize_t kChunkRows = 4096;
 
 // An empty, extendible table of `fields` rows, chunked `chunk` rows at a time.
 H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<const Field> fields,
-                         std::size_t row_size, hsize_t chunk, bool with_enums) {
+                         std::size_t row_size, hsize_t chunk, bool with_enums, TableCompression compression) {
   const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   H5::DSetCreatPropList dcpl;
   dcpl.setChunk(1, &chunk);
-  dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
-  dcpl.setDeflate(4);
+  if (compression.shuffle) dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
+  if (compression.deflate > 0) dcpl.setDeflate(compression.deflate);
   const H5::DataSet table =
       parent.createDataSet(name, file_type(fields, row_size), H5::DataSpace(1, &empty, &unlimited), dcpl);
   put_text(table, "units", units_json(fields));
@@ -426,9 +426,10 @@ hsize_t chunk_rows(std::size_t n) { return std::clamp<hsize_t>(n, 1, kChunkRows)
 
 template <class Row>
 void write_table(const H5::Group& parent, const char* name, const std::vector<Row>& rows,
-                 std::span<const Field> fields) {
+                 std::span<const Field> fields, TableCompression compression) {
   hsize_t size = 0;
-  const H5::DataSet table = create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>);
+  const H5::DataSet table =
+      create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>, compression);
   append_rows(table, size, rows.data(), rows.size(), fields);
 }
 
@@ -444,10 +445,10 @@ struct TableStream {
   hsize_t size = 0;       // rows in the file
 
   bool full() const { return rows.size() >= kChunkRows; }
-  void write(const H5::Group& parent, bool last) {
+  void write(const H5::Group& parent, bool last, TableCompression compression) {
     if (!table) {
       if (!last && !full()) return;
-      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>));
+      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>, compression));
     }
     append_rows(*table, size, rows.data(), rows.size(), fields);
     rows.clear();
@@ -468,17 +469,17 @@ void put_summary(const H5::Group& engine, const EngineSummary& summary) {
 }
 
 void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
-                  const EngineSummary& summary, RecordLevel level, Where& where) {
+                  const EngineSummary& summary, RecordLevel level, TableCompression compression, Where& where) {
   where.object = path;
   const H5::Group engine = create_engine(engines, records);
   put_summary(engine, summary);
   if (level == RecordLevel::Steps) {
     where.object = join(path, "steps");
-    write_table(engine, "steps", records.steps, kStepFields);
+    write_table(engine, "steps", records.steps, kStepFields, compression);
   }
   if (level != RecordLevel::Summary) {
     where.object = join(path, "requests");
-    write_table(engine, "requests", records.requests, kRequestFields);
+    write_table(engine, "requests", records.requests, kRequestFields, compression);
   }
 }
 
@@ -701,14 +702,17 @@ std::string utc_now() {
 struct RunFileWriter::Impl {
   std::string path;
   H5::H5File file;
+  TableCompression compression;
 };
 
-RunFileWriter::RunFileWriter(const std::string& path) {
+RunFileWriter::RunFileWriter(const std::string& path, TableCompression compression) {
+  if (compression.deflate < 0 || compression.deflate > 9)
+    throw Error(path + ": deflate level " + std::to_string(compression.deflate) + " is not 0 (none) to 9");
   Where where{path, ""};
   impl_ = guarded(where, [&] {
     H5::FileCreatPropList fcpl;
     track_creation_order(fcpl.getId());  // the root group's
-    auto impl = std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_TRUNC, fcpl)});
+    auto impl = std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_TRUNC, fcpl), compression});
     where.object = "/";
     put_text(impl->file.openGroup("/"), kCreatedAttr, utc_now());
     return impl;
@@ -745,10 +749,11 @@ void RunFileWriter::write_run(const std::string& group, const RunMetadata& metad
     where.object = engines_path;
     const H5::Group engines = create_group(run, "engines");
     for (const EngineRecords& r : records)
-      write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), level, where);
+      write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), level,
+                   impl_->compression, where);
     if (problems && level != RecordLevel::Summary) {
       where.object = join(path, "problems");
-      write_table(run, "problems", *problems, kProblemFields);
+      write_table(run, "problems", *problems, kProblemFields, impl_->compression);
     }
     where.object = path;
     mark_run(run, level);
@@ -768,6 +773,7 @@ struct RunStream::Impl {
   H5::H5File file;
   H5::Group run;
   RecordLevel level;
+  TableCompression compression;
   std::set<std::string> names;  // metadata written so far
   std::vector<EngineTables> engines;
   std::optional<TableStream<ProblemRecord>> problems;
@@ -783,7 +789,7 @@ struct RunStream::Impl {
   void write(const H5::Group& parent, const std::string& object, TableStream<Row>& table, bool last) {
     where.object = object;
     guarded(where, [&] {
-      table.write(parent, last);
+      table.write(parent, last, compression);
       if (!last) file.flush(H5F_SCOPE_GLOBAL);
     });
   }
@@ -821,7 +827,8 @@ RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& 
     impl_->file.flush(H5F_SCOPE_GLOBAL);
     where.object = path;
     return RunStream(std::unique_ptr<RunStream::Impl>(
-        new RunStream::Impl{where, path, impl_->file, run, level, std::move(names), std::move(tables), {}, false}));
+        new RunStream::Impl{where, path, impl_->file, run, level, impl_->compression, std::move(names),
+                            std::move(tables), {}, false}));
   });
 }
 

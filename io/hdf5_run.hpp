@@ -24,10 +24,18 @@ struct RunMetadata {
 
 class RunStream;
 
+// How the tables are compressed: HDF5's byte shuffle, then deflate (zlib) at `deflate` (0: none).
+// h5py reads every combination without plugins. The default is chosen on measurement (duet bench
+// hdf5; bench/results/hdf5-compression.md).
+struct TableCompression {
+  bool shuffle = true;
+  int deflate = 1;
+};
+
 class RunFileWriter {
  public:
   // Creates the file, replacing any file of that name.
-  explicit RunFileWriter(const std::string& path);
+  explicit RunFileWriter(const std::string& path, TableCompression compression = {});
   ~RunFileWriter();
   RunFileWriter(RunFileWriter&&) noexcept;
   RunFileWriter& operator=(RunFileWriter&&) noexcept;

@@ -238,7 +238,7 @@ TEST_F(Hdf5Run, EmptyTablesRoundTrip) {
   EXPECT_TRUE(read_run(file("none.h5")).engines.empty());
 }
 
-// Chunked, gzip 4 after shuffle, extendible: what notebooks and later appending writers rely on.
+// Chunked, gzip 1 after shuffle, extendible: what notebooks and later appending writers rely on.
 void expect_layout(const H5::DataSet& table, hsize_t rows) {
   const H5::DSetCreatPropList dcpl = table.getCreatePlist();
   ASSERT_EQ(dcpl.getLayout(), H5D_CHUNKED);
@@ -253,7 +253,7 @@ void expect_layout(const H5::DataSet& table, hsize_t rows) {
   EXPECT_EQ(dcpl.getFilter(0, flags, values, &level, sizeof name, name, flags), H5Z_FILTER_SHUFFLE);
   values = 1;
   EXPECT_EQ(dcpl.getFilter(1, flags, values, &level, sizeof name, name, flags), H5Z_FILTER_DEFLATE);
-  EXPECT_EQ(level, 4u);
+  EXPECT_EQ(level, 1u);  // the default, chosen on measurement (bench/results/hdf5-compression.md)
   hsize_t dims = 0, maxdims = 0;
   ASSERT_EQ(table.getSpace().getSimpleExtentDims(&dims, &maxdims), 1);
   EXPECT_EQ(dims, rows);
