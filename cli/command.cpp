@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -40,6 +41,13 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
     return c.error_status;
   }
+}
+
+void exit_after_failed_close(const char* command, const std::string& message) {
+  std::fprintf(stderr, "duet %s: error: %s\n", command, message.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(2);
 }
 
 std::string command_line_of(int argc, char** argv) {

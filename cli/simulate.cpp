@@ -10,6 +10,7 @@
 #include "cli/report.hpp"
 #include "cli/source_dir.hpp"
 #include "cli/trace_experiment.hpp"
+#include "core/error.hpp"
 
 namespace po = boost::program_options;
 
@@ -57,8 +58,23 @@ int simulate(int argc, char** argv) {
     try {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
-      if (stream) stream->abandon(e.what());
-      throw;
+      if (!stream) throw;
+      // What was recorded stays in the file, which says why the run stopped; a file that the
+      // failure left unreadable (a full disk) is removed rather than left behind.
+      stream->abandon(e.what());
+      stream.reset();
+      bool closed = true;
+      try {
+        file->close();
+      } catch (const Error&) {
+        closed = false;
+      }
+      file.reset();
+      std::string message = e.what();
+      message += remove_unreadable(out) ? "; removed " + out + ", which it left unreadable"
+                                        : "; " + out + " holds what was recorded before it";
+      if (!closed) exit_after_failed_close("simulate", message);
+      throw Error(message);
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];

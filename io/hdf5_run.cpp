@@ -31,7 +31,10 @@ std::string& hdf5_cause() {
 }
 
 herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void*) {
-  if (n == 0 && err->desc) hdf5_cause() = err->desc;
+  if (n == 0 && err->desc) {
+    hdf5_cause() = err->desc;
+    std::replace(hdf5_cause().begin(), hdf5_cause().end(), '\n', ' ');  // one line per message
+  }
   return 0;
 }
 
@@ -921,9 +924,32 @@ void RunFileWriter::write_attributes(const std::string& group, const RunMetadata
 
 void RunFileWriter::close() {
   if (!impl_) return;
-  const std::unique_ptr<Impl> impl = std::move(impl_);
+  std::unique_ptr<Impl> impl = std::move(impl_);
   Where where{impl->path, ""};
-  guarded(where, [&] { impl->file.close(); });
+  // The file is closed once, here. H5::H5File would close it again in its destructor after a
+  // failed close (a full disk), and HDF5 1.10 crashes on a file it has half closed. An extra
+  // reference lets the H5::H5File go first without closing anything.
+  const hid_t id = impl->file.getId();
+  if (H5Iinc_ref(id) < 0) throw Error(impl->path + ": cannot close the file (H5Iinc_ref failed)");
+  impl.reset();
+  guarded(where, [&] {
+    if (H5Fclose(id) < 0) throw H5::FileIException("RunFileWriter::close", "H5Fclose failed");
+  });
+}
+
+bool remove_unreadable(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  const CauseKeeper quiet;
+  try {
+    if (H5::H5File::isHdf5(path)) {
+      H5::H5File(path, H5F_ACC_RDONLY).close();
+      return false;
+    }
+  } catch (const H5::Exception&) {
+  }
+  std::filesystem::remove(path, ec);
+  return true;
 }
 
 RunData read_run(const std::string& path, const std::string& group) {

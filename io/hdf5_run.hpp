@@ -107,6 +107,10 @@ RunData read_run(const std::string& path, const std::string& group = "/");
 // The attributes of any group (as write_attributes wrote them).
 RunMetadata read_attributes(const std::string& path, const std::string& group);
 
+// After a failed write (a full disk): removes the file at `path` if HDF5 cannot open it, so that
+// no unreadable file is left behind; true if it did.
+bool remove_unreadable(const std::string& path);
+
 // Every group of the file that holds a run, in name order ("/" for a single-run file).
 std::vector<std::string> list_runs(const std::string& path);
 
