@@ -7,7 +7,14 @@
 #include <cstddef>
 #include <ctime>
 #include <filesystem>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -448,14 +455,85 @@ struct TableStream {
   hsize_t size = 0;       // rows in the file
 
   bool full() const { return rows.size() >= kChunkRows; }
-  void write(const H5::Group& parent, bool last, TableCompression compression) {
+  // Appends `chunk` (a full chunk, or the last rows when `last`).
+  void append(const H5::Group& parent, const std::vector<Row>& chunk, bool last, TableCompression compression) {
     if (!table) {
-      if (!last && !full()) return;
-      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>, compression));
+      if (!last && chunk.size() < kChunkRows) return;
+      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(chunk.size()), has_enums<Row>, compression));
     }
-    append_rows(*table, size, rows.data(), rows.size(), fields);
-    rows.clear();
+    append_rows(*table, size, chunk.data(), chunk.size(), fields);
   }
+};
+
+// Runs jobs in order on a thread of its own, so that compressing and writing a chunk overlaps the
+// run that makes the next one (about 0.45 s of a 1.4 s trace simulation on 2 cores is the file).
+// At most kMaxQueued jobs wait: memory stays bounded when the disk is slower than the run. The
+// first job that throws stops the rest; post() and drain() rethrow its error. HDF5 (a build
+// without thread safety) is called by one thread at a time: while jobs are queued only this
+// thread calls it, and its owner calls it again only after drain().
+class ChunkWriter {
+ public:
+  ChunkWriter() : thread_([this] { work(); }) {}
+  ~ChunkWriter() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  ChunkWriter(const ChunkWriter&) = delete;
+  ChunkWriter& operator=(const ChunkWriter&) = delete;
+
+  void post(std::function<void()> job) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return jobs_.size() < kMaxQueued || error_; });
+    if (error_) std::rethrow_exception(error_);
+    jobs_.push_back(std::move(job));
+    changed_.notify_all();
+  }
+  // Waits until every job has run; rethrows the first error (once).
+  void drain() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return (jobs_.empty() && !busy_) || error_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  static constexpr std::size_t kMaxQueued = 4;
+
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stop_, with nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        if (!failed_) job();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      busy_ = false;
+      if (error) {
+        failed_ = true;
+        error_ = error;
+        jobs_.clear();
+      }
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> jobs_;
+  bool busy_ = false, stop_ = false, failed_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: it starts once the members above exist
 };
 
 // An engine's group with its model and pool; its summary and tables come later.
@@ -781,6 +859,22 @@ struct RunStream::Impl {
   std::vector<EngineTables> engines;
   std::optional<TableStream<ProblemRecord>> problems;
   bool ended = false;
+  ChunkWriter writer;  // last: destroyed (joined) before the tables its jobs write
+
+  // A full chunk goes to the writer thread; the buffer starts again empty.
+  template <class Row>
+  void post(const H5::Group& parent, std::string object, TableStream<Row>& table) {
+    auto chunk = std::make_shared<std::vector<Row>>();
+    chunk->swap(table.rows);
+    table.rows.reserve(kChunkRows);
+    writer.post([this, &parent, &table, object = std::move(object), chunk] {
+      Where at{where.file, object};
+      guarded(at, [&] {
+        table.append(parent, *chunk, false, compression);
+        file.flush(H5F_SCOPE_GLOBAL);
+      });
+    });
+  }
 
   EngineTables& engine(int e) {
     if (e < 0 || std::size_t(e) >= engines.size())
@@ -788,22 +882,24 @@ struct RunStream::Impl {
     return engines[std::size_t(e)];
   }
 
+  // The rows still buffered, after every posted chunk, on the caller's thread.
   template <class Row>
-  void write(const H5::Group& parent, const std::string& object, TableStream<Row>& table, bool last) {
+  void write_last(const H5::Group& parent, const std::string& object, TableStream<Row>& table) {
     where.object = object;
     guarded(where, [&] {
-      table.write(parent, last, compression);
-      if (!last) file.flush(H5F_SCOPE_GLOBAL);
+      table.append(parent, table.rows, true, compression);
+      table.rows.clear();
     });
   }
 
-  void write_all(bool last) {
+  void write_rest() {
+    writer.drain();
     for (EngineTables& e : engines) {
       const std::string engine_path = join(join(path, "engines"), e.engine.name);
-      if (level == RecordLevel::Steps) write(e.group, join(engine_path, "steps"), e.steps, last);
-      if (level != RecordLevel::Summary) write(e.group, join(engine_path, "requests"), e.requests, last);
+      if (level == RecordLevel::Steps) write_last(e.group, join(engine_path, "steps"), e.steps);
+      if (level != RecordLevel::Summary) write_last(e.group, join(engine_path, "requests"), e.requests);
     }
-    if (problems && level != RecordLevel::Summary) write(run, join(path, "problems"), *problems, last);
+    if (problems && level != RecordLevel::Summary) write_last(run, join(path, "problems"), *problems);
   }
 };
 
@@ -831,7 +927,7 @@ RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& 
     where.object = path;
     return RunStream(std::unique_ptr<RunStream::Impl>(
         new RunStream::Impl{where, path, impl_->file, run, level, impl_->compression, std::move(names),
-                            std::move(tables), {}, false}));
+                            std::move(tables), {}, false, {}}));
   });
 }
 
@@ -846,8 +942,7 @@ void RunStream::add_step(int e, const StepRecord& step) {
   Impl::EngineTables& t = impl_->engine(e);
   if (impl_->level != RecordLevel::Steps) return;
   t.steps.rows.push_back(step);
-  if (t.steps.full())
-    impl_->write(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/steps", t.steps, false);
+  if (t.steps.full()) impl_->post(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/steps", t.steps);
 }
 
 void RunStream::add_request(int e, const RequestRecord& request) {
@@ -855,14 +950,14 @@ void RunStream::add_request(int e, const RequestRecord& request) {
   if (impl_->level == RecordLevel::Summary) return;
   t.requests.rows.push_back(request);
   if (t.requests.full())
-    impl_->write(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/requests", t.requests, false);
+    impl_->post(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/requests", t.requests);
 }
 
 void RunStream::add_problem(const ProblemRecord& problem) {
   if (!impl_->problems) impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
   if (impl_->level == RecordLevel::Summary) return;
   impl_->problems->rows.push_back(problem);
-  if (impl_->problems->full()) impl_->write(impl_->run, join(impl_->path, "problems"), *impl_->problems, false);
+  if (impl_->problems->full()) impl_->post(impl_->run, join(impl_->path, "problems"), *impl_->problems);
 }
 
 void RunStream::finish(const RunSummary& summary, const RunMetadata& extra) {
@@ -873,7 +968,7 @@ void RunStream::finish(const RunSummary& summary, const RunMetadata& extra) {
   s.where.object = s.path;
   check_summary(engines, summary, s.where);
   check_metadata(extra, s.names, s.where);
-  s.write_all(true);
+  s.write_rest();
   guarded(s.where, [&] {
     for (Impl::EngineTables& t : s.engines) {
       s.where.object = join(join(s.path, "engines"), t.engine.name);
@@ -894,7 +989,7 @@ void RunStream::abandon(const std::string& reason) noexcept {
   Impl& s = *impl_;
   s.ended = true;
   try {
-    s.write_all(true);
+    s.write_rest();
   } catch (...) {
     // The disk may be full: keep what reached the file and still try to say why.
   }
