@@ -28,6 +28,13 @@ class FixedTimeExecutor : public Executor {
   double step_s_;
 };
 
+Arbiter arbiter_of(ArbiterKind kind, std::vector<int> priority = {}) {
+  Arbiter a;
+  a.kind = kind;
+  a.priority = std::move(priority);
+  return a;
+}
+
 struct TwoEngines {
   explicit TwoEngines(Arbiter arbiter = {}, int blocks = 64)
       : llm_exec(1.0), prm_exec(0.25),
@@ -136,7 +143,7 @@ TEST(Runtime, ARequestThatArrivesDuringABlockingStepKeepsItsArrivalTime) {
 }
 
 TEST(Runtime, TwoEnginesShareOneDeviceAndAlternate) {
-  TwoEngines t({ArbiterKind::Alternate});
+  TwoEngines t(arbiter_of(ArbiterKind::Alternate));
   Script w;
   w.on_start = [](Runtime& rt) {
     rt.submit(0, gen(1, 4, 3));
@@ -152,7 +159,7 @@ TEST(Runtime, TwoEnginesShareOneDeviceAndAlternate) {
 }
 
 TEST(Runtime, PriorityArbiterRunsThePreferredEngineWhileItHasWork) {
-  TwoEngines t({ArbiterKind::Priority, {1}});
+  TwoEngines t(arbiter_of(ArbiterKind::Priority, {1}));
   Script w;
   w.on_start = [](Runtime& rt) {
     rt.submit(0, gen(1, 4, 2));
@@ -166,7 +173,7 @@ TEST(Runtime, PriorityArbiterRunsThePreferredEngineWhileItHasWork) {
 }
 
 TEST(Runtime, OldestReadyArbiterServesTheLongestWaitingEngine) {
-  TwoEngines t({ArbiterKind::OldestReady});
+  TwoEngines t(arbiter_of(ArbiterKind::OldestReady));
   Script w;
   w.on_start = [](Runtime& rt) {
     rt.submit(1, gen(2, 4, 1));
@@ -195,7 +202,7 @@ TEST(Runtime, CallbackArbiterChoosesAndIsChecked) {
 
   TwoEngines bad(Arbiter{ArbiterKind::Callback, {}, [](const std::vector<EngineStatus>&) { return 5; }});
   EXPECT_THROW(bad.rt.run(w), Error);
-  EXPECT_THROW(Runtime(bad.clock, Arbiter{ArbiterKind::Callback}), Error);
+  EXPECT_THROW(Runtime(bad.clock, arbiter_of(ArbiterKind::Callback)), Error);
 }
 
 TEST(Runtime, WorkloadsChainRequestsAndWakeUps) {

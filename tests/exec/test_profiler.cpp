@@ -39,7 +39,9 @@ TEST(Profiler, TheGridCoversEveryRegimeWithinTheLimits) {
       nothing = nothing || g.want == Want::Nothing;
     }
     EXPECT_LE(decodes, l.max_num_seqs);
-    if (p.regime == "prefill") EXPECT_LE(tokens, l.max_num_batched_tokens);
+    if (p.regime == "prefill") {
+      EXPECT_LE(tokens, l.max_num_batched_tokens);
+    }
   }
   EXPECT_EQ(regimes, (std::set<std::string>{"prefill", "decode", "mixed", "copies"}));
   EXPECT_TRUE(cached && score && nothing);
