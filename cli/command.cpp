@@ -37,17 +37,15 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
   } catch (const po::error& e) {
     std::fprintf(stderr, "duet %s: %s (see duet %s --help)\n", c.name, e.what(), c.name);
     return 2;
+  } catch (const FailedCloseError& e) {
+    std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(c.error_status);
   } catch (const Error& e) {
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
     return c.error_status;
   }
-}
-
-void exit_after_failed_close(const char* command, const std::string& message) {
-  std::fprintf(stderr, "duet %s: error: %s\n", command, message.c_str());
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(2);
 }
 
 std::string command_line_of(int argc, char** argv) {

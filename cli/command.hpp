@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/metrics.hpp"
 
 namespace duet::cli {
@@ -30,10 +31,12 @@ std::string command_line_of(int argc, char** argv);
 // file). `what` names the option ("--out").
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what = "--out");
 
-// Reports `message` as run_command reports an error and ends the process without running the
-// exit handlers. Only for a file that HDF5 failed to close (a full disk): HDF5 1.10's own exit
-// handler closes it again and crashes, after the error and the file were already dealt with.
-[[noreturn]] void exit_after_failed_close(const char* command, const std::string& message);
+// An error after which HDF5 could not close a file (a full disk). run_command reports it as any
+// error and ends the process without the exit handlers: HDF5 1.10's own would close the file
+// again and crash, after the error and the file were already dealt with.
+struct FailedCloseError : Error {
+  using Error::Error;
+};
 
 // The --record option: throws duet::Error naming `option` for an unknown level.
 RecordLevel parse_record_level(const std::string& option, const std::string& text);

@@ -63,18 +63,10 @@ int simulate(int argc, char** argv) {
       // failure left unreadable (a full disk) is removed rather than left behind.
       stream->abandon(e.what());
       stream.reset();
-      bool closed = true;
-      try {
-        file->close();
-      } catch (const Error&) {
-        closed = false;
-      }
+      const FailedRunFile failed = close_after_failure(*file, out, e.what());
       file.reset();
-      std::string message = e.what();
-      message += remove_unreadable(out) ? "; removed " + out + ", which it left unreadable"
-                                        : "; " + out + " holds what was recorded before it";
-      if (!closed) exit_after_failed_close("simulate", message);
-      throw Error(message);
+      if (!failed.closed) throw FailedCloseError(failed.message);
+      throw Error(failed.message);
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];

@@ -1032,16 +1032,26 @@ void RunFileWriter::close() {
   });
 }
 
+FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path, const std::string& error) {
+  FailedRunFile out;
+  try {
+    writer.close();
+  } catch (const Error&) {
+    out.closed = false;
+  }
+  out.message = error + (remove_unreadable(path) ? "; removed " + path + ", which it left unreadable"
+                                                 : "; " + path + " holds what was recorded before it");
+  return out;
+}
+
 bool remove_unreadable(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return false;
-  const CauseKeeper quiet;
   try {
-    if (H5::H5File::isHdf5(path)) {
-      H5::H5File(path, H5F_ACC_RDONLY).close();
-      return false;
-    }
-  } catch (const H5::Exception&) {
+    // Every group visited and every run read: a file that opens can still hold a damaged heap.
+    for (const std::string& group : list_runs(path)) read_run(path, group);
+    return false;
+  } catch (const Error&) {
   }
   std::filesystem::remove(path, ec);
   return true;

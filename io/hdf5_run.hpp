@@ -111,6 +111,15 @@ RunMetadata read_attributes(const std::string& path, const std::string& group);
 // no unreadable file is left behind; true if it did.
 bool remove_unreadable(const std::string& path);
 
+// After a run failed with `error` while writing to `writer`'s file at `path`: closes the writer,
+// removes the file if it was left unreadable, and says which after the error. `closed` is false
+// when HDF5 could not close the file (then it must not be closed again, see cli/command.hpp).
+struct FailedRunFile {
+  std::string message;
+  bool closed = true;
+};
+FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path, const std::string& error);
+
 // Every group of the file that holds a run, in name order ("/" for a single-run file).
 std::vector<std::string> list_runs(const std::string& path);
 

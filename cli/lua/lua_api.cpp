@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/command.hpp"
 #include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_engine_handle.hpp"
 #include "cli/lua/lua_experiment.hpp"
@@ -426,7 +427,17 @@ void run_script(const ScriptOptions& options) {
   ctx.opt = options;
   ctx.script_text = read_text(options.script);
   ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
-  execute(ctx);
+  try {
+    execute(ctx);
+  } catch (const Error& e) {
+    if (!ctx.writer) throw;
+    // The runs written before the error stay in the file; a file the failure left unreadable (a
+    // full disk) is removed.
+    const FailedRunFile failed = close_after_failure(*ctx.writer, ctx.out_path, e.what());
+    ctx.writer.reset();
+    if (!failed.closed) throw cli::FailedCloseError(failed.message);
+    throw Error(failed.message);
+  }
   if (ctx.writer) {
     ctx.writer->close();
     std::printf("wrote %s\n", ctx.out_path.c_str());

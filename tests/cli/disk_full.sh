@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# A disk that fills during duet simulate's HDF5 write (RLIMIT_FSIZE, with SIGXFSZ ignored so that
-# writes fail with EFBIG as on a full disk): a clear error and exit status 2, no crash, and the
-# output either opens and holds what was recorded or is gone.
+# A disk that fills during an HDF5 write (RLIMIT_FSIZE, with SIGXFSZ ignored so that writes fail
+# with EFBIG as on a full disk), for duet simulate (streamed) and duet run (a Lua sweep): a clear
+# error and the command's error status, no crash, and the output either opens with h5py and holds
+# what was recorded, or is gone.
 set -uo pipefail
-duet="$1" trace="$2" out="$3" python="$4"
+duet="$1" source="$2" out="$3" python="$4"
 mkdir -p "$out"
-for limit_kb in 1000 3000 6000; do
-  file="$out/full-$limit_kb.h5"
+check() {  # NAME LIMIT_KB STATUS COMMAND...
+  local name="$1" limit_kb="$2" want="$3"
+  shift 3
+  local file="$out/$name-$limit_kb.h5"
   rm -f "$file"
-  ( trap '' XFSZ; ulimit -f "$limit_kb"
-    "$duet" simulate --trace "$trace" --model llama-3.1-8b --gpu h100 --out "$file" >"$out/full.log" 2>&1 )
-  status=$?
-  if [ "$status" -ne 2 ]; then echo "limit ${limit_kb} KB: exit status $status, expected 2"; cat "$out/full.log"; exit 1; fi
-  if ! grep -q "^duet simulate: error: .*File too large" "$out/full.log"; then echo "limit ${limit_kb} KB: no clear error"; cat "$out/full.log"; exit 1; fi
-  if [ -e "$file" ] && ! "$python" -c "import h5py, sys; h5py.File(sys.argv[1], 'r')" "$file" 2>/dev/null; then
-    echo "limit ${limit_kb} KB: left an unreadable $file"; exit 1
+  ( trap '' XFSZ; ulimit -f "$limit_kb"; "$duet" "$1" --out "$file" "${@:2}" >"$out/full.log" 2>&1 )
+  local status=$?
+  if [ "$status" -ne "$want" ]; then echo "$name at ${limit_kb} KB: exit status $status, expected $want"; cat "$out/full.log"; exit 1; fi
+  if ! grep -q "^duet .*error: .*File too large" "$out/full.log"; then echo "$name at ${limit_kb} KB: no clear error"; cat "$out/full.log"; exit 1; fi
+  if [ -e "$file" ] && ! "$python" "$source/analysis/duet_h5.py" "$file" >/dev/null 2>&1; then
+    echo "$name at ${limit_kb} KB: left an unreadable $file"; exit 1
   fi
-  echo "limit ${limit_kb} KB: exit 2, $( [ -e "$file" ] && echo "file kept" || echo "file removed" )"
+  echo "$name at ${limit_kb} KB: exit $status, $( [ -e "$file" ] && echo "file kept" || echo "file removed" )"
+}
+for limit_kb in 1000 3000 6000; do
+  check simulate "$limit_kb" 2 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" \
+    --model llama-3.1-8b --gpu h100
+done
+for limit_kb in 100 300; do
+  check run "$limit_kb" 1 run "$source/scripts/memory_split.lua" --no-progress -- --problems 20
 done
