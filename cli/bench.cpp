@@ -87,11 +87,14 @@ int bench_hdf5(const std::string& trace_path, const std::string& model, const st
                               {"shuffle + deflate 4", {true, 4}}, {"shuffle + deflate 6", {true, 6}},
                               {"shuffle + deflate 9", {true, 9}}};
   std::size_t rows = 0;
-  for (const EngineRecords& r : o.records) rows += r.steps.size() + r.requests.size();
+  double raw_mb = 0;  // the rows as they are in memory
+  for (const EngineRecords& r : o.records) {
+    rows += r.steps.size() + r.requests.size();
+    raw_mb += double(r.steps.size() * sizeof(StepRecord) + r.requests.size() * sizeof(RequestRecord)) / 1e6;
+  }
   std::printf("bench hdf5: %s (%zu rows), %s on %s; the fastest of 3 writes\n", trace.source.c_str(), rows,
               o.records[0].model.c_str(), gpu_name.c_str());
   std::printf("  %-22s %10s %10s %12s\n", "compression", "size MB", "write s", "MB/s in");
-  const double raw_mb = double(rows) * double(sizeof(StepRecord)) / 1e6;  // about: requests rows are smaller
   for (const Setting& s : settings) {
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {

@@ -48,6 +48,12 @@ int run_command(const Command& c, int argc, char** argv, const std::function<int
   }
 }
 
+void rethrow_after_write_failure(RunFileWriter& writer, const std::string& path, const std::string& error) {
+  const FailedRunFile failed = close_after_failure(writer, path, error);
+  if (!failed.closed) throw FailedCloseError(failed.message);
+  throw Error(failed.message);
+}
+
 std::string command_line_of(int argc, char** argv) {
   std::string line = "duet";
   for (int i = 0; i < argc; ++i) line += std::string(" ") + argv[i];

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "io/hdf5_run.hpp"
 
 namespace duet::cli {
 
@@ -37,6 +38,10 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
 struct FailedCloseError : Error {
   using Error::Error;
 };
+
+// After `error` while writing `writer`'s file at `path`: closes the file, removes it if it was left
+// unreadable, and throws the error saying which (a FailedCloseError when HDF5 could not close it).
+[[noreturn]] void rethrow_after_write_failure(RunFileWriter& writer, const std::string& path, const std::string& error);
 
 // The --record option: throws duet::Error naming `option` for an unknown level.
 RecordLevel parse_record_level(const std::string& option, const std::string& text);

@@ -63,10 +63,7 @@ int simulate(int argc, char** argv) {
       // failure left unreadable (a full disk) is removed rather than left behind.
       stream->abandon(e.what());
       stream.reset();
-      const FailedRunFile failed = close_after_failure(*file, out, e.what());
-      file.reset();
-      if (!failed.closed) throw FailedCloseError(failed.message);
-      throw Error(failed.message);
+      rethrow_after_write_failure(*file, out, e.what());
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];

@@ -111,6 +111,9 @@ enum class RecordLevel : std::uint8_t { Steps, Requests, Summary };
 
 RecordLevel record_level_from_name(const std::string& name);  // steps, requests, summary
 const char* record_level_name(RecordLevel level);
+// What each level keeps: the step timeline; the requests (and a search's problems).
+constexpr bool keeps_steps(RecordLevel level) { return level == RecordLevel::Steps; }
+constexpr bool keeps_requests(RecordLevel level) { return level != RecordLevel::Summary; }
 
 // Receives a run's records as they are made, e.g. a file written as the run goes.
 class RecordSink {

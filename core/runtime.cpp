@@ -274,7 +274,7 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size());
   slot.last_counters = c;
   tallies_[std::size_t(e)].add(r);
-  if (record_level_ != RecordLevel::Steps) return;
+  if (!keeps_steps(record_level_)) return;
   if (keep_records_) records_[std::size_t(e)].steps.push_back(r);
   if (sink_) sink_->add_step(e, r);
 }
@@ -294,7 +294,7 @@ void Runtime::record_request(int e, const Sequence& s) {
   r.cached_tokens = s.num_cached_prompt_tokens;
   r.preemptions = s.num_preemptions;
   tallies_[std::size_t(e)].add(r);
-  if (record_level_ == RecordLevel::Summary) return;
+  if (!keeps_requests(record_level_)) return;
   if (keep_records_) records_[std::size_t(e)].requests.push_back(r);
   if (sink_) sink_->add_request(e, r);
 }

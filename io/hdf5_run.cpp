@@ -4,22 +4,22 @@
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
 #include <cstddef>
 #include <ctime>
-#include <filesystem>
-#include <condition_variable>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <utility>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <span>
+#include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/sequence.hpp"
@@ -492,11 +492,11 @@ class ChunkWriter {
     jobs_.push_back(std::move(job));
     changed_.notify_all();
   }
-  // Waits until every job has run; rethrows the first error (once).
+  // Waits until every job has run; rethrows the first error.
   void drain() {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return (jobs_.empty() && !busy_) || error_; });
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
@@ -513,16 +513,15 @@ class ChunkWriter {
       lock.unlock();
       std::exception_ptr error;
       try {
-        if (!failed_) job();
+        job();
       } catch (...) {
         error = std::current_exception();
       }
       lock.lock();
       busy_ = false;
       if (error) {
-        failed_ = true;
         error_ = error;
-        jobs_.clear();
+        jobs_.clear();  // post() takes no more
       }
       changed_.notify_all();
     }
@@ -531,7 +530,7 @@ class ChunkWriter {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;
-  bool busy_ = false, stop_ = false, failed_ = false;
+  bool busy_ = false, stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;  // last: it starts once the members above exist
 };
@@ -554,11 +553,11 @@ void write_engine(const H5::Group& engines, const std::string& path, const Engin
   where.object = path;
   const H5::Group engine = create_engine(engines, records);
   put_summary(engine, summary);
-  if (level == RecordLevel::Steps) {
+  if (keeps_steps(level)) {
     where.object = join(path, "steps");
     write_table(engine, "steps", records.steps, kStepFields, compression);
   }
-  if (level != RecordLevel::Summary) {
+  if (keeps_requests(level)) {
     where.object = join(path, "requests");
     write_table(engine, "requests", records.requests, kRequestFields, compression);
   }
@@ -614,7 +613,7 @@ void put_run_summary(const H5::Group& run, const RunSummary& summary) {
 
 // Last, so that a run cut short by an error is not listed as a run.
 void mark_run(const H5::Group& run, RecordLevel level) {
-  if (level != RecordLevel::Steps) put_text(run, kRecordAttr, record_level_name(level));
+  if (!keeps_steps(level)) put_text(run, kRecordAttr, record_level_name(level));
   put_number<std::int32_t>(run, kVersionAttr, kRunSchemaVersion);
 }
 
@@ -692,11 +691,11 @@ void read_engine(const H5::Group& engines, const std::string& path, const std::s
   visit_summary(summary, [&](const std::string& attr, auto& value) {
     value = get_number<std::remove_reference_t<decltype(value)>>(engine, attr, where);
   });
-  if (run.level == RecordLevel::Steps) {
+  if (keeps_steps(run.level)) {
     where.object = join(path, name) + "/steps";
     records.steps = read_table<StepRecord>(engine, "steps", kStepFields, where);
   }
-  if (run.level != RecordLevel::Summary) {
+  if (keeps_requests(run.level)) {
     where.object = join(path, name) + "/requests";
     records.requests = read_table<RequestRecord>(engine, "requests", kRequestFields, where);
   }
@@ -832,7 +831,7 @@ void RunFileWriter::write_run(const std::string& group, const RunMetadata& metad
     for (const EngineRecords& r : records)
       write_engine(engines, join(engines_path, r.name), r, *find_summary(summary, r.name), level,
                    impl_->compression, where);
-    if (problems && level != RecordLevel::Summary) {
+    if (problems && keeps_requests(level)) {
       where.object = join(path, "problems");
       write_table(run, "problems", *problems, kProblemFields, impl_->compression);
     }
@@ -845,6 +844,7 @@ void RunFileWriter::write_run(const std::string& group, const RunMetadata& metad
 struct RunStream::Impl {
   struct EngineTables {
     EngineRecords engine;  // name, model and pool
+    std::string path;      // of its group, for messages
     H5::Group group;
     TableStream<StepRecord> steps{"steps", kStepFields, {}, {}, 0};
     TableStream<RequestRecord> requests{"requests", kRequestFields, {}, {}, 0};
@@ -895,11 +895,10 @@ struct RunStream::Impl {
   void write_rest() {
     writer.drain();
     for (EngineTables& e : engines) {
-      const std::string engine_path = join(join(path, "engines"), e.engine.name);
-      if (level == RecordLevel::Steps) write_last(e.group, join(engine_path, "steps"), e.steps);
-      if (level != RecordLevel::Summary) write_last(e.group, join(engine_path, "requests"), e.requests);
+      if (keeps_steps(level)) write_last(e.group, join(e.path, "steps"), e.steps);
+      if (keeps_requests(level)) write_last(e.group, join(e.path, "requests"), e.requests);
     }
-    if (problems && level != RecordLevel::Summary) write_last(run, join(path, "problems"), *problems);
+    if (problems && keeps_requests(level)) write_last(run, join(path, "problems"), *problems);
   }
 };
 
@@ -920,7 +919,7 @@ RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& 
     std::vector<RunStream::Impl::EngineTables> tables;
     for (const EngineRecords& r : engines) {
       where.object = join(engines_path, r.name);
-      tables.push_back({EngineRecords{r.name, r.model, r.total_blocks, r.block_size, {}, {}},
+      tables.push_back({EngineRecords{r.name, r.model, r.total_blocks, r.block_size, {}, {}}, where.object,
                         create_engine(engine_groups, r)});
     }
     impl_->file.flush(H5F_SCOPE_GLOBAL);
@@ -940,22 +939,21 @@ RunStream::~RunStream() {
 
 void RunStream::add_step(int e, const StepRecord& step) {
   Impl::EngineTables& t = impl_->engine(e);
-  if (impl_->level != RecordLevel::Steps) return;
+  if (!keeps_steps(impl_->level)) return;
   t.steps.rows.push_back(step);
-  if (t.steps.full()) impl_->post(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/steps", t.steps);
+  if (t.steps.full()) impl_->post(t.group, join(t.path, "steps"), t.steps);
 }
 
 void RunStream::add_request(int e, const RequestRecord& request) {
   Impl::EngineTables& t = impl_->engine(e);
-  if (impl_->level == RecordLevel::Summary) return;
+  if (!keeps_requests(impl_->level)) return;
   t.requests.rows.push_back(request);
-  if (t.requests.full())
-    impl_->post(t.group, join(join(impl_->path, "engines"), t.engine.name) + "/requests", t.requests);
+  if (t.requests.full()) impl_->post(t.group, join(t.path, "requests"), t.requests);
 }
 
 void RunStream::add_problem(const ProblemRecord& problem) {
   if (!impl_->problems) impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
-  if (impl_->level == RecordLevel::Summary) return;
+  if (!keeps_requests(impl_->level)) return;
   impl_->problems->rows.push_back(problem);
   if (impl_->problems->full()) impl_->post(impl_->run, join(impl_->path, "problems"), *impl_->problems);
 }
@@ -971,7 +969,7 @@ void RunStream::finish(const RunSummary& summary, const RunMetadata& extra) {
   s.write_rest();
   guarded(s.where, [&] {
     for (Impl::EngineTables& t : s.engines) {
-      s.where.object = join(join(s.path, "engines"), t.engine.name);
+      s.where.object = t.path;
       put_summary(t.group, *find_summary(summary, t.engine.name));
     }
     s.where.object = join(s.path, "summary");
@@ -1011,8 +1009,7 @@ void RunFileWriter::write_attributes(const std::string& group, const RunMetadata
     const H5::Group g = where.object == "/" ? root
                         : path_exists(root, where.object) ? root.openGroup(where.object)
                                                           : create_group(root, where.object);
-    for (const auto& [key, value] : metadata.text) put_text(g, key, value);
-    for (const auto& [key, value] : metadata.numbers) put_number(g, key, value);
+    put_metadata(g, metadata);
     impl_->file.flush(H5F_SCOPE_GLOBAL);
   });
 }
@@ -1032,18 +1029,10 @@ void RunFileWriter::close() {
   });
 }
 
-FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path, const std::string& error) {
-  FailedRunFile out;
-  try {
-    writer.close();
-  } catch (const Error&) {
-    out.closed = false;
-  }
-  out.message = error + (remove_unreadable(path) ? "; removed " + path + ", which it left unreadable"
-                                                 : "; " + path + " holds what was recorded before it");
-  return out;
-}
+namespace {
 
+// A file whose runs cannot all be read back (a full disk can leave one that opens but holds a
+// damaged heap) is removed, so that none is left behind; true if it was.
 bool remove_unreadable(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return false;
@@ -1056,6 +1045,21 @@ bool remove_unreadable(const std::string& path) {
   std::filesystem::remove(path, ec);
   return true;
 }
+
+}  // namespace
+
+FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path, const std::string& error) {
+  FailedRunFile out;
+  try {
+    writer.close();
+  } catch (const Error&) {
+    out.closed = false;
+  }
+  out.message = error + (remove_unreadable(path) ? "; removed " + path + ", which it left unreadable"
+                                                 : "; " + path + " holds what was recorded before it");
+  return out;
+}
+
 
 RunData read_run(const std::string& path, const std::string& group) {
   Where where{path, ""};

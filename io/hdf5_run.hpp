@@ -107,10 +107,6 @@ RunData read_run(const std::string& path, const std::string& group = "/");
 // The attributes of any group (as write_attributes wrote them).
 RunMetadata read_attributes(const std::string& path, const std::string& group);
 
-// After a failed write (a full disk): removes the file at `path` if HDF5 cannot open it, so that
-// no unreadable file is left behind; true if it did.
-bool remove_unreadable(const std::string& path);
-
 // After a run failed with `error` while writing to `writer`'s file at `path`: closes the writer,
 // removes the file if it was left unreadable, and says which after the error. `closed` is false
 // when HDF5 could not close the file (then it must not be closed again, see cli/command.hpp).

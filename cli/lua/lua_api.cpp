@@ -433,10 +433,7 @@ void run_script(const ScriptOptions& options) {
     if (!ctx.writer) throw;
     // The runs written before the error stay in the file; a file the failure left unreadable (a
     // full disk) is removed.
-    const FailedRunFile failed = close_after_failure(*ctx.writer, ctx.out_path, e.what());
-    ctx.writer.reset();
-    if (!failed.closed) throw cli::FailedCloseError(failed.message);
-    throw Error(failed.message);
+    cli::rethrow_after_write_failure(*ctx.writer, ctx.out_path, e.what());
   }
   if (ctx.writer) {
     ctx.writer->close();

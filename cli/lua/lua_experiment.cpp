@@ -555,7 +555,7 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_pushboolean(L, r.record != RecordLevel::Steps);
+  lua_pushboolean(L, !keeps_steps(r.record));
   lua_pushstring(L, record_level_name(r.record));
   lua_pushcclosure(L, timeline, 3);
   lua_setfield(L, -2, "timeline");
