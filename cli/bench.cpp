@@ -1,11 +1,11 @@
 // duet bench: measured figures printed as ratios against their targets, so that a noisy machine
 // still gives a readable answer. Each benchmark runs in one thread.
-#include <boost/program_options.hpp>
+#include <unistd.h>
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -35,7 +35,8 @@ ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, c
   e.config.max_model_len = 16384;
   e.cost_model = "roofline";
   spec.engines.push_back(e);
-  TraceReplay replay(trace, {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Error});
+  TraceReplay replay(trace,
+                     {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Error});
   ExperimentOutcome o = run_experiment(spec, replay);
   if (finished) *finished = replay.finished();
   return o;
@@ -53,7 +54,8 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   const GpuSpec gpu = gpu_by_name(gpu_name);
   std::int64_t steps = 0;
   double simulated_s = 0;
-  for (const StepRecord& r : o.records[0].steps) simulated_s = std::max(simulated_s, r.start_s + r.duration_s + r.host_s);
+  for (const StepRecord& r : o.records[0].steps)
+    simulated_s = std::max(simulated_s, r.start_s + r.duration_s + r.host_s);
   steps = std::int64_t(o.records[0].steps.size());
   const auto t2 = std::chrono::steady_clock::now();
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
@@ -77,14 +79,19 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
 int bench_hdf5(const std::string& trace_path, const std::string& model, const std::string& gpu_name) {
   const Trace trace = load_trace(trace_path);
   const ExperimentOutcome o = simulate_trace(trace, model, gpu_name);
-  const std::string path = (std::filesystem::temp_directory_path() / ("duet-bench-hdf5-" + std::to_string(::getpid()) + ".h5")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("duet-bench-hdf5-" + std::to_string(::getpid()) + ".h5"))
+          .string();
   struct Setting {
     const char* name;
     TableCompression compression;
   };
-  const Setting settings[] = {{"none", {false, 0}},          {"shuffle", {true, 0}},
-                              {"deflate 1", {false, 1}},     {"shuffle + deflate 1", {true, 1}},
-                              {"shuffle + deflate 4", {true, 4}}, {"shuffle + deflate 6", {true, 6}},
+  const Setting settings[] = {{"none", {false, 0}},
+                              {"shuffle", {true, 0}},
+                              {"deflate 1", {false, 1}},
+                              {"shuffle + deflate 1", {true, 1}},
+                              {"shuffle + deflate 4", {true, 4}},
+                              {"shuffle + deflate 6", {true, 6}},
                               {"shuffle + deflate 9", {true, 9}}};
   std::size_t rows = 0;
   double raw_mb = 0;  // the rows as they are in memory
@@ -148,12 +155,13 @@ int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) 
       ++decode_steps;
     }
   }
-  std::printf("bench cpu: %s, %d layers, hidden %d, dummy weights, one thread\n", spec.name.c_str(), spec.num_layers,
-              spec.hidden_size);
+  std::printf("bench cpu: %s, %d layers, hidden %d, dummy weights, one thread\n", spec.name.c_str(),
+              spec.num_layers, spec.hidden_size);
   std::printf("  prefill  %d x %d tokens   %8.3f s   %10.0f tokens/s\n", batch, prompt, prefill_s,
               double(batch) * prompt / prefill_s);
-  std::printf("  decode   %d seqs x %d steps %8.3f s   %10.0f tokens/s (%.3f ms per step)\n", batch, decode_steps,
-              decode_s, double(batch) * decode_steps / decode_s, 1e3 * decode_s / std::max(1, decode_steps));
+  std::printf("  decode   %d seqs x %d steps %8.3f s   %10.0f tokens/s (%.3f ms per step)\n", batch,
+              decode_steps, decode_s, double(batch) * decode_steps / decode_s,
+              1e3 * decode_s / std::max(1, decode_steps));
   return 0;
 }
 
@@ -166,33 +174,35 @@ int bench(int argc, char** argv) {
   std::string cpu_model = source_dir() + "/models/tiny-llama/config.json";
   int batch = 16, prompt = 256, decode = 64;
   gpu_bench::GpuBenchOptions g;
-  po::options_description options("duet bench NAME: benchmarks that print their figures and ratios\n"
-                                  "  sim-trace     replay a whole trace through one simulated engine (speed)\n"
-                                  "  hdf5          the run file's size and write time under each compression\n"
-                                  "  cpu           the CPU reference engine's prefill and decode tokens/s\n"
-                                  "  decode        CUDA: Llama-3.2-1B decode steps vs the HBM roofline (batch 1-256)\n"
-                                  "  attention     CUDA: paged decode attention GB/s vs peak bandwidth\n"
-                                  "  prefill       CUDA: Llama-3.1-8B (PRM) prefill TFLOP/s vs dense bf16 peak\n"
-                                  "  cpu-overhead  CUDA: host time per step (scheduling + batch preparation)");
-  options.add_options()
-    ("name", po::value(&which), "benchmark to run")
-    ("trace", po::value(&trace)->default_value(trace), "sim-trace: the trace to replay")
-    ("model", po::value(&model)->default_value(model), "sim-trace: model")
-    ("gpu", po::value(&gpu)->default_value(gpu),
-     "sim-trace: GPU; CUDA benchmarks: the spec to compare with (default: detected from the device name)")
-    ("target-s", po::value(&target_s)->default_value(target_s), "sim-trace: wall-time target")
-    ("cpu-model", po::value(&cpu_model)->default_value(cpu_model), "cpu: model config")
-    ("batch", po::value(&batch)->default_value(batch), "cpu: sequences")
-    ("prompt", po::value(&prompt)->default_value(prompt), "cpu: prompt tokens")
-    ("decode", po::value(&decode)->default_value(decode), "cpu: decode steps")
-    ("gpu-model", po::value(&g.model), "CUDA benchmarks: model (default llama-3.2-1b; prefill llama-3.1-8b)")
-    ("layers", po::value(&g.layers)->default_value(g.layers), "prefill: decoder layers to run (0: all)")
-    ("prefill-seq", po::value(&g.prefill_seq)->default_value(g.prefill_seq),
-     "prefill: tokens per sequence (0: one sequence per step)")
-    ("iters", po::value(&g.iters)->default_value(g.iters), "CUDA benchmarks: timed repetitions")
-    ("json", po::value(&g.json), "CUDA benchmarks: write the results as JSON to this file")
-    ("peer", po::value(&g.peer), "decode: scripts/peer_hf.py's JSON; prints duet's tokens/s over HF transformers'")
-    ("help,h", "this help");
+  po::options_description options(
+      "duet bench NAME: benchmarks that print their figures and ratios\n"
+      "  sim-trace     replay a whole trace through one simulated engine (speed)\n"
+      "  hdf5          the run file's size and write time under each compression\n"
+      "  cpu           the CPU reference engine's prefill and decode tokens/s\n"
+      "  decode        CUDA: Llama-3.2-1B decode steps vs the HBM roofline (batch 1-256)\n"
+      "  attention     CUDA: paged decode attention GB/s vs peak bandwidth\n"
+      "  prefill       CUDA: Llama-3.1-8B (PRM) prefill TFLOP/s vs dense bf16 peak\n"
+      "  cpu-overhead  CUDA: host time per step (scheduling + batch preparation)");
+  options.add_options()("name", po::value(&which), "benchmark to run")(
+      "trace", po::value(&trace)->default_value(trace), "sim-trace: the trace to replay")(
+      "model", po::value(&model)->default_value(model), "sim-trace: model")(
+      "gpu", po::value(&gpu)->default_value(gpu),
+      "sim-trace: GPU; CUDA benchmarks: the spec to compare with (default: detected from the device name)")(
+      "target-s", po::value(&target_s)->default_value(target_s), "sim-trace: wall-time target")(
+      "cpu-model", po::value(&cpu_model)->default_value(cpu_model), "cpu: model config")(
+      "batch", po::value(&batch)->default_value(batch), "cpu: sequences")(
+      "prompt", po::value(&prompt)->default_value(prompt), "cpu: prompt tokens")(
+      "decode", po::value(&decode)->default_value(decode), "cpu: decode steps")(
+      "gpu-model", po::value(&g.model),
+      "CUDA benchmarks: model (default llama-3.2-1b; prefill llama-3.1-8b)")(
+      "layers", po::value(&g.layers)->default_value(g.layers), "prefill: decoder layers to run (0: all)")(
+      "prefill-seq", po::value(&g.prefill_seq)->default_value(g.prefill_seq),
+      "prefill: tokens per sequence (0: one sequence per step)")(
+      "iters", po::value(&g.iters)->default_value(g.iters), "CUDA benchmarks: timed repetitions")(
+      "json", po::value(&g.json), "CUDA benchmarks: write the results as JSON to this file")(
+      "peer", po::value(&g.peer),
+      "decode: scripts/peer_hf.py's JSON; prints duet's tokens/s over HF transformers'")("help,h",
+                                                                                         "this help");
   po::positional_options_description positional;
   positional.add("name", 1);
   return run_command({"bench", options, &positional, "name"}, argc, argv, [&](const po::variables_map& vm) {
@@ -205,7 +215,8 @@ int bench(int argc, char** argv) {
     if (which == "attention") return gpu_bench::bench_attention(g);
     if (which == "prefill") return gpu_bench::bench_prefill(g);
     if (which == "cpu-overhead") return gpu_bench::bench_cpu_overhead(g);
-    throw Error("unknown benchmark '" + which + "' (valid: sim-trace, hdf5, cpu, decode, attention, prefill, cpu-overhead)");
+    throw Error("unknown benchmark '" + which +
+                "' (valid: sim-trace, hdf5, cpu, decode, attention, prefill, cpu-overhead)");
   });
 }
 

@@ -21,7 +21,8 @@ constexpr int kStyle = po::command_line_style::default_style & ~po::command_line
 
 }  // namespace
 
-int run_command(const Command& c, int argc, char** argv, const std::function<int(const po::variables_map&)>& body) {
+int run_command(const Command& c, int argc, char** argv,
+                const std::function<int(const po::variables_map&)>& body) {
   try {
     po::variables_map vm;
     po::command_line_parser parser(argc, argv);
@@ -76,8 +77,10 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
       throw Error(what + " " + out + " is the input " + in + ": refusing to overwrite it");
   const fs::path dir = fs::absolute(out).parent_path();
   if (!fs::is_directory(dir, ec)) throw Error(what + " " + out + ": no directory " + dir.string());
-  if (::access(dir.c_str(), W_OK) != 0) throw Error(what + " " + out + ": directory " + dir.string() + " is not writable");
-  if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0) throw Error(what + " " + out + ": the file is not writable");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(what + " " + out + ": directory " + dir.string() + " is not writable");
+  if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
+    throw Error(what + " " + out + ": the file is not writable");
 }
 
 }  // namespace duet::cli

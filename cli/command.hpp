@@ -30,7 +30,8 @@ std::string command_line_of(int argc, char** argv);
 // Before any work: throws duet::Error when `out` is one of `inputs` (an output must never overwrite
 // what the command reads), or cannot be written (a missing or read-only directory, a read-only
 // file). `what` names the option ("--out").
-void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what = "--out");
+void check_output(const std::string& out, const std::vector<std::string>& inputs,
+                  const std::string& what = "--out");
 
 // An error after which HDF5 could not close a file (a full disk). run_command reports it as any
 // error and ends the process without the exit handlers: HDF5 1.10's own would close the file
@@ -41,7 +42,8 @@ struct FailedCloseError : Error {
 
 // After `error` while writing `writer`'s file at `path`: closes the file, removes it if it was left
 // unreadable, and throws the error saying which (a FailedCloseError when HDF5 could not close it).
-[[noreturn]] void rethrow_after_write_failure(RunFileWriter& writer, const std::string& path, const std::string& error);
+[[noreturn]] void rethrow_after_write_failure(RunFileWriter& writer, const std::string& path,
+                                              const std::string& error);
 
 // The --record option: throws duet::Error naming `option` for an unknown level.
 RecordLevel parse_record_level(const std::string& option, const std::string& text);

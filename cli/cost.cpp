@@ -30,14 +30,17 @@ struct BatchArgs {
 // sequence samples one token (one LM-head row).
 BatchShape batch_of(const BatchArgs& a) {
   if (a.prefill_tokens < 0 || a.decode_seqs < 0 || a.prefill_context < 0 || a.decode_context < 0)
-    throw Error("--prefill-tokens, --prefill-context, --decode-seqs and --decode-context must not be negative");
-  if (a.prefill_tokens == 0 && a.decode_seqs == 0) throw Error("give --prefill-tokens T and/or --decode-seqs B");
+    throw Error(
+        "--prefill-tokens, --prefill-context, --decode-seqs and --decode-context must not be negative");
+  if (a.prefill_tokens == 0 && a.decode_seqs == 0)
+    throw Error("give --prefill-tokens T and/or --decode-seqs B");
   if (a.prefill_tokens > 0 && (a.prefill_seqs < 1 || a.prefill_seqs > a.prefill_tokens))
     throw Error("--prefill-seqs must be between 1 and --prefill-tokens");
   BatchShape s;
   if (a.prefill_tokens > 0)
     for (int i = 0; i < a.prefill_seqs; ++i)
-      add_prefill_chunk(s, a.prefill_tokens / a.prefill_seqs + (i < a.prefill_tokens % a.prefill_seqs ? 1 : 0),
+      add_prefill_chunk(s,
+                        a.prefill_tokens / a.prefill_seqs + (i < a.prefill_tokens % a.prefill_seqs ? 1 : 0),
                         a.prefill_context);
   for (int i = 0; i < a.decode_seqs; ++i) add_decode(s, a.decode_context);
   s.logit_rows = s.prefill_seqs + s.decode_seqs;
@@ -55,15 +58,22 @@ std::string model_name_of(const std::string& arg) {
   return (j.value("format", "").starts_with(family) ? "operator:" : "profile:") + arg;
 }
 
-nlohmann::json to_json(const StepBreakdown& b, const std::string& model, const std::string& gpu, const std::string& cost) {
+nlohmann::json to_json(const StepBreakdown& b, const std::string& model, const std::string& gpu,
+                       const std::string& cost) {
   nlohmann::json layer;
   for (std::size_t i = 0; i < kLayerOperators.size(); ++i) layer[kLayerOperators[i]] = b.per_layer_s[i];
-  return {{"model", model},       {"gpu", gpu},
-          {"cost_model", cost},   {"step_s", b.step_s()},
-          {"device_s", b.device_s()}, {"layers", b.layers},
-          {"per_layer_s", layer}, {"lm_head_s", b.lm_head_s},
-          {"sampling_s", b.sampling_s}, {"other_s", b.other_s},
-          {"unattributed_s", b.unattributed_s}, {"host_s", b.host_s},
+  return {{"model", model},
+          {"gpu", gpu},
+          {"cost_model", cost},
+          {"step_s", b.step_s()},
+          {"device_s", b.device_s()},
+          {"layers", b.layers},
+          {"per_layer_s", layer},
+          {"lm_head_s", b.lm_head_s},
+          {"sampling_s", b.sampling_s},
+          {"other_s", b.other_s},
+          {"unattributed_s", b.unattributed_s},
+          {"host_s", b.host_s},
           {"outside_fitted_range", b.outside}};
 }
 
@@ -71,10 +81,12 @@ void print_table(const StepBreakdown& b) {
   const double step = b.step_s();
   std::printf("%-14s %14s %12s %7s\n", "operator", "per layer us", "step us", "share");
   auto row = [&](const char* name, double per_layer, double total) {
-    if (per_layer >= 0) std::printf("%-14s %14.2f %12.2f %6.1f%%\n", name, 1e6 * per_layer, 1e6 * total, 100 * total / step);
+    if (per_layer >= 0)
+      std::printf("%-14s %14.2f %12.2f %6.1f%%\n", name, 1e6 * per_layer, 1e6 * total, 100 * total / step);
     else std::printf("%-14s %14s %12.2f %6.1f%%\n", name, "", 1e6 * total, 100 * total / step);
   };
-  for (std::size_t i = 0; i < kLayerOperators.size(); ++i) row(kLayerOperators[i], b.per_layer_s[i], b.layers * b.per_layer_s[i]);
+  for (std::size_t i = 0; i < kLayerOperators.size(); ++i)
+    row(kLayerOperators[i], b.per_layer_s[i], b.layers * b.per_layer_s[i]);
   row("lm_head", -1, b.lm_head_s);
   row("sampling", -1, b.sampling_s);
   row("other", -1, b.other_s);
@@ -90,38 +102,42 @@ int cost(int argc, char** argv) {
   BatchArgs a;
   bool json = false;
   po::options_description options("duet cost: one step of a batch, priced by operator");
-  options.add_options()
-    ("model", po::value(&model_arg)->required(), "a built-in model or a Hugging Face config.json")
-    ("gpu", po::value(&gpu_arg)->required(), "h100, h200, a100")
-    ("cost-model", po::value(&cost_arg)->default_value("auto"),
-     "roofline, operator (the GPU's prior), auto (as the simulator chooses), or a prior or profile JSON")
-    ("prefill-tokens", po::value(&a.prefill_tokens), "new prompt tokens in the step")
-    ("prefill-seqs", po::value(&a.prefill_seqs)->default_value(1), "chunks the prefill tokens are split into")
-    ("prefill-context", po::value(&a.prefill_context), "cached tokens before each prefill chunk")
-    ("decode-seqs", po::value(&a.decode_seqs), "sequences decoding one token each")
-    ("decode-context", po::value(&a.decode_context), "tokens already in each decoding sequence")
-    ("json", po::bool_switch(&json), "one JSON object instead of the table")
-    ("help,h", "this help");
+  options.add_options()("model", po::value(&model_arg)->required(),
+                        "a built-in model or a Hugging Face config.json")(
+      "gpu", po::value(&gpu_arg)->required(), "h100, h200, a100")(
+      "cost-model", po::value(&cost_arg)->default_value("auto"),
+      "roofline, operator (the GPU's prior), auto (as the simulator chooses), or a prior or profile JSON")(
+      "prefill-tokens", po::value(&a.prefill_tokens), "new prompt tokens in the step")(
+      "prefill-seqs", po::value(&a.prefill_seqs)->default_value(1),
+      "chunks the prefill tokens are split into")("prefill-context", po::value(&a.prefill_context),
+                                                  "cached tokens before each prefill chunk")(
+      "decode-seqs", po::value(&a.decode_seqs), "sequences decoding one token each")(
+      "decode-context", po::value(&a.decode_context), "tokens already in each decoding sequence")(
+      "json", po::bool_switch(&json), "one JSON object instead of the table")("help,h", "this help");
   return run_command({"cost", options}, argc, argv, [&](const po::variables_map&) {
     const ModelSpec model = resolve_model(model_arg);
     const GpuSpec gpu = gpu_by_name(gpu_arg);
     const BatchShape shape = batch_of(a);
-    const ChosenCostModel chosen =
-        choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu), source_dir() + "/profiles");
+    const ChosenCostModel chosen = choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu),
+                                                     source_dir() + "/profiles");
     const StepBreakdown b = chosen.model->by_operator(shape);
     if (json) {
       std::printf("%s\n", to_json(b, model.name, gpu.name, chosen.model->describe()).dump(2).c_str());
     } else {
       std::printf("%s on %s: %s\n", model.name.c_str(), gpu.name.c_str(), chosen.reason.c_str());
-      std::printf("batch: %d prefill tokens in %d chunk(s) after %lld cached each; %d decodes at context %lld\n\n",
-                  shape.prefill_tokens, shape.prefill_seqs, (long long)a.prefill_context, shape.decode_seqs,
-                  (long long)a.decode_context);
+      std::printf(
+          "batch: %d prefill tokens in %d chunk(s) after %lld cached each; %d decodes at context %lld\n\n",
+          shape.prefill_tokens, shape.prefill_seqs, (long long)a.prefill_context, shape.decode_seqs,
+          (long long)a.decode_context);
       print_table(b);
-      if (b.unattributed_s > 0) std::printf("\n(a measured profile prices whole steps; it does not split them by operator)\n");
+      if (b.unattributed_s > 0)
+        std::printf("\n(a measured profile prices whole steps; it does not split them by operator)\n");
     }
     for (const std::string& o : b.outside)
-      std::fprintf(stderr, "duet cost: warning: %s is beyond the tables the prior was fitted on; priced at their edge\n",
-                   o.c_str());
+      std::fprintf(
+          stderr,
+          "duet cost: warning: %s is beyond the tables the prior was fitted on; priced at their edge\n",
+          o.c_str());
     return 0;
   });
 }

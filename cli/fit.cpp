@@ -32,8 +32,8 @@ std::string out_for(const std::string& out, const std::string& engine, bool seve
 }
 
 void report(const CalibrationProfile& p, const std::string& out) {
-  std::printf("%s on %s: fitted %zu steps, device median |error| %.1f%%, host median |error| %.1f%%\n", p.model.c_str(),
-              p.device.c_str(), p.device_fit.rows, 100 * p.device_fit.median_abs_rel_error,
+  std::printf("%s on %s: fitted %zu steps, device median |error| %.1f%%, host median |error| %.1f%%\n",
+              p.model.c_str(), p.device.c_str(), p.device_fit.rows, 100 * p.device_fit.median_abs_rel_error,
               100 * p.host_fit.median_abs_rel_error);
   for (std::size_t i = 0; i < kNumDeviceFeatures; ++i)
     std::printf("  %-24s %.6g\n", device_feature_names()[i], p.device_coefficients[i]);
@@ -43,8 +43,8 @@ void report(const CalibrationProfile& p, const std::string& out) {
   std::printf("wrote %s\n", out.c_str());
 }
 
-int fit_runs(const std::string& path, const std::string& group, const std::string& engine, const std::string& model,
-             const std::string& out) {
+int fit_runs(const std::string& path, const std::string& group, const std::string& engine,
+             const std::string& model, const std::string& out) {
   const std::vector<std::string> groups = group.empty() ? list_runs(path) : std::vector<std::string>{group};
   if (groups.empty()) throw Error(path + ": holds no run");
   struct Engine {
@@ -56,15 +56,17 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
     const RunData run = read_run(path, g);
     const std::string backend = text_of(run.metadata, "backend");
     if (backend == "sim")
-      throw Error(path + ":" + g + ": a simulated run; fit the steps that a real engine measured (--backend cpu|cuda)");
+      throw Error(path + ":" + g +
+                  ": a simulated run; fit the steps that a real engine measured (--backend cpu|cuda)");
     const std::string device = text_of(run.metadata, "device");
-    if (device.empty()) throw Error(path + ":" + g + ": no 'device' attribute (written by duet before profiles existed)");
+    if (device.empty())
+      throw Error(path + ":" + g + ": no 'device' attribute (written by duet before profiles existed)");
     for (const EngineRecords& r : run.engines) {
       if (!engine.empty() && r.name != engine) continue;
       Engine& e = engines[r.name];
       if (!e.device.empty() && (e.device != device || e.model != r.model))
-        throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device + ", another run " +
-                    e.model + " on " + e.device + "; fit them apart with --group");
+        throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device +
+                    ", another run " + e.model + " on " + e.device + "; fit them apart with --group");
       e.model = r.model, e.device = device;
       e.shape = text_of(run.metadata, r.name + ".model_shape");
       e.steps.insert(e.steps.end(), r.steps.begin(), r.steps.end());
@@ -77,8 +79,8 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
     if (e.shape.empty() || !model.empty()) {
       const ModelSpec spec = resolve_model(model.empty() ? e.model : model);
       if (!e.shape.empty() && model_shape(spec) != e.shape)
-        throw Error(path + ": engine '" + name + "' ran " + e.model + " (" + e.shape + "), not --model " + spec.name +
-                    " (" + model_shape(spec) + ")");
+        throw Error(path + ": engine '" + name + "' ran " + e.model + " (" + e.shape + "), not --model " +
+                    spec.name + " (" + model_shape(spec) + ")");
       p.model = spec.name;
       p.model_shape = model_shape(spec);
     } else {
@@ -98,22 +100,27 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
 
 int fit(int argc, char** argv) {
   std::string csv, run, engine, group, model, device, out;
-  po::options_description options("duet fit: fit a calibrated cost profile (see sim/calibrated.hpp for the format)");
-  options.add_options()
-    ("csv", po::value(&csv), "measurements: CSV with feature columns (prefill_tokens, decode_seqs, ...) and duration_s")
-    ("run", po::value(&run), "measurements: a duet HDF5 file of real-engine runs (every run's steps)")
-    ("group", po::value(&group), "only this run of that file (default: every run)")
-    ("engine", po::value(&engine), "only this engine (default: one profile per engine)")
-    ("model", po::value(&model), "the model (name or config.json): required with --csv; "
-                                 "with --run, when the run's model name is not a built-in")
-    ("device", po::value(&device), "--csv: the device the timings were measured on (a profile key, e.g. h100-sxm)")
-    ("out", po::value(&out)->required(), "profile JSON to write (several engines: OUT's stem.ENGINE.json)")
-    ("help,h", "this help");
+  po::options_description options(
+      "duet fit: fit a calibrated cost profile (see sim/calibrated.hpp for the format)");
+  options.add_options()(
+      "csv", po::value(&csv),
+      "measurements: CSV with feature columns (prefill_tokens, decode_seqs, ...) and duration_s")(
+      "run", po::value(&run), "measurements: a duet HDF5 file of real-engine runs (every run's steps)")(
+      "group", po::value(&group), "only this run of that file (default: every run)")(
+      "engine", po::value(&engine), "only this engine (default: one profile per engine)")(
+      "model", po::value(&model),
+      "the model (name or config.json): required with --csv; "
+      "with --run, when the run's model name is not a built-in")(
+      "device", po::value(&device),
+      "--csv: the device the timings were measured on (a profile key, e.g. h100-sxm)")(
+      "out", po::value(&out)->required(), "profile JSON to write (several engines: OUT's stem.ENGINE.json)")(
+      "help,h", "this help");
   return run_command({"fit", options}, argc, argv, [&](const po::variables_map&) {
     if (csv.empty() == run.empty()) throw Error("give exactly one of --csv and --run");
     check_output(out, {csv, run});
     if (!run.empty()) return fit_runs(run, group, engine, model, out);
-    if (model.empty() || device.empty()) throw Error("--csv needs --model and --device: a profile names both");
+    if (model.empty() || device.empty())
+      throw Error("--csv needs --model and --device: a profile names both");
     CalibrationProfile p = fit_profile_csv(csv);
     const ModelSpec spec = resolve_model(model);
     p.model = spec.name;

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -47,7 +47,8 @@ std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string f = e.path().filename().string();
-    if (f.starts_with(prefix) && f.find(c.file_suffix) != std::string::npos) found.push_back(e.path().string());
+    if (f.starts_with(prefix) && f.find(c.file_suffix) != std::string::npos)
+      found.push_back(e.path().string());
   }
   if (ec) throw Error(dir + ": cannot list (" + ec.message() + ")");
   if (found.size() != 1)
@@ -84,18 +85,21 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
   }
   if (test_rows.empty() || fit_rows.empty()) throw Error(what + ": too few shapes to hold some out");
   const OperatorCurve part = fit_curve(operator_axes(t.kind), fit_rows, what, options);
-  const CurveErrors op = curve_errors(test_rows, [&](const CurveSample& s) { return part.time(s.roofline_s, s.coords); });
+  const CurveErrors op =
+      curve_errors(test_rows, [&](const CurveSample& s) { return part.time(s.roofline_s, s.coords); });
   const CurveErrors roof = curve_errors(test_rows, [](const CurveSample& s) { return s.roofline_s; });
   const std::string op_at = t.shapes[test_index[op.worst]], roof_at = t.shapes[test_index[roof.worst]];
-  std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped), %zu held out\n", operator_class_name(t.kind),
-              t.path.c_str(), t.rows.size(), t.impossible, test_rows.size());
-  std::printf("  held out: operator MAPE %s, p95 %s, max %s at %s\n", pct(op.mape).c_str(), pct(op.p95).c_str(),
-              pct(op.max).c_str(), op_at.c_str());
-  std::printf("            roofline MAPE %s, p95 %s, max %s at %s\n", pct(roof.mape).c_str(), pct(roof.p95).c_str(),
-              pct(roof.max).c_str(), roof_at.c_str());
+  std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped), %zu held out\n",
+              operator_class_name(t.kind), t.path.c_str(), t.rows.size(), t.impossible, test_rows.size());
+  std::printf("  held out: operator MAPE %s, p95 %s, max %s at %s\n", pct(op.mape).c_str(),
+              pct(op.p95).c_str(), pct(op.max).c_str(), op_at.c_str());
+  std::printf("            roofline MAPE %s, p95 %s, max %s at %s\n", pct(roof.mape).c_str(),
+              pct(roof.p95).c_str(), pct(roof.max).c_str(), roof_at.c_str());
   const OperatorCurve all = fit_curve(operator_axes(t.kind), t.rows, what, options);
-  const CurveErrors in = curve_errors(t.rows, [&](const CurveSample& s) { return all.time(s.roofline_s, s.coords); });
-  std::printf("  every row: operator MAPE %s (fitted on them); fixed cost %.2f us\n", pct(in.mape).c_str(), 1e6 * all.fixed_s);
+  const CurveErrors in =
+      curve_errors(t.rows, [&](const CurveSample& s) { return all.time(s.roofline_s, s.coords); });
+  std::printf("  every row: operator MAPE %s (fitted on them); fixed cost %.2f us\n", pct(in.mape).c_str(),
+              1e6 * all.fixed_s);
   report[operator_class_name(t.kind)] = {{"table", std::filesystem::path(t.path).filename().string()},
                                          {"rows", t.rows.size()},
                                          {"dropped_faster_than_roofline", t.impossible},
@@ -114,16 +118,20 @@ int fit_ops(int argc, char** argv) {
   po::options_description options(
       "duet fit-ops: an operator prior for one GPU from measured kernel tables\n"
       "(NVIDIA AIConfigurator's bf16 GEMM and attention tables; see sim/operator_model.hpp)");
-  options.add_options()
-    ("gpu", po::value(&gpu_name)->required(), "the GPU the tables were measured on (h100, h200, a100)")
-    ("tables", po::value(&tables), "a directory of tables, found by the GPU's name")
-    (kClassTables[0].option, po::value(&files[0]), "the GEMM table (default: found in --tables)")
-    (kClassTables[1].option, po::value(&files[1]), "the decode (generation) attention table (default: found in --tables)")
-    (kClassTables[2].option, po::value(&files[2]), "the prefill (context) attention table (default: found in --tables)")
-    ("smoothness", po::value(&smoothness)->default_value(smoothness, as_written(smoothness)), "the penalty on neighbouring knots' difference")
-    ("created", po::value(&created), "the date to record (default: none, so that a re-fit is byte-identical)")
-    ("out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")
-    ("help,h", "this help");
+  options.add_options()("gpu", po::value(&gpu_name)->required(),
+                        "the GPU the tables were measured on (h100, h200, a100)")(
+      "tables", po::value(&tables), "a directory of tables, found by the GPU's name")(
+      kClassTables[0].option, po::value(&files[0]), "the GEMM table (default: found in --tables)")(
+      kClassTables[1].option, po::value(&files[1]),
+      "the decode (generation) attention table (default: found in --tables)")(
+      kClassTables[2].option, po::value(&files[2]),
+      "the prefill (context) attention table (default: found in --tables)")(
+      "smoothness", po::value(&smoothness)->default_value(smoothness, as_written(smoothness)),
+      "the penalty on neighbouring knots' difference")(
+      "created", po::value(&created),
+      "the date to record (default: none, so that a re-fit is byte-identical)")(
+      "out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")(
+      "help,h", "this help");
   return run_command({"fit-ops", options}, argc, argv, [&](const po::variables_map&) {
     const GpuSpec gpu = gpu_by_name(gpu_name);
     check_output(out, {files[0], files[1], files[2]});
@@ -139,7 +147,8 @@ int fit_ops(int argc, char** argv) {
     for (std::size_t i = 0; i < kOperatorClasses.size(); ++i) {
       const OperatorClass c = kOperatorClasses[i];
       if (files[i].empty()) {
-        if (tables.empty()) throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
+        if (tables.empty())
+          throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
         files[i] = find_table(tables, gpu, i);
       }
       const OperatorTable t = read_operator_table(c, files[i], gpu);
@@ -155,8 +164,9 @@ int fit_ops(int argc, char** argv) {
     prior.elementwise_bandwidth_efficiency = std::min(1.0, 1.0 / prior.gemm.slowdown(gemv.coords));
     prior.held_out_json = report.dump();
     save_prior(prior, out);
-    std::printf("elementwise: %.2f us + bytes at %.0f%% of HBM bandwidth (assumed from the GEMM fit)\nwrote %s\n",
-                1e6 * prior.elementwise_fixed_s, 100 * prior.elementwise_bandwidth_efficiency, out.c_str());
+    std::printf(
+        "elementwise: %.2f us + bytes at %.0f%% of HBM bandwidth (assumed from the GEMM fit)\nwrote %s\n",
+        1e6 * prior.elementwise_fixed_s, 100 * prior.elementwise_bandwidth_efficiency, out.c_str());
     return 0;
   });
 }

@@ -12,7 +12,8 @@ void usage() {
       "duet: LLM + PRM serving testbed (simulator and engines share one scheduler)\n\n"
       "usage: duet COMMAND [options]\n\n"
       "commands:\n"
-      "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu|cuda] [--out FILE.h5] [-- args]\n"
+      "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu|cuda] [--out FILE.h5] [-- "
+      "args]\n"
       "  simulate   replay a trace or a synthetic workload through the simulator, write HDF5\n"
       "  profile    measure a real engine on a grid of batches and fit its cost profile\n"
       "  validate   run a script or a trace on the simulator and a real engine, compare\n"
@@ -39,6 +40,9 @@ int main(int argc, char** argv) {
   if (command == "fit-ops") return duet::cli::fit_ops(argc - 1, argv + 1);
   if (command == "cost") return duet::cli::cost(argc - 1, argv + 1);
   if (command == "bench") return duet::cli::bench(argc - 1, argv + 1);
-  std::fprintf(stderr, "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, fit-ops, cost, bench; see duet --help)\n", command.c_str());
+  std::fprintf(stderr,
+               "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, fit-ops, cost, "
+               "bench; see duet --help)\n",
+               command.c_str());
   return 2;
 }

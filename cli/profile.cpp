@@ -20,11 +20,12 @@ namespace {
 
 void print_profile(const ProfileResult& r) {
   const CalibrationProfile& p = r.profile;
-  std::printf("profile: %s on %s (%s), %zu points in %.1f s\n", p.model.c_str(), p.device.c_str(), p.device_name.c_str(),
-              r.points.size(), r.wall_s);
+  std::printf("profile: %s on %s (%s), %zu points in %.1f s\n", p.model.c_str(), p.device.c_str(),
+              p.device_name.c_str(), r.points.size(), r.wall_s);
   std::printf("  %-24s %14s %10s\n", "device term", "coefficient", "max seen");
   for (std::size_t i = 0; i < kNumDeviceFeatures; ++i)
-    std::printf("  %-24s %14.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i], p.device_max[i]);
+    std::printf("  %-24s %14.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i],
+                p.device_max[i]);
   for (std::size_t i = 0; i < kNumHostFeatures; ++i)
     std::printf("  %-24s %14.6g %10.4g\n", host_feature_names()[i], p.host_coefficients[i], p.host_max[i]);
   std::printf("  %-10s %6s %12s %12s %12s\n", "fit", "rows", "median |err|", "p90 |err|", "max |err|");
@@ -68,7 +69,8 @@ void write_measurements(const ProfileResult& r, const EngineConfig& c, const std
     return rec;
   };
   std::vector<EngineRecords> engines = {records("profile", &MeasuredPoint::device_s)};
-  if (r.profile.alone_coefficients) engines.push_back(records("profile_alone", &MeasuredPoint::alone_device_s));
+  if (r.profile.alone_coefficients)
+    engines.push_back(records("profile_alone", &MeasuredPoint::alone_device_s));
   RunSummary summary;
   summary.wall_s = r.wall_s;
   for (const EngineRecords& e : engines) {
@@ -92,33 +94,38 @@ int profile(int argc, char** argv) {
   std::uint64_t seed = 0;
   int evict_mib = 64;
   po::options_description options(
-      "duet profile --backend cpu|cuda --model M --out PROFILE.json: measure a real engine on a grid of batches "
+      "duet profile --backend cpu|cuda --model M --out PROFILE.json: measure a real engine on a grid of "
+      "batches "
       "(prefill chunks with and without cached context, decode batches over contexts, mixed, copy-on-write), "
       "fit the calibrated cost model, and write the profile (and the raw measurements as PROFILE.h5)");
-  options.add_options()
-    ("backend", po::value(&backend)->default_value("cpu"), "cpu or cuda")
-    ("model", po::value(&model)->required(), "built-in model or a HuggingFace config.json")
-    ("gpu", po::value(&gpu), "cuda: the GPU spec to record (default: detected from the device name)")
-    ("out", po::value(&out)->required(), "profile JSON (profiles/DEVICE/MODEL.json is where the simulator looks)")
-    ("max-num-seqs", po::value(&limits.max_num_seqs)->default_value(limits.max_num_seqs), "largest decode batch")
-    ("max-num-batched-tokens", po::value(&limits.max_num_batched_tokens)->default_value(limits.max_num_batched_tokens),
-     "largest prefill chunk")
-    ("max-model-len", po::value(&limits.max_model_len)->default_value(limits.max_model_len), "longest context")
-    ("block-size", po::value(&limits.block_size)->default_value(limits.block_size), "tokens per KV block")
-    ("repeats", po::value(&limits.repeats)->default_value(limits.repeats), "timed runs per point (median kept)")
-    ("evict-mib", po::value(&evict_mib)->default_value(64), "cpu: MiB streamed through the caches before the timed run "
-                                                            "that stands for engines taking turns; each point is also "
-                                                            "timed warm, for an engine alone (0: warm only)")
-    ("load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")
-    ("seed", po::value(&seed)->default_value(0), "dummy weights' seed")
-    ("help,h", "this help");
+  options.add_options()("backend", po::value(&backend)->default_value("cpu"), "cpu or cuda")(
+      "model", po::value(&model)->required(), "built-in model or a HuggingFace config.json")(
+      "gpu", po::value(&gpu), "cuda: the GPU spec to record (default: detected from the device name)")(
+      "out", po::value(&out)->required(),
+      "profile JSON (profiles/DEVICE/MODEL.json is where the simulator looks)")(
+      "max-num-seqs", po::value(&limits.max_num_seqs)->default_value(limits.max_num_seqs),
+      "largest decode batch")(
+      "max-num-batched-tokens",
+      po::value(&limits.max_num_batched_tokens)->default_value(limits.max_num_batched_tokens),
+      "largest prefill chunk")("max-model-len",
+                               po::value(&limits.max_model_len)->default_value(limits.max_model_len),
+                               "longest context")(
+      "block-size", po::value(&limits.block_size)->default_value(limits.block_size), "tokens per KV block")(
+      "repeats", po::value(&limits.repeats)->default_value(limits.repeats),
+      "timed runs per point (median kept)")("evict-mib", po::value(&evict_mib)->default_value(64),
+                                            "cpu: MiB streamed through the caches before the timed run "
+                                            "that stands for engines taking turns; each point is also "
+                                            "timed warm, for an engine alone (0: warm only)")(
+      "load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")(
+      "seed", po::value(&seed)->default_value(0), "dummy weights' seed")("help,h", "this help");
   return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
-    if (!is_real_backend(backend)) throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
+    if (!is_real_backend(backend))
+      throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
     if (evict_mib < 0) throw Error("--evict-mib must not be negative");
     limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
-    const GpuSpec spec = gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend))
-                                                          : gpu_by_name("h100"))
-                                     : gpu_by_name(gpu);
+    const GpuSpec spec =
+        gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend)) : gpu_by_name("h100"))
+                    : gpu_by_name(gpu);
     EngineConfig c;
     c.name = "profile";
     c.model = resolve_model(model);

@@ -7,7 +7,9 @@
 namespace duet {
 
 ProgressBar::ProgressBar(std::string label)
-    : label_(std::move(label)), enabled_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()),
+    : label_(std::move(label)),
+      enabled_(::isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()),
       last_(start_) {}
 
 ProgressBar::~ProgressBar() { finish(); }
@@ -25,7 +27,8 @@ void ProgressBar::update(double done, double total, const std::string& detail) {
   const int filled = int(frac * kWidth);
   for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
   bar[kWidth] = 0;
-  std::fprintf(stderr, "\r%s [%s] %.0f/%.0f %s ETA %.0fs\033[K", label_.c_str(), bar, done, total, detail.c_str(), eta);
+  std::fprintf(stderr, "\r%s [%s] %.0f/%.0f %s ETA %.0fs\033[K", label_.c_str(), bar, done, total,
+               detail.c_str(), eta);
   drawn_ = true;
 }
 

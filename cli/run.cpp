@@ -20,18 +20,19 @@ int run(int argc, char** argv) {
   std::string record;
   po::options_description options(
       "duet run SCRIPT.lua [options] [-- script arguments]: run a Lua experiment (see docs/lua-api.md)");
-  options.add_options()
-    ("script", po::value(&opt.script), "the Lua script")
-    ("backend", po::value(&opt.backend)->default_value("sim"), "sim (simulator), cpu (CPU reference engine) or cuda (CUDA engine, in CUDA builds)")
-    ("out", po::value(&opt.out), "HDF5 file for the runs (default: SCRIPT's name with .h5, in the current directory)")
-    ("record", po::value(&record)->default_value("steps"),
-     "what each run's file holds, unless its duet.run `record` key says: steps (the timeline, requests, "
-     "problems and summary), requests (no timeline) or summary")
-    ("threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")
-    ("no-progress", "never draw progress bars")
-    ("lua-instruction-limit", po::value(&opt.instruction_limit)->default_value(opt.instruction_limit),
-     "Lua instructions one call into the script may run before it is stopped as an endless loop")
-    ("help,h", "this help");
+  options.add_options()("script", po::value(&opt.script), "the Lua script")(
+      "backend", po::value(&opt.backend)->default_value("sim"),
+      "sim (simulator), cpu (CPU reference engine) or cuda (CUDA engine, in CUDA builds)")(
+      "out", po::value(&opt.out),
+      "HDF5 file for the runs (default: SCRIPT's name with .h5, in the current directory)")(
+      "record", po::value(&record)->default_value("steps"),
+      "what each run's file holds, unless its duet.run `record` key says: steps (the timeline, requests, "
+      "problems and summary), requests (no timeline) or summary")(
+      "threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")(
+      "no-progress", "never draw progress bars")(
+      "lua-instruction-limit", po::value(&opt.instruction_limit)->default_value(opt.instruction_limit),
+      "Lua instructions one call into the script may run before it is stopped as an endless loop")(
+      "help,h", "this help");
   po::positional_options_description positional;
   positional.add("script", 1);
   // Everything after `--` belongs to the script.

@@ -23,11 +23,10 @@ int simulate(int argc, char** argv) {
   po::options_description options("duet simulate: replay a trace or a synthetic workload through one engine");
   options.add(trace_options(args, true));
   po::options_description output("Output");
-  output.add_options()
-    ("out", po::value(&out), "HDF5 file to write as the run goes (see analysis/README.md)")
-    ("record", po::value(&record)->default_value("steps"),
-     "what the file holds: steps (the timeline, requests and summary), requests (no timeline) or summary")
-    ("help,h", "this help");
+  output.add_options()("out", po::value(&out), "HDF5 file to write as the run goes (see analysis/README.md)")(
+      "record", po::value(&record)->default_value("steps"),
+      "what the file holds: steps (the timeline, requests and summary), requests (no timeline) or summary")(
+      "help,h", "this help");
   options.add(output);
   const std::string command_line = command_line_of(argc, argv);
   return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
@@ -50,7 +49,8 @@ int simulate(int argc, char** argv) {
       }
       rt.on_progress = [&](const Runtime& r) {
         char detail[64];
-        std::snprintf(detail, sizeof detail, "requests, %s %.0f s", args.backend == "sim" ? "simulated" : "ran", r.now());
+        std::snprintf(detail, sizeof detail, "requests, %s %.0f s",
+                      args.backend == "sim" ? "simulated" : "ran", r.now());
         bar.update(double(replay.finished()), double(replay.total()), detail);
       };
     };
@@ -67,9 +67,10 @@ int simulate(int argc, char** argv) {
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];
-    std::printf("%s: %zu requests (%zu longer than max_model_len, skipped) on %s, %d KV blocks of %d tokens, %s\n",
-                x.trace.source.c_str(), replay.finished(), replay.skipped(), x.spec.gpu.name.c_str(),
-                o.plan.engines[0].num_blocks, e.config.block_size, o.cost_models[0].c_str());
+    std::printf(
+        "%s: %zu requests (%zu longer than max_model_len, skipped) on %s, %d KV blocks of %d tokens, %s\n",
+        x.trace.source.c_str(), replay.finished(), replay.skipped(), x.spec.gpu.name.c_str(),
+        o.plan.engines[0].num_blocks, e.config.block_size, o.cost_models[0].c_str());
     std::printf("%s\n", x.max_model_len_choice.c_str());
     for (const std::string& w : o.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     print_summary(o.summary, stdout);
@@ -81,7 +82,8 @@ int simulate(int argc, char** argv) {
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       stream->finish(o.summary, extra);
       file->close();
-      std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(), out.c_str());
+      std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
+                  out.c_str());
     }
     return 0;
   });

@@ -12,43 +12,49 @@ namespace duet::cli {
 
 po::options_description trace_options(TraceArgs& a, bool with_backend) {
   po::options_description workload("Workload (one of --trace and --synthetic)");
-  workload.add_options()
-    ("trace", po::value(&a.trace), "trace file: Azure LLM 2023 CSV or Mooncake JSONL (.gz too)")
-    ("trace-format", po::value(&a.trace_format)->default_value("auto"), "auto, azure or mooncake")
-    ("rate-scale", po::value(&a.rate_scale)->default_value(1.0, "1"), "replay arrivals this many times faster")
-    ("max-requests", po::value(&a.max_requests)->default_value(0), "replay only the first N requests (0: all)")
-    ("on-too-long", po::value(&a.on_too_long)->default_value("skip"),
-     "a request longer than max_model_len: skip (alone, and counted in the summary and the file) or error")
-    ("synthetic", po::value(&a.synthetic)->default_value(0), "N synthetic requests instead of a trace")
-    ("input-tokens", po::value(&a.input_tokens)->default_value(512), "synthetic: prompt tokens per request")
-    ("output-tokens", po::value(&a.output_tokens)->default_value(128), "synthetic: output tokens per request")
-    ("request-rate", po::value(&a.request_rate)->default_value(0.0, "0"),
-     "synthetic: Poisson arrivals per second (0: all at once)")
-    ("seed", po::value(&a.seed)->default_value(0), "seed of prompt tokens, arrivals, outputs and dummy weights");
+  workload.add_options()("trace", po::value(&a.trace),
+                         "trace file: Azure LLM 2023 CSV or Mooncake JSONL (.gz too)")(
+      "trace-format", po::value(&a.trace_format)->default_value("auto"), "auto, azure or mooncake")(
+      "rate-scale", po::value(&a.rate_scale)->default_value(1.0, "1"),
+      "replay arrivals this many times faster")("max-requests", po::value(&a.max_requests)->default_value(0),
+                                                "replay only the first N requests (0: all)")(
+      "on-too-long", po::value(&a.on_too_long)->default_value("skip"),
+      "a request longer than max_model_len: skip (alone, and counted in the summary and the file) or error")(
+      "synthetic", po::value(&a.synthetic)->default_value(0), "N synthetic requests instead of a trace")(
+      "input-tokens", po::value(&a.input_tokens)->default_value(512), "synthetic: prompt tokens per request")(
+      "output-tokens", po::value(&a.output_tokens)->default_value(128),
+      "synthetic: output tokens per request")("request-rate",
+                                              po::value(&a.request_rate)->default_value(0.0, "0"),
+                                              "synthetic: Poisson arrivals per second (0: all at once)")(
+      "seed", po::value(&a.seed)->default_value(0),
+      "seed of prompt tokens, arrivals, outputs and dummy weights");
   po::options_description engine("Engine (vLLM's names)");
-  engine.add_options()
-    ("model", po::value(&a.model)->default_value("llama-3.1-8b"),
-     "built-in model (llama-3.2-1b, llama-3.1-8b) or a HuggingFace config.json")
-    ("gpu", po::value(&a.gpu)->default_value("h100"), "h100, h200 or a100 (case-insensitive)")
-    ("gpu-memory-utilization", po::value(&a.gpu_memory_utilization)->default_value(0.9, "0.9"),
-     "share of GPU memory for this engine")
-    ("block-size", po::value(&a.engine.block_size)->default_value(16), "tokens per KV block")
-    ("max-num-seqs", po::value(&a.engine.max_num_seqs)->default_value(256), "sequences per step")
-    ("max-num-batched-tokens", po::value(&a.engine.max_num_batched_tokens)->default_value(8192), "tokens per step")
-    ("max-model-len", po::value(&a.engine.max_model_len)->default_value(0),
-     "longest prompt + output (0: the model's max_position_embeddings, capped by what the KV pool holds)")
-    ("enable-prefix-caching", po::value(&a.prefix_caching)->default_value(true), "true or false")
-    ("enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true), "true or false")
-    ("num-gpu-blocks-override", po::value(&a.num_gpu_blocks_override)->default_value(0),
-     "what-if KV pool size in blocks instead of the plan's (0: from the budget)")
-    ("allocator", po::value(&a.allocator)->default_value("paged"), "paged, or naive (max-length reservations)")
-    ("cost-model", po::value(&a.cost_model)->default_value("auto"),
-     "simulator: auto (the model's committed profile on the device, else the device's operator prior, else the "
-     "roofline), roofline, operator, operator:PRIOR.json or profile:PROFILE.json");
+  engine.add_options()("model", po::value(&a.model)->default_value("llama-3.1-8b"),
+                       "built-in model (llama-3.2-1b, llama-3.1-8b) or a HuggingFace config.json")(
+      "gpu", po::value(&a.gpu)->default_value("h100"), "h100, h200 or a100 (case-insensitive)")(
+      "gpu-memory-utilization", po::value(&a.gpu_memory_utilization)->default_value(0.9, "0.9"),
+      "share of GPU memory for this engine")("block-size", po::value(&a.engine.block_size)->default_value(16),
+                                             "tokens per KV block")(
+      "max-num-seqs", po::value(&a.engine.max_num_seqs)->default_value(256), "sequences per step")(
+      "max-num-batched-tokens", po::value(&a.engine.max_num_batched_tokens)->default_value(8192),
+      "tokens per step")(
+      "max-model-len", po::value(&a.engine.max_model_len)->default_value(0),
+      "longest prompt + output (0: the model's max_position_embeddings, capped by what the KV pool holds)")(
+      "enable-prefix-caching", po::value(&a.prefix_caching)->default_value(true), "true or false")(
+      "enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true), "true or false")(
+      "num-gpu-blocks-override", po::value(&a.num_gpu_blocks_override)->default_value(0),
+      "what-if KV pool size in blocks instead of the plan's (0: from the budget)")(
+      "allocator", po::value(&a.allocator)->default_value("paged"),
+      "paged, or naive (max-length reservations)")(
+      "cost-model", po::value(&a.cost_model)->default_value("auto"),
+      "simulator: auto (the model's committed profile on the device, else the device's operator prior, else "
+      "the "
+      "roofline), roofline, operator, operator:PRIOR.json or profile:PROFILE.json");
   if (with_backend)
-    engine.add_options()
-      ("backend", po::value(&a.backend)->default_value("sim"), "sim (simulator), cpu or cuda (real engines, wall clock)")
-      ("load-format", po::value(&a.load_format)->default_value("dummy"), "real engines: dummy, or a checkpoint path");
+    engine.add_options()("backend", po::value(&a.backend)->default_value("sim"),
+                         "sim (simulator), cpu or cuda (real engines, wall clock)")(
+        "load-format", po::value(&a.load_format)->default_value("dummy"),
+        "real engines: dummy, or a checkpoint path");
   po::options_description all;
   all.add(workload).add(engine);
   return all;
@@ -57,7 +63,8 @@ po::options_description trace_options(TraceArgs& a, bool with_backend) {
 namespace {
 
 Trace synthetic_trace(const TraceArgs& a) {
-  if (a.input_tokens <= 0 || a.output_tokens <= 0) throw Error("--input-tokens and --output-tokens must be positive");
+  if (a.input_tokens <= 0 || a.output_tokens <= 0)
+    throw Error("--input-tokens and --output-tokens must be positive");
   if (!(a.request_rate >= 0) || !std::isfinite(a.request_rate))
     throw Error("--request-rate must be a finite number >= 0, got " + std::to_string(a.request_rate));
   Trace t;
@@ -82,12 +89,14 @@ std::string choose_max_model_len(EngineConfig& cfg, const GpuSpec& gpu) {
   cfg.max_model_len = int(std::min<std::int64_t>(model, pool));
   return "max_model_len " + std::to_string(cfg.max_model_len) +
          (model <= pool ? " (the model's max_position_embeddings)"
-                        : " (the KV pool's " + std::to_string(pool) + " tokens; the model allows " + std::to_string(model) + ")");
+                        : " (the KV pool's " + std::to_string(pool) + " tokens; the model allows " +
+                              std::to_string(model) + ")");
 }
 
 }  // namespace
 
-TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir, const std::string& command_line) {
+TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir,
+                                 const std::string& command_line) {
   TraceExperiment x;
   EngineConfig cfg = a.engine;
   cfg.name = "llm";
@@ -98,11 +107,13 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   cfg.allocator = allocator_kind_from_name(a.allocator);
   if (a.num_gpu_blocks_override < 0) throw Error("--num-gpu-blocks-override must not be negative");
   if (a.num_gpu_blocks_override > 0) cfg.num_gpu_blocks_override = a.num_gpu_blocks_override;
-  if (a.trace.empty() == (a.synthetic <= 0)) throw Error("give exactly one of --trace FILE and --synthetic N");
+  if (a.trace.empty() == (a.synthetic <= 0))
+    throw Error("give exactly one of --trace FILE and --synthetic N");
   // NaN compares false with everything: an unchecked one hangs the replay's clock.
   if (!(a.rate_scale > 0) || !std::isfinite(a.rate_scale))
     throw Error("--rate-scale must be a finite number > 0, got " + std::to_string(a.rate_scale));
-  x.trace = a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
+  x.trace =
+      a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
   x.spec.gpu = gpu_by_name(a.gpu);
   x.spec.backend = a.backend;
   check_backend(a.backend);
@@ -114,7 +125,12 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   x.spec.engines.push_back({cfg, a.cost_model, a.load_format, {}});
   if (a.on_too_long != "skip" && a.on_too_long != "error")
     throw Error("--on-too-long must be skip or error, got '" + a.on_too_long + "'");
-  x.replay = {0, a.rate_scale, a.max_requests, a.seed, cfg.model.vocab_size, cfg.max_model_len,
+  x.replay = {0,
+              a.rate_scale,
+              a.max_requests,
+              a.seed,
+              cfg.model.vocab_size,
+              cfg.max_model_len,
               a.on_too_long == "skip" ? TooLong::Skip : TooLong::Error};
   return x;
 }

@@ -34,6 +34,7 @@ struct TraceExperiment {
   ExperimentSpec spec;
   TraceReplayOptions replay;
 };
-TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir, const std::string& command_line);
+TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir,
+                                 const std::string& command_line);
 
 }  // namespace duet::cli

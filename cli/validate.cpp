@@ -32,8 +32,9 @@ void print_latencies(const ValidationPoint& p) {
   for (const EngineComparison& c : p.engines) {
     std::printf("%s latencies (predicted / measured, error):\n", c.name.c_str());
     auto row = [](const char* name, const Percentiles& a, const Percentiles& b) {
-      std::printf("  %-5s p50 %9.4f / %9.4f s (%+6.1f%%)   p90 %9.4f / %9.4f s (%+6.1f%%)\n", name, a.p50, b.p50,
-                  100 * relative_error(a.p50, b.p50), a.p90, b.p90, 100 * relative_error(a.p90, b.p90));
+      std::printf("  %-5s p50 %9.4f / %9.4f s (%+6.1f%%)   p90 %9.4f / %9.4f s (%+6.1f%%)\n", name, a.p50,
+                  b.p50, 100 * relative_error(a.p50, b.p50), a.p90, b.p90,
+                  100 * relative_error(a.p90, b.p90));
     };
     row("TTFT", c.predicted_ttft, c.measured_ttft);
     row("TPOT", c.predicted_tpot, c.measured_tpot);
@@ -44,7 +45,8 @@ void print_latencies(const ValidationPoint& p) {
 int finish(const std::vector<ValidationPoint>& points, double max_error, const std::string& out) {
   if (points.empty()) throw Error("validate: the script ran no duet.run or duet.sweep");
   const double worst = print_validation_table(points, stdout);
-  std::printf("wrote %s\nopen analysis/notebooks/validation.ipynb with DUET_RUN=%s\n", out.c_str(), out.c_str());
+  std::printf("wrote %s\nopen analysis/notebooks/validation.ipynb with DUET_RUN=%s\n", out.c_str(),
+              out.c_str());
   if (max_error > 0 && !(worst <= max_error)) {
     std::printf("validate: max |error| %.1f%% exceeds --max-error %.1f%%\n", 100 * worst, 100 * max_error);
     return 1;
@@ -53,18 +55,19 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
 }
 
 // A trace slice through the simulator (with the device's profile) and the real engine.
-int validate_trace(TraceArgs args, const std::string& profile, int repeats, double max_error, const std::string& out,
-                   const std::string& command_line) {
-  if (!is_real_backend(args.backend)) throw Error("--backend must be a real engine (cpu or cuda) to validate against");
+int validate_trace(TraceArgs args, const std::string& profile, int repeats, double max_error,
+                   const std::string& out, const std::string& command_line) {
+  if (!is_real_backend(args.backend))
+    throw Error("--backend must be a real engine (cpu or cuda) to validate against");
   TraceExperiment x = trace_experiment(args, source_dir(), command_line);
   ExperimentSpec sim = x.spec;
   sim.backend = "sim";
   sim.cost_device = device_key(args.backend, sim.gpu);
-  const std::string path = profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, sim.engines[0].config.model)
-                                           : profile;
+  const std::string path =
+      profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, sim.engines[0].config.model) : profile;
   if (!std::filesystem::exists(path))
-    throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device + " (" + path +
-                "); measure one with `duet profile` or pass --profile");
+    throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device +
+                " (" + path + "); measure one with `duet profile` or pass --profile");
   sim.engines[0].cost_model = "profile:" + path;
   TraceReplay predicted_replay(x.trace, x.replay);
   const ExperimentOutcome predicted = run_experiment(sim, predicted_replay);
@@ -81,8 +84,8 @@ int validate_trace(TraceArgs args, const std::string& profile, int repeats, doub
   const ExperimentOutcome& measured = runs[m];
   for (const std::string& w : predicted.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   // Arrivals meet different step boundaries on the two clocks: batches need not match.
-  ValidationPoint p = compare_runs(std::filesystem::path(x.trace.source).filename().string(), "requests/s", double(finished), predicted,
-                                         measured, false);
+  ValidationPoint p = compare_runs(std::filesystem::path(x.trace.source).filename().string(), "requests/s",
+                                   double(finished), predicted, measured, false);
   for (std::size_t r = 0; r < runs.size(); ++r)
     if (r != m) add_repeat(p, runs[r]);
   RunFileWriter file(out);
@@ -104,8 +107,8 @@ struct ScriptPoint {
 // The script runs `repeats` times: the first pass predicts and measures each point, later passes
 // measure again. Repeating whole passes, rather than each point in place, spreads a slow spell of
 // a shared machine over all points instead of charging it to one.
-int validate_script(lua::ScriptOptions opt, const std::string& backend, const std::string& profile, int repeats,
-                    double max_error, const std::string& out, bool progress) {
+int validate_script(lua::ScriptOptions opt, const std::string& backend, const std::string& profile,
+                    int repeats, double max_error, const std::string& out, bool progress) {
   std::vector<ScriptPoint> points;
   std::size_t next = 0;
   lua::ValidateMode mode;
@@ -127,7 +130,8 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
     p.measured.push_back(*run.measured);
     p.measured_problems.push_back(*run.measured_problems);
     const double t = p.measured.back().summary.makespan_s > 0
-                         ? double(run.measured_problems->size()) / p.measured.back().summary.makespan_s : 0;
+                         ? double(run.measured_problems->size()) / p.measured.back().summary.makespan_s
+                         : 0;
     std::printf("validate: pass %zu: %s: measured %.4g problems/s\n", p.measured.size(), p.label.c_str(), t);
     std::fflush(stdout);
   };
@@ -142,8 +146,8 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
     next = 0;
     lua::run_script(opt);
     if (!mode.predict && next != points.size())
-      throw Error("validate: pass " + std::to_string(pass + 1) + " of the script ran " + std::to_string(next) +
-                  " points, the first " + std::to_string(points.size()));
+      throw Error("validate: pass " + std::to_string(pass + 1) + " of the script ran " +
+                  std::to_string(next) + " points, the first " + std::to_string(points.size()));
   }
   RunFileWriter file(out);
   std::vector<ValidationPoint> compared;
@@ -152,8 +156,8 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
     std::vector<ExperimentOutcome*> runs;
     for (ExperimentOutcome& o : p.measured) runs.push_back(&o);
     const std::size_t m = fastest_run(runs);
-    ValidationPoint v = compare_runs(p.label, "problems/s", double(p.measured_problems[m].size()), p.predicted,
-                                     p.measured[m], true);
+    ValidationPoint v = compare_runs(p.label, "problems/s", double(p.measured_problems[m].size()),
+                                     p.predicted, p.measured[m], true);
     for (std::size_t r = 0; r < runs.size(); ++r)
       if (r != m) add_repeat(v, p.measured[r]);
     write_validation(file, point_group(i), v, p.predicted, p.measured[m], &p.predicted_problems,
@@ -175,20 +179,20 @@ int validate(int argc, char** argv) {
   po::options_description options(
       "duet validate SCRIPT.lua --backend cpu|cuda [options] [-- script arguments]\n"
       "duet validate --trace FILE --backend cpu|cuda --model M [trace options]\n"
-      "Runs every duet.run and sweep point of the script (or the trace) on the simulator, priced by the real device's "
+      "Runs every duet.run and sweep point of the script (or the trace) on the simulator, priced by the real "
+      "device's "
       "profile, and on the real backend, and prints predicted against measured throughput");
   po::options_description own("Validation");
-  own.add_options()
-    ("script", po::value(&opt.script), "the Lua script")
-    ("profile", po::value(&profile), "the profile to predict with (default: profiles/DEVICE/MODEL.json)")
-    ("max-error", po::value(&max_error)->default_value(0.10, "0.1"), "exit 1 when a point's |throughput error| exceeds this "
-                                                              "(0: never)")
-    ("repeats", po::value(&repeats)->default_value(1), "passes of the real engine over every point (the script, or "
-                                                       "the trace): each point's fastest run is compared, and from "
-                                                       "2 on the table shows how far the real engine is from itself")
-    ("out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")
-    ("no-progress", "never draw progress bars")
-    ("help,h", "this help");
+  own.add_options()("script", po::value(&opt.script), "the Lua script")(
+      "profile", po::value(&profile), "the profile to predict with (default: profiles/DEVICE/MODEL.json)")(
+      "max-error", po::value(&max_error)->default_value(0.10, "0.1"),
+      "exit 1 when a point's |throughput error| exceeds this "
+      "(0: never)")("repeats", po::value(&repeats)->default_value(1),
+                    "passes of the real engine over every point (the script, or "
+                    "the trace): each point's fastest run is compared, and from "
+                    "2 on the table shows how far the real engine is from itself")(
+      "out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")(
+      "no-progress", "never draw progress bars")("help,h", "this help");
   options.add(own).add(trace_options(trace, true));
   po::positional_options_description positional;
   positional.add("script", 1);
@@ -200,21 +204,26 @@ int validate(int argc, char** argv) {
     }
   for (int i = own_argc + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
   const std::string command_line = command_line_of(argc, argv);
-  return run_command({"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
-    if (max_error < 0) throw Error("--max-error must not be negative");
-    if (repeats < 1) throw Error("--repeats must be at least 1");
-    if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
-      throw Error("give a script or --trace FILE (or --synthetic N)");
-    if (!is_real_backend(trace.backend)) throw Error("--backend must be a real engine (cpu or cuda) to validate against");
-    if (opt.script.empty()) {
-      if (out.empty()) out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() + ".validate.h5";
-      check_output(out, {trace.trace, profile});
-      return validate_trace(trace, profile, repeats, max_error, out, command_line);
-    }
-    if (out.empty()) out = std::filesystem::path(opt.script).stem().string() + ".validate.h5";
-    check_output(out, {opt.script, profile});
-    return validate_script(opt, trace.backend, profile, repeats, max_error, out, !vm.count("no-progress"));
-  });
+  return run_command(
+      {"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
+        if (max_error < 0) throw Error("--max-error must not be negative");
+        if (repeats < 1) throw Error("--repeats must be at least 1");
+        if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
+          throw Error("give a script or --trace FILE (or --synthetic N)");
+        if (!is_real_backend(trace.backend))
+          throw Error("--backend must be a real engine (cpu or cuda) to validate against");
+        if (opt.script.empty()) {
+          if (out.empty())
+            out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() +
+                  ".validate.h5";
+          check_output(out, {trace.trace, profile});
+          return validate_trace(trace, profile, repeats, max_error, out, command_line);
+        }
+        if (out.empty()) out = std::filesystem::path(opt.script).stem().string() + ".validate.h5";
+        check_output(out, {opt.script, profile});
+        return validate_script(opt, trace.backend, profile, repeats, max_error, out,
+                               !vm.count("no-progress"));
+      });
 }
 
 }  // namespace duet::cli

@@ -20,14 +20,14 @@ struct BatchItem {
   int context_len = 0;      // tokens already in the KV cache; new tokens start here
   int num_new_tokens = 0;
   Want want = Want::Nothing;
-  bool is_decode = false;   // one generated token fed back, as opposed to a prompt chunk
+  bool is_decode = false;  // one generated token fed back, as opposed to a prompt chunk
 };
 
 struct Batch {
-  std::vector<BatchItem> items;       // in scheduling order: running first, then admissions
-  std::vector<BlockCopy> copies;      // copy-on-write, to run before the forward pass
-  std::vector<Sequence*> preempted;   // sent back to waiting this step (recompute)
-  int num_prefill_tokens = 0;            // the budget's accounting; shape_of() has the rest
+  std::vector<BatchItem> items;      // in scheduling order: running first, then admissions
+  std::vector<BlockCopy> copies;     // copy-on-write, to run before the forward pass
+  std::vector<Sequence*> preempted;  // sent back to waiting this step (recompute)
+  int num_prefill_tokens = 0;        // the budget's accounting; shape_of() has the rest
   int num_decode_tokens = 0;
 
   bool empty() const { return items.empty(); }
@@ -47,7 +47,7 @@ struct BatchShape {
   // Sum over prefill chunks of n*c + n*(n+1)/2 for n new tokens after c cached ones: the keys
   // that causal attention visits, so attention FLOPs = 4 * layers * heads * head_dim * this.
   double prefill_attention_keys = 0;
-  double prefill_tokens_squared = 0;        // sum over prefill chunks of n*n
+  double prefill_tokens_squared = 0;  // sum over prefill chunks of n*n
 };
 
 BatchShape shape_of(const Batch& batch);
@@ -61,11 +61,11 @@ void add_decode(BatchShape& shape, std::int64_t context);
 std::span<const int> positions_to_score(const BatchItem& item);
 
 struct StepResult {
-  double duration_s = 0.0;          // device time of the step
-  double host_s = 0.0;              // simulation only: the cost model's host share (the wall clock measures it)
-  double cpu_s = 0.0;               // host time of the executor's work (real engines; 0 in simulation)
-  std::vector<TokenId> tokens;      // one per batch item; kNoToken where nothing was sampled
-  std::vector<float> scores;        // Score items' scores, item after item, position order
+  double duration_s = 0.0;      // device time of the step
+  double host_s = 0.0;          // simulation only: the cost model's host share (the wall clock measures it)
+  double cpu_s = 0.0;           // host time of the executor's work (real engines; 0 in simulation)
+  std::vector<TokenId> tokens;  // one per batch item; kNoToken where nothing was sampled
+  std::vector<float> scores;    // Score items' scores, item after item, position order
 };
 
 }  // namespace duet

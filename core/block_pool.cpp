@@ -10,9 +10,14 @@
 namespace duet {
 
 BlockPool::BlockPool(std::int32_t num_blocks, int block_size, std::uint32_t model_id, BlockHashFn hash_fn)
-    : by_hash_(std::size_t(std::max(num_blocks, 1))), block_size_(block_size), model_id_(model_id), hash_fn_(hash_fn) {
-  if (num_blocks <= 0) throw Error("BlockPool: num_blocks must be positive, got " + std::to_string(num_blocks));
-  if (block_size <= 0) throw Error("BlockPool: block_size must be positive, got " + std::to_string(block_size));
+    : by_hash_(std::size_t(std::max(num_blocks, 1))),
+      block_size_(block_size),
+      model_id_(model_id),
+      hash_fn_(hash_fn) {
+  if (num_blocks <= 0)
+    throw Error("BlockPool: num_blocks must be positive, got " + std::to_string(num_blocks));
+  if (block_size <= 0)
+    throw Error("BlockPool: block_size must be positive, got " + std::to_string(block_size));
   blocks_.resize(num_blocks);
   tokens_.resize(std::size_t(num_blocks) * block_size);
   for (BlockId b = 0; b < num_blocks; ++b) push_back(b, 0);
@@ -175,7 +180,8 @@ void BlockPool::check_consistency() const {
   std::int32_t listed = 0;
   for (int p = 0; p < kNumPriorities; ++p) {
     const List& l = lists_[p];
-    if (bool(nonempty_ & (1u << p)) != (l.head != kNoBlock)) fail("non-empty mask disagrees with list " + std::to_string(p));
+    if (bool(nonempty_ & (1u << p)) != (l.head != kNoBlock))
+      fail("non-empty mask disagrees with list " + std::to_string(p));
     BlockId prev = kNoBlock;
     for (BlockId b = l.head; b != kNoBlock; b = blocks_[b].next) {
       const Block& blk = blocks_[b];
@@ -188,24 +194,28 @@ void BlockPool::check_consistency() const {
     }
     if (l.tail != prev) fail("bad tail of list " + std::to_string(p));
   }
-  if (listed != num_free_) fail("free count " + std::to_string(num_free_) + " but " + std::to_string(listed) + " listed");
+  if (listed != num_free_)
+    fail("free count " + std::to_string(num_free_) + " but " + std::to_string(listed) + " listed");
   std::int32_t cached = 0;
   for (BlockId b = 0; b < num_blocks(); ++b) {
     const Block& blk = blocks_[b];
-    if (!seen[b] && (blk.in_free_list || blk.ref_count <= 0)) fail("block " + std::to_string(b) + " neither free nor used");
+    if (!seen[b] && (blk.in_free_list || blk.ref_count <= 0))
+      fail("block " + std::to_string(b) + " neither free nor used");
     cached += blk.cached;
   }
   if (cached != num_cached_) fail("cached count mismatch");
   std::int32_t chained = 0;
   by_hash_.for_each([&](BlockHash h, BlockId head) {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
-      if (!blocks_[c].cached || blocks_[c].hash != h) fail("hash chain holds block " + std::to_string(c) + " wrongly");
+      if (!blocks_[c].cached || blocks_[c].hash != h)
+        fail("hash chain holds block " + std::to_string(c) + " wrongly");
       // A block's key must be the hash of its stored tokens after its parent's hash, whenever
       // that parent still holds the content the block was chained to.
       const BlockRef parent = blocks_[c].parent;
-      const bool parent_live = parent.id == kNoBlock ||
-                               (blocks_[parent.id].cached && blocks_[parent.id].generation == parent.generation);
-      if (parent_live && hash(parent.id == kNoBlock ? kRootHash : blocks_[parent.id].hash, stored_tokens(c)) != h)
+      const bool parent_live = parent.id == kNoBlock || (blocks_[parent.id].cached &&
+                                                         blocks_[parent.id].generation == parent.generation);
+      if (parent_live &&
+          hash(parent.id == kNoBlock ? kRootHash : blocks_[parent.id].hash, stored_tokens(c)) != h)
         fail("block " + std::to_string(c) + " stores tokens that do not hash to its key");
       ++chained;
     }

@@ -34,18 +34,18 @@ struct Block {
   std::int32_t ref_count = 0;
   std::int8_t priority = kDefaultPriority;
   bool in_free_list = false;
-  bool cached = false;            // registered in the hash map
-  std::uint32_t generation = 0;   // bumped each time cached content is dropped
+  bool cached = false;           // registered in the hash map
+  std::uint32_t generation = 0;  // bumped each time cached content is dropped
   BlockHash hash = 0;
-  BlockRef parent;                // the cached block before this one in its prefix (id kNoBlock: root)
-  BlockId prev = kNoBlock;        // free-list links
+  BlockRef parent;          // the cached block before this one in its prefix (id kNoBlock: root)
+  BlockId prev = kNoBlock;  // free-list links
   BlockId next = kNoBlock;
-  BlockId hash_next = kNoBlock;   // next block with the same hash (collisions)
+  BlockId hash_next = kNoBlock;  // next block with the same hash (collisions)
 };
 
 struct BlockPoolStats {
   std::int64_t allocations = 0;
-  std::int64_t evictions = 0;      // cached blocks whose content was dropped for reuse
+  std::int64_t evictions = 0;  // cached blocks whose content was dropped for reuse
   std::int64_t cached_inserts = 0;
 };
 
@@ -107,7 +107,7 @@ class BlockPool {
   std::vector<TokenId> tokens_;  // block_size tokens per block, valid while cached
   List lists_[kNumPriorities];
   std::uint32_t nonempty_ = 0;  // bit p set when lists_[p] has a block
-  HashIndex by_hash_;  // hash -> first block of its collision chain
+  HashIndex by_hash_;           // hash -> first block of its collision chain
   int block_size_;
   std::uint32_t model_id_;
   BlockHashFn hash_fn_;

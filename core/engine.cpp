@@ -8,14 +8,19 @@
 
 namespace duet {
 
-Engine::Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv, Executor& executor,
-               SchedulerPolicy policy)
-    : name_(std::move(name)), kv_(std::move(kv)), scheduler_(config, *kv_, std::move(policy)), executor_(executor) {}
+Engine::Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv,
+               Executor& executor, SchedulerPolicy policy)
+    : name_(std::move(name)),
+      kv_(std::move(kv)),
+      scheduler_(config, *kv_, std::move(policy)),
+      executor_(executor) {}
 
 Sequence& Engine::add(Sequence seq, double now) {
-  if (seqs_.count(seq.id)) throw Error("engine '" + name_ + "': sequence id " + std::to_string(seq.id) + " is in use");
+  if (seqs_.count(seq.id))
+    throw Error("engine '" + name_ + "': sequence id " + std::to_string(seq.id) + " is in use");
   if (seq.kind == SeqKind::Generate && seq.sampling.max_tokens <= 0)
-    throw Error("engine '" + name_ + "': max_tokens must be positive, got " + std::to_string(seq.sampling.max_tokens));
+    throw Error("engine '" + name_ + "': max_tokens must be positive, got " +
+                std::to_string(seq.sampling.max_tokens));
   seq.arrival_time = now;
   seq.kv = KvState{};
   seq.num_computed_tokens = 0;
@@ -31,7 +36,8 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   if (!src) throw Error("engine '" + name_ + "': fork of unknown sequence " + std::to_string(src_id));
   if (src->kv.blocks.empty() && src->num_computed_tokens > 0)
     throw Error("engine '" + name_ + "': sequence " + std::to_string(src_id) + " no longer holds its KV");
-  if (seqs_.count(child.id)) throw Error("engine '" + name_ + "': sequence id " + std::to_string(child.id) + " is in use");
+  if (seqs_.count(child.id))
+    throw Error("engine '" + name_ + "': sequence id " + std::to_string(child.id) + " is in use");
   std::vector<TokenId> tokens = src->tokens;
   tokens.insert(tokens.end(), child.tokens.begin(), child.tokens.end());
   child.tokens = std::move(tokens);

@@ -17,7 +17,7 @@ namespace duet {
 
 struct StepOutcome {
   Batch batch;
-  KvUsage kv_scheduled;             // KV in use once the batch was scheduled, before finishes free it
+  KvUsage kv_scheduled;  // KV in use once the batch was scheduled, before finishes free it
   StepResult result;
   std::vector<Sequence*> finished;  // in this step; still owned by the engine until release()
 };

@@ -30,14 +30,16 @@ SchedulerConfig scheduler_config(const EngineConfig& c) {
   return SchedulerConfig{c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill, c.max_model_len};
 }
 
-std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id) {
-  if (c.allocator == AllocatorKind::Naive) return std::make_unique<NaiveAllocator>(m.num_blocks, c.block_size, c.max_model_len);
+std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineMemory& m,
+                                            std::uint32_t model_id) {
+  if (c.allocator == AllocatorKind::Naive)
+    return std::make_unique<NaiveAllocator>(m.num_blocks, c.block_size, c.max_model_len);
   return std::make_unique<KvCacheManager>(
       KvCacheConfig{m.num_blocks, c.block_size, c.enable_prefix_caching, model_id, hash_block});
 }
 
-Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id, Executor& executor,
-                       SchedulerPolicy policy) {
+Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
+                       Executor& executor, SchedulerPolicy policy) {
   return Engine(c.name, scheduler_config(c), make_allocator(c, m, model_id), executor, std::move(policy));
 }
 

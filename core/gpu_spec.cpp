@@ -33,8 +33,7 @@ struct BuiltinGpu {
 };
 
 constexpr BuiltinGpu kBuiltins[] = {
-    {"h100-sxm", h100_sxm}, {"h100", h100_sxm},       {"h200", h200},
-    {"a100-80gb", a100_80gb}, {"a100", a100_80gb},
+    {"h100-sxm", h100_sxm}, {"h100", h100_sxm}, {"h200", h200}, {"a100-80gb", a100_80gb}, {"a100", a100_80gb},
 };
 
 }  // namespace

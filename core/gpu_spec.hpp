@@ -8,11 +8,11 @@ namespace duet {
 
 struct GpuSpec {
   std::string name;
-  std::int64_t hbm_bytes = 0;         // device memory as the driver reports it in total
-  double hbm_bandwidth = 0;           // bytes/s, peak
-  double bf16_flops = 0;              // dense bf16 tensor-core FLOP/s, peak (no sparsity)
+  std::int64_t hbm_bytes = 0;  // device memory as the driver reports it in total
+  double hbm_bandwidth = 0;    // bytes/s, peak
+  double bf16_flops = 0;       // dense bf16 tensor-core FLOP/s, peak (no sparsity)
   int sm_count = 0;
-  double kernel_launch_s = 0;         // host-side cost of one kernel launch
+  double kernel_launch_s = 0;  // host-side cost of one kernel launch
 };
 
 // Built-ins by name, case-insensitive: "h100" / "h100-sxm", "h200", "a100" / "a100-80gb".

@@ -25,9 +25,9 @@ struct KvCounters {
 
 struct KvUsage {
   std::int32_t total_blocks = 0;
-  std::int32_t used_blocks = 0;   // held by at least one sequence (or reserved)
-  std::int32_t cached_blocks = 0; // hittable, used or free
-  std::int64_t filled_tokens = 0; // token slots holding a token, in used blocks
+  std::int32_t used_blocks = 0;    // held by at least one sequence (or reserved)
+  std::int32_t cached_blocks = 0;  // hittable, used or free
+  std::int64_t filled_tokens = 0;  // token slots holding a token, in used blocks
   int block_size = 0;
 
   std::int32_t free_blocks() const { return total_blocks - used_blocks; }

@@ -38,15 +38,15 @@ class KvCacheManager final : public KvAllocator {
  private:
   void extend_hashes(Sequence& seq, int num_full_blocks) const;
   void cache_full_blocks(Sequence& seq, int num_slots);
-  void take_block(BlockId b);      // touch, keeping the filled-token count
-  void release_block(BlockId b);   // free, keeping the filled-token count
+  void take_block(BlockId b);     // touch, keeping the filled-token count
+  void release_block(BlockId b);  // free, keeping the filled-token count
 
   BlockPool pool_;
   bool caching_;
-  std::vector<std::int32_t> fill_;    // tokens written into each block
-  std::int64_t filled_tokens_ = 0;    // sum of fill_ over used blocks
+  std::vector<std::int32_t> fill_;  // tokens written into each block
+  std::int64_t filled_tokens_ = 0;  // sum of fill_ over used blocks
   std::vector<BlockCopy> copies_;
-  std::vector<BlockId> hit_;          // blocks found by the last lookup_prefix
+  std::vector<BlockId> hit_;  // blocks found by the last lookup_prefix
   SeqId hit_seq_ = 0;
   KvCounters counters_;
 };

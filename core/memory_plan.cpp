@@ -33,14 +33,17 @@ std::int64_t budget_of(const GpuSpec& gpu, const EngineMemoryRequest& r) {
 
 void check_request(const EngineMemoryRequest& r) {
   const std::string who = "engine '" + r.label + "'";
-  if (r.block_size <= 0) throw Error(who + ": block_size must be positive, got " + std::to_string(r.block_size));
+  if (r.block_size <= 0)
+    throw Error(who + ": block_size must be positive, got " + std::to_string(r.block_size));
   if (r.max_num_batched_tokens <= 0)
-    throw Error(who + ": max_num_batched_tokens must be positive, got " + std::to_string(r.max_num_batched_tokens));
+    throw Error(who + ": max_num_batched_tokens must be positive, got " +
+                std::to_string(r.max_num_batched_tokens));
   if (r.max_num_seqs <= 0)
     throw Error(who + ": max_num_seqs must be positive, got " + std::to_string(r.max_num_seqs));
   if (r.runtime_overhead_bytes < 0) throw Error(who + ": runtime overhead must not be negative");
   if (r.num_blocks_override && *r.num_blocks_override <= 0)
-    throw Error(who + ": num_gpu_blocks_override must be positive, got " + std::to_string(*r.num_blocks_override));
+    throw Error(who + ": num_gpu_blocks_override must be positive, got " +
+                std::to_string(*r.num_blocks_override));
   try {
     r.model.validate();
   } catch (const Error& e) {
@@ -90,7 +93,8 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
                   "; raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs");
     const std::int64_t blocks = e.kv_bytes / e.block_bytes;
     if (blocks > std::numeric_limits<std::int32_t>::max())
-      throw Error("engine '" + r.label + "': " + std::to_string(blocks) + " KV blocks overflow the block id type");
+      throw Error("engine '" + r.label + "': " + std::to_string(blocks) +
+                  " KV blocks overflow the block id type");
     e.num_blocks = static_cast<std::int32_t>(blocks);
     if (r.num_blocks_override) {
       if (*r.num_blocks_override <= 0)
@@ -103,7 +107,8 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
   }
   if (assigned > gpu.hbm_bytes) {
     std::string parts;
-    for (const auto& e : plan.engines) parts += (parts.empty() ? "" : " + ") + e.label + " " + gib(e.budget_bytes);
+    for (const auto& e : plan.engines)
+      parts += (parts.empty() ? "" : " + ") + e.label + " " + gib(e.budget_bytes);
     throw Error("engine budgets (" + parts + " = " + gib(assigned) + ") exceed " + gpu.name + "'s " +
                 gib(gpu.hbm_bytes));
   }

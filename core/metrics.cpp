@@ -43,9 +43,12 @@ RecordLevel record_level_from_name(const std::string& name) {
 
 const char* record_level_name(RecordLevel level) {
   switch (level) {
-    case RecordLevel::Steps: return "steps";
-    case RecordLevel::Requests: return "requests";
-    case RecordLevel::Summary: break;
+    case RecordLevel::Steps:
+      return "steps";
+    case RecordLevel::Requests:
+      return "requests";
+    case RecordLevel::Summary:
+      break;
   }
   return "summary";
 }

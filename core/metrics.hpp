@@ -9,61 +9,61 @@
 namespace duet {
 
 struct StepRecord {
-  double start_s = 0.0;        // device time the step began
-  double duration_s = 0.0;     // device time of the step (cost model or measured)
+  double start_s = 0.0;     // device time the step began
+  double duration_s = 0.0;  // device time of the step (cost model or measured)
   // The engine's host work around the forward pass: scheduling, postprocessing and the runtime's
   // bookkeeping. Measured as (step end - start) - duration_s on the wall clock; the cost model's
   // host share in simulation. The step spans duration_s + host_s on the run's timeline.
   double host_s = 0.0;
-  double cpu_s = 0.0;          // host time of the executor: batch preparation, launches, outputs (CUDA engine)
+  double cpu_s = 0.0;  // host time of the executor: batch preparation, launches, outputs (CUDA engine)
   std::int32_t prefill_tokens = 0;
   std::int32_t decode_tokens = 0;
-  std::int32_t num_seqs = 0;           // batch items
+  std::int32_t num_seqs = 0;  // batch items
   std::int32_t decode_seqs = 0;
   std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
   double prefill_attention_keys = 0;        // see BatchShape: the prefill attention work
   std::int64_t prefill_context_tokens = 0;  // KV tokens before the prefill chunks, summed
   double prefill_tokens_squared = 0;        // sum over prefill chunks of n*n (see BatchShape)
   std::int32_t logit_rows = 0;              // LM-head rows: one per sample, one per scored position
-  std::int32_t num_running = 0;        // after the step
-  std::int32_t num_waiting = 0;        // after the step
-  std::int32_t kv_blocks_used = 0;     // as the batch ran (after scheduling, before finishes free)
+  std::int32_t num_running = 0;             // after the step
+  std::int32_t num_waiting = 0;             // after the step
+  std::int32_t kv_blocks_used = 0;          // as the batch ran (after scheduling, before finishes free)
   std::int32_t kv_blocks_free = 0;
   std::int32_t kv_blocks_cached = 0;
   std::int64_t kv_filled_tokens = 0;
   std::int64_t prefix_query_tokens = 0;  // this step's admissions
   std::int64_t prefix_hit_tokens = 0;
-  std::int32_t evictions = 0;          // this step
+  std::int32_t evictions = 0;  // this step
   std::int32_t preemptions = 0;
   std::int32_t cow_copies = 0;
 };
 
 struct RequestRecord {
   std::uint64_t seq_id = 0;
-  std::uint64_t owner = 0;             // the workload's handle (problem, trace row)
-  std::uint8_t kind = 0;               // SeqKind
-  std::uint8_t finish_reason = 0;      // FinishReason
+  std::uint64_t owner = 0;         // the workload's handle (problem, trace row)
+  std::uint8_t kind = 0;           // SeqKind
+  std::uint8_t finish_reason = 0;  // FinishReason
   double arrival_s = 0.0;
   double first_scheduled_s = 0.0;
-  double first_token_s = 0.0;          // first sampled token, or the score for a PRM request
+  double first_token_s = 0.0;  // first sampled token, or the score for a PRM request
   double finish_s = 0.0;
   std::int32_t prompt_tokens = 0;
   std::int32_t output_tokens = 0;
-  std::int32_t cached_tokens = 0;      // prefix-cache hits at first admission
+  std::int32_t cached_tokens = 0;  // prefix-cache hits at first admission
   std::int32_t preemptions = 0;
 };
 
 // One problem of a search workload (Lua): when it ran, what it cost and what it found.
 struct ProblemRecord {
-  std::int64_t index = 0;              // 1-based, in the problem set
-  std::int32_t level = 0;              // difficulty (MATH: 1-5), 0 when unknown
-  std::int32_t iterations = 0;         // search iterations (e.g. beam-search depth reached)
-  std::int32_t correct = -1;           // 1 or 0 by the workload's answer model, -1 unknown
+  std::int64_t index = 0;       // 1-based, in the problem set
+  std::int32_t level = 0;       // difficulty (MATH: 1-5), 0 when unknown
+  std::int32_t iterations = 0;  // search iterations (e.g. beam-search depth reached)
+  std::int32_t correct = -1;    // 1 or 0 by the workload's answer model, -1 unknown
   double start_s = 0.0;
   double finish_s = 0.0;
-  std::int64_t requests = 0;           // sequences submitted, all engines
-  std::int64_t generated_tokens = 0;   // tokens generated for it, all engines
-  double score = 0.0;                  // the search's final (aggregated PRM) score
+  std::int64_t requests = 0;          // sequences submitted, all engines
+  std::int64_t generated_tokens = 0;  // tokens generated for it, all engines
+  double score = 0.0;                 // the search's final (aggregated PRM) score
 };
 
 struct Percentiles {
@@ -80,13 +80,13 @@ struct EngineSummary {
   double generated_tokens_per_s = 0;
   double requests_per_s = 0;
   Percentiles ttft_s, tpot_s, e2e_s;
-  double prefix_hit_rate = 0;          // hit tokens / query tokens
-  double peak_kv_utilisation = 0;      // used blocks / total
-  double mean_kv_utilisation = 0;      // time-weighted over steps
+  double prefix_hit_rate = 0;      // hit tokens / query tokens
+  double peak_kv_utilisation = 0;  // used blocks / total
+  double mean_kv_utilisation = 0;  // time-weighted over steps
   std::int64_t preemptions = 0;
   std::int64_t evictions = 0;
   std::int64_t cow_copies = 0;
-  double busy_s = 0;                   // sum of step spans: device time plus host time
+  double busy_s = 0;  // sum of step spans: device time plus host time
 };
 
 struct EngineRecords {
@@ -99,8 +99,8 @@ struct EngineRecords {
 };
 
 struct RunSummary {
-  double makespan_s = 0;               // first arrival to last finish, device time
-  double wall_s = 0;                   // host time the run took
+  double makespan_s = 0;  // first arrival to last finish, device time
+  double wall_s = 0;      // host time the run took
   std::vector<EngineSummary> engines;
 };
 

@@ -146,14 +146,11 @@ double ModelSpec::prefill_flops(std::int64_t new_tokens, std::int64_t context_be
   return double(new_tokens) * linear_flops_per_token() + attention_flops(new_tokens, context_before);
 }
 
-double ModelSpec::decode_flops(std::int64_t context_before) const {
-  return prefill_flops(1, context_before);
-}
+double ModelSpec::decode_flops(std::int64_t context_before) const { return prefill_flops(1, context_before); }
 
 void ModelSpec::validate() const {
   auto positive = [&](const char* field, long long v) {
-    if (v <= 0)
-      throw Error("model '" + name + "': " + field + " must be positive, got " + std::to_string(v));
+    if (v <= 0) throw Error("model '" + name + "': " + field + " must be positive, got " + std::to_string(v));
   };
   positive("num_hidden_layers", num_layers);
   positive("hidden_size", hidden_size);
@@ -167,8 +164,8 @@ void ModelSpec::validate() const {
   // KV bytes per token, FLOPs) fits 64-bit arithmetic: a larger value is a typo, not a model.
   auto at_most = [&](const char* field, long long v, long long limit) {
     if (v > limit)
-      throw Error("model '" + name + "': " + field + " " + std::to_string(v) + " is beyond " + std::to_string(limit) +
-                  ", larger than any model's (a typo in the config?)");
+      throw Error("model '" + name + "': " + field + " " + std::to_string(v) + " is beyond " +
+                  std::to_string(limit) + ", larger than any model's (a typo in the config?)");
   };
   at_most("num_hidden_layers", num_layers, 4096);
   at_most("hidden_size", hidden_size, 1 << 20);
@@ -256,8 +253,7 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
   if (!rs.is_object()) throw Error(where + " must be an object");
   std::string type = optional_string(rs, "rope_type", where);
   if (type.empty()) type = optional_string(rs, "type", where);
-  if (type != "llama3")
-    throw Error(where + ": rope_type '" + type + "' is not supported (only 'llama3')");
+  if (type != "llama3") throw Error(where + ": rope_type '" + type + "' is not supported (only 'llama3')");
   RopeScaling s;
   s.factor = require_number(rs, "factor", where);
   s.low_freq_factor = require_number(rs, "low_freq_factor", where);
@@ -293,18 +289,19 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     m.num_layers = require_int(j, "num_hidden_layers", origin);
     m.hidden_size = require_int(j, "hidden_size", origin);
     m.num_heads = require_int(j, "num_attention_heads", origin);
-    m.num_kv_heads = optional_field<int>(j, "num_key_value_heads", m.num_heads,
-                                         [&](const json&) { return require_int(j, "num_key_value_heads", origin); });
+    m.num_kv_heads = optional_field<int>(j, "num_key_value_heads", m.num_heads, [&](const json&) {
+      return require_int(j, "num_key_value_heads", origin);
+    });
     m.intermediate_size = require_int(j, "intermediate_size", origin);
     m.vocab_size = require_int(j, "vocab_size", origin);
     m.max_position_embeddings = require_int(j, "max_position_embeddings", origin);
     if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
     m.head_dim = optional_field<int>(j, "head_dim", m.hidden_size / m.num_heads,
                                      [&](const json&) { return require_int(j, "head_dim", origin); });
-    m.rope_theta = optional_field<double>(j, "rope_theta", 10000.0,
-                                          [&](const json&) { return require_number(j, "rope_theta", origin); });
-    m.rms_norm_eps = optional_field<double>(j, "rms_norm_eps", 1e-6,
-                                            [&](const json&) { return require_number(j, "rms_norm_eps", origin); });
+    m.rope_theta = optional_field<double>(
+        j, "rope_theta", 10000.0, [&](const json&) { return require_number(j, "rope_theta", origin); });
+    m.rms_norm_eps = optional_field<double>(
+        j, "rms_norm_eps", 1e-6, [&](const json&) { return require_number(j, "rms_norm_eps", origin); });
     m.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, [&](const json& v) {
       if (!v.is_boolean()) throw Error(origin + ": field 'tie_word_embeddings' must be true or false");
       return v.get<bool>();

@@ -19,7 +19,7 @@ class NaiveAllocator final : public KvAllocator {
   // A new region with every used block copied; false (recompute) when no region is free.
   bool fork(const Sequence& src, Sequence& dst) override;
   void free(Sequence& seq) override;
-  void set_priority(Sequence&, int, bool) override {}      // nothing is retained after free
+  void set_priority(Sequence&, int, bool) override {}  // nothing is retained after free
   std::vector<BlockCopy> take_copies() override;
 
   KvUsage usage() const override;

@@ -124,7 +124,8 @@ int Runtime::pick_engine() {
     case ArbiterKind::OldestReady: {
       int best = -1;
       for (int i = 0; i < n; ++i)
-        if (ready(i) && (best < 0 || engines_[std::size_t(i)].ready_since < engines_[std::size_t(best)].ready_since))
+        if (ready(i) &&
+            (best < 0 || engines_[std::size_t(i)].ready_since < engines_[std::size_t(best)].ready_since))
           best = i;
       return best;
     }
@@ -180,9 +181,9 @@ void Runtime::check_stuck() const {
       throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
                   " waiting and " + std::to_string(e.scheduler().num_running()) +
                   " running sequences that cannot be scheduled: its KV pool (" +
-                  std::to_string(e.kv().usage().total_blocks) + " blocks of " + std::to_string(e.kv().block_size()) +
-                  " tokens, " + std::to_string(e.kv().usage().used_blocks) +
-                  " in use) is too small for them");
+                  std::to_string(e.kv().usage().total_blocks) + " blocks of " +
+                  std::to_string(e.kv().block_size()) + " tokens, " +
+                  std::to_string(e.kv().usage().used_blocks) + " in use) is too small for them");
   }
 }
 

@@ -58,12 +58,12 @@ class Runtime {
 
   double now() const { return clock_.now(); }
   SeqId next_seq_id() { return next_id_++; }
-  void submit(int engine, Sequence seq);                 // arrives now
+  void submit(int engine, Sequence seq);  // arrives now
   // Arrived at `arrival` (<= now) and is handled only now: on the wall clock, a request due while
   // a step blocked the host. Its latencies count from `arrival`, as its client's would.
   void submit_arrived(int engine, Sequence seq, double arrival);
-  void submit_at(double t, int engine, Sequence seq);    // arrives at t (trace replay)
-  Sequence& fork(int engine, SeqId src, Sequence child); // arrives now
+  void submit_at(double t, int engine, Sequence seq);     // arrives at t (trace replay)
+  Sequence& fork(int engine, SeqId src, Sequence child);  // arrives now
   void release(int engine, SeqId id);
   void wake_at(double t, std::uint64_t tag);
 
@@ -128,7 +128,7 @@ class Runtime {
   bool keep_records_ = true;
   RecordSink* sink_ = nullptr;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
-  std::vector<Sequence> arrivals_;      // future arrivals, by slot
+  std::vector<Sequence> arrivals_;  // future arrivals, by slot
   std::vector<std::size_t> free_slots_;
   std::size_t pending_arrivals_ = 0;
   std::uint64_t order_ = 0;

@@ -17,13 +17,17 @@ bool holds_kv(const KvState& kv) { return !kv.blocks.empty() || kv.naive_region 
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvAllocator& kv, SchedulerPolicy policy)
     : config_(config), kv_(kv), policy_(std::move(policy)) {
-  if (config.max_num_seqs <= 0) throw Error("max_num_seqs must be positive, got " + std::to_string(config.max_num_seqs));
+  if (config.max_num_seqs <= 0)
+    throw Error("max_num_seqs must be positive, got " + std::to_string(config.max_num_seqs));
   if (config.max_num_batched_tokens <= 0)
-    throw Error("max_num_batched_tokens must be positive, got " + std::to_string(config.max_num_batched_tokens));
-  if (config.max_model_len <= 0) throw Error("max_model_len must be positive, got " + std::to_string(config.max_model_len));
+    throw Error("max_num_batched_tokens must be positive, got " +
+                std::to_string(config.max_num_batched_tokens));
+  if (config.max_model_len <= 0)
+    throw Error("max_model_len must be positive, got " + std::to_string(config.max_model_len));
   if (!config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len)
-    throw Error("without chunked prefill, max_num_batched_tokens (" + std::to_string(config.max_num_batched_tokens) +
-                ") must be at least max_model_len (" + std::to_string(config.max_model_len) + ")");
+    throw Error("without chunked prefill, max_num_batched_tokens (" +
+                std::to_string(config.max_num_batched_tokens) + ") must be at least max_model_len (" +
+                std::to_string(config.max_model_len) + ")");
 }
 
 void Scheduler::add(Sequence& seq) {
@@ -31,7 +35,8 @@ void Scheduler::add(Sequence& seq) {
   if (seq.num_tokens() == 0) throw Error("sequence " + std::to_string(seq.id) + " has no tokens");
   if (longest > config_.max_model_len)
     throw Error("sequence " + std::to_string(seq.id) + " needs " + std::to_string(longest) +
-                " tokens (prompt + max_tokens), more than max_model_len " + std::to_string(config_.max_model_len));
+                " tokens (prompt + max_tokens), more than max_model_len " +
+                std::to_string(config_.max_model_len));
   if (seq.kind == SeqKind::Score) {
     if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
     std::sort(seq.score_positions.begin(), seq.score_positions.end());

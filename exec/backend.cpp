@@ -31,8 +31,9 @@ class SimBackendEngine final : public BuiltEngine {
   SimBackendEngine(const BackendOptions& b, const GpuSpec& gpu, const EngineConfig& c, const EngineMemory& m,
                    std::uint32_t model_id, SchedulerPolicy policy)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
-        choice_(choose_cost_model(b.cost_model, gpu, c.model, b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device,
-                                  b.profile_dir, b.alone_on_device)),
+        choice_(choose_cost_model(b.cost_model, gpu, c.model,
+                                  b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device, b.profile_dir,
+                                  b.alone_on_device)),
         sim_(std::move(choice_.model), c.model.vocab_size),
         engine_(assemble_engine(c, m, model_id, sim_.executor, std::move(policy))) {}
   Engine& engine() override { return engine_; }
@@ -54,8 +55,9 @@ constexpr std::int64_t kCpuPoolLimitBytes = 4LL << 30;
 const ModelSpec& small_enough_for_cpu(const EngineConfig& c) {
   const std::int64_t bytes = c.model.num_parameters() * std::int64_t(sizeof(float));
   if (bytes > kCpuPoolLimitBytes)
-    throw Error("engine '" + c.name + "': " + c.model.name + " needs " + std::to_string(bytes >> 20) +
-                " MiB of float32 weights; the CPU backend is for small models (e.g. models/tiny-llama/config.json)");
+    throw Error(
+        "engine '" + c.name + "': " + c.model.name + " needs " + std::to_string(bytes >> 20) +
+        " MiB of float32 weights; the CPU backend is for small models (e.g. models/tiny-llama/config.json)");
   return c.model;
 }
 
@@ -80,8 +82,8 @@ CpuExecutorOptions cpu_options(const Vocabulary& v) {
 
 class CpuBackendEngine final : public BuiltEngine {
  public:
-  CpuBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
-                   SchedulerPolicy policy)
+  CpuBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
+                   std::uint32_t model_id, SchedulerPolicy policy)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         weights_(b.load_format == "dummy" ? dummy_llama_weights(small_enough_for_cpu(c), b.seed + model_id)
                                           : load_llama_weights(small_enough_for_cpu(c), b.load_format)),
@@ -91,7 +93,8 @@ class CpuBackendEngine final : public BuiltEngine {
   Engine& engine() override { return engine_; }
   Executor& executor() override { return executor_; }
   std::string describe() const override {
-    return "cpu(" + weights_.spec.name + ", " + (load_format_ == "dummy" ? "dummy weights" : load_format_) + ")";
+    return "cpu(" + weights_.spec.name + ", " + (load_format_ == "dummy" ? "dummy weights" : load_format_) +
+           ")";
   }
 
  private:
@@ -107,8 +110,8 @@ class CpuBackendEngine final : public BuiltEngine {
 // checkpoint is read whole, uploaded and dropped.
 class CudaBackendEngine final : public BuiltEngine {
  public:
-  CudaBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
-                    SchedulerPolicy policy)
+  CudaBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
+                    std::uint32_t model_id, SchedulerPolicy policy)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         executor_(make_executor(b, c, m, model_id, vocabulary())),
         engine_(assemble_engine(c, m, model_id, *executor_, std::move(policy))),
@@ -116,8 +119,8 @@ class CudaBackendEngine final : public BuiltEngine {
   Engine& engine() override { return engine_; }
   Executor& executor() override { return *executor_; }
   std::string describe() const override {
-    return "cuda(" + executor_->spec().name + ", " + (load_format_ == "dummy" ? "dummy weights" : load_format_) +
-           ", " + executor_->device_name() + ")";
+    return "cuda(" + executor_->spec().name + ", " +
+           (load_format_ == "dummy" ? "dummy weights" : load_format_) + ", " + executor_->device_name() + ")";
   }
 
  private:
@@ -131,8 +134,8 @@ class CudaBackendEngine final : public BuiltEngine {
     o.max_num_seqs = c.max_num_seqs;
     o.max_model_len = c.max_model_len;
     if (b.load_format == "dummy")
-      return std::make_unique<CudaExecutor>(c.model, CudaExecutor::dummy_source(b.seed + model_id), m.num_blocks,
-                                            c.block_size, o);
+      return std::make_unique<CudaExecutor>(c.model, CudaExecutor::dummy_source(b.seed + model_id),
+                                            m.num_blocks, c.block_size, o);
     const LlamaWeights weights = load_llama_weights(c.model, b.load_format);
     return std::make_unique<CudaExecutor>(weights, m.num_blocks, c.block_size, o);
   }
@@ -201,7 +204,8 @@ std::string device_key(const std::string& backend, const GpuSpec& gpu) {
 }
 
 std::unique_ptr<BuiltEngine> make_engine(const BackendOptions& b, const GpuSpec& gpu, const EngineConfig& c,
-                                         const EngineMemory& m, std::uint32_t model_id, SchedulerPolicy policy) {
+                                         const EngineMemory& m, std::uint32_t model_id,
+                                         SchedulerPolicy policy) {
   check_backend(b.name);
   if (b.name == "cpu") return std::make_unique<CpuBackendEngine>(b, c, m, model_id, std::move(policy));
 #if DUET_HAVE_CUDA

@@ -44,7 +44,7 @@ struct BackendOptions {
   bool alone_on_device = false;       // sim: the only engine on its device (warm caches, see profiler.hpp)
   std::string load_format = "dummy";  // cpu, cuda: "dummy" or a checkpoint path
   std::uint64_t seed = 0;
-  std::string source_dir = ".";       // the repository: the tokenizer behind the vocabulary
+  std::string source_dir = ".";  // the repository: the tokenizer behind the vocabulary
 };
 
 // An Engine with what it runs on.
@@ -65,8 +65,8 @@ class BuiltEngine {
   Vocabulary vocabulary_;
 };
 
-std::unique_ptr<BuiltEngine> make_engine(const BackendOptions& backend, const GpuSpec& gpu, const EngineConfig& config,
-                                         const EngineMemory& memory, std::uint32_t model_id,
-                                         SchedulerPolicy policy = {});
+std::unique_ptr<BuiltEngine> make_engine(const BackendOptions& backend, const GpuSpec& gpu,
+                                         const EngineConfig& config, const EngineMemory& memory,
+                                         std::uint32_t model_id, SchedulerPolicy policy = {});
 
 }  // namespace duet

@@ -17,19 +17,21 @@ void check_batch(const Batch& batch, const KvLayout& layout, int vocab_size, con
     const Sequence& s = *it.seq;
     const int end = it.context_len + it.num_new_tokens;
     if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
-      throw std::logic_error(who + ": sequence " + std::to_string(s.id) + ": tokens [" + std::to_string(it.context_len) +
-                             ", " + std::to_string(end) + ") are not all known");
+      throw std::logic_error(who + ": sequence " + std::to_string(s.id) + ": tokens [" +
+                             std::to_string(it.context_len) + ", " + std::to_string(end) +
+                             ") are not all known");
     if (std::int64_t(s.kv.blocks.size()) * layout.block_size < end)
-      throw std::logic_error(who + ": sequence " + std::to_string(s.id) + ": the block table covers fewer than " +
-                             std::to_string(end) + " slots");
+      throw std::logic_error(who + ": sequence " + std::to_string(s.id) +
+                             ": the block table covers fewer than " + std::to_string(end) + " slots");
     for (int b = 0; b < (end + layout.block_size - 1) / layout.block_size; ++b)
       if (s.kv.blocks[std::size_t(b)] < 0 || s.kv.blocks[std::size_t(b)] >= layout.num_blocks)
         throw std::logic_error(who + ": sequence " + std::to_string(s.id) + ": block " +
                                std::to_string(s.kv.blocks[std::size_t(b)]) + " is outside the pool");
     for (int p = it.context_len; p < end; ++p)
       if (s.tokens[std::size_t(p)] < 0 || s.tokens[std::size_t(p)] >= vocab_size)
-        throw Error("sequence " + std::to_string(s.id) + ": token id " + std::to_string(s.tokens[std::size_t(p)]) +
-                    " at position " + std::to_string(p) + " is outside the vocabulary");
+        throw Error("sequence " + std::to_string(s.id) + ": token id " +
+                    std::to_string(s.tokens[std::size_t(p)]) + " at position " + std::to_string(p) +
+                    " is outside the vocabulary");
   }
 }
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "exec/batch_check.hpp"
 #include "core/output_script.hpp"
+#include "exec/batch_check.hpp"
 
 namespace duet {
 
@@ -32,8 +32,8 @@ void expect_shape(const HostTensor& t, std::int64_t rows, std::int64_t cols, con
   const bool ok = vector ? t.shape.size() == 1 && t.shape[0] == rows
                          : t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols;
   if (!ok || std::int64_t(t.data.size()) != rows * (vector ? 1 : cols))
-    throw Error("CpuExecutor: weight " + name + " has the wrong shape or size (expected [" + std::to_string(rows) +
-                (vector ? "" : ", " + std::to_string(cols)) + "])");
+    throw Error("CpuExecutor: weight " + name + " has the wrong shape or size (expected [" +
+                std::to_string(rows) + (vector ? "" : ", " + std::to_string(cols)) + "])");
 }
 
 // Flush-to-zero and denormals-are-zero for the scope of a step, as GPUs do in their fast paths:
@@ -54,12 +54,13 @@ class FlushDenormals {
 
 }  // namespace
 
-CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CpuExecutorOptions options)
+CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
+                         CpuExecutorOptions options)
     : weights_(weights), layout_(KvLayout::of(weights.spec, num_blocks, block_size)), options_(options) {
   weights.spec.validate();
   if (num_blocks <= 0 || block_size <= 0)
-    throw Error("CpuExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) + " and " +
-                std::to_string(block_size));
+    throw Error("CpuExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) +
+                " and " + std::to_string(block_size));
   const int vocab = weights.spec.vocab_size;
   for (TokenId id : {options.prm_plus_id, options.prm_minus_id})
     if (id < 0 || id >= vocab)
@@ -75,8 +76,8 @@ void CpuExecutor::check_weights() const {
   const std::int64_t h = m.hidden_size, q = std::int64_t(m.num_heads) * m.head_dim,
                      kv = std::int64_t(m.num_kv_heads) * m.head_dim, f = m.intermediate_size;
   if (std::int64_t(weights_.layers.size()) != m.num_layers)
-    throw Error("CpuExecutor: " + std::to_string(weights_.layers.size()) + " layers of weights for a model of " +
-                std::to_string(m.num_layers));
+    throw Error("CpuExecutor: " + std::to_string(weights_.layers.size()) +
+                " layers of weights for a model of " + std::to_string(m.num_layers));
   expect_shape(weights_.embed_tokens, m.vocab_size, h, "model.embed_tokens.weight");
   expect_shape(weights_.final_norm, h, 0, "model.norm.weight");
   expect_shape(lm_head_of(weights_), m.vocab_size, h, "lm_head.weight");
@@ -171,8 +172,8 @@ void CpuExecutor::attention_block(int layer, const Batch& batch, const RowPlan& 
   for (std::size_t i = 0; i < batch.items.size(); ++i) {
     const BatchItem& it = batch.items[i];
     attn.middleRows(plan.first_row[i], it.num_new_tokens) =
-        paged_attention(kv_, layout_, layer, it.seq->kv.blocks, q.middleRows(plan.first_row[i], it.num_new_tokens),
-                        it.context_len, m.num_heads);
+        paged_attention(kv_, layout_, layer, it.seq->kv.blocks,
+                        q.middleRows(plan.first_row[i], it.num_new_tokens), it.context_len, m.num_heads);
   }
   x.noalias() += attn * matrix(w.o_proj).transpose();
 }
@@ -190,7 +191,8 @@ void CpuExecutor::mlp_block(int layer, MatrixRM& x) const {
 
 // The LM head runs only on the rows whose logits are used: a prefill chunk of n tokens that
 // wants one sample pays for one row, not n.
-std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& plan, const MatrixRM& x) const {
+std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& plan,
+                                            const MatrixRM& x) const {
   std::vector<ItemLogits> out(batch.items.size());
   std::vector<int> rows;
   for (std::size_t i = 0; i < batch.items.size(); ++i) {
@@ -229,15 +231,16 @@ StepResult CpuExecutor::outputs(const Batch& batch) const {
     TokenId token = kNoToken;
     if (it.want == Want::Sample) {
       const int index = s.num_output_tokens();
-      token = scripted ? scripted_token(s, index, int(vocab)) : sample_token({logits.row(0).data(), vocab}, s.sampling, index);
+      token = scripted ? scripted_token(s, index, int(vocab))
+                       : sample_token({logits.row(0).data(), vocab}, s.sampling, index);
     }
     r.tokens.push_back(token);
     const auto positions = positions_to_score(it);
     const int first = positions.empty() ? 0 : int(positions.data() - s.score_positions.data());
     for (std::size_t k = 0; k < positions.size(); ++k)
       r.scores.push_back(scripted ? scripted_score(s, first + int(k), positions[k])
-                                  : prm_score({logits.row(Eigen::Index(k)).data(), vocab}, options_.prm_plus_id,
-                                              options_.prm_minus_id));
+                                  : prm_score({logits.row(Eigen::Index(k)).data(), vocab},
+                                              options_.prm_plus_id, options_.prm_minus_id));
   }
   return r;
 }

@@ -19,7 +19,7 @@ inline constexpr TokenId kDefaultPrmPlusId = 3;
 inline constexpr TokenId kDefaultPrmMinusId = 4;
 
 struct CpuExecutorOptions {
-  TokenId prm_plus_id = kDefaultPrmPlusId;    // a Score row returns p(plus) of the two-way softmax
+  TokenId prm_plus_id = kDefaultPrmPlusId;  // a Score row returns p(plus) of the two-way softmax
   TokenId prm_minus_id = kDefaultPrmMinusId;
   // Emit a sequence's scripted tokens and scores when its OutputScript says `force`, exactly as
   // the simulator does, so that both backends process identical token streams.

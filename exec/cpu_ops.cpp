@@ -64,7 +64,7 @@ double rope_llama3_scale(double inv_freq, const RopeScaling& s) {
   const double low_freq_wavelen = original / s.low_freq_factor;
   const double high_freq_wavelen = original / s.high_freq_factor;
   const double wavelen = 2.0 * M_PI / inv_freq;
-  if (wavelen < high_freq_wavelen) return inv_freq;          // high frequency: local detail, kept
+  if (wavelen < high_freq_wavelen) return inv_freq;            // high frequency: local detail, kept
   if (wavelen > low_freq_wavelen) return inv_freq / s.factor;  // low frequency: stretched
   const double smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq;
@@ -84,7 +84,8 @@ std::vector<double> rope_inv_freq(const ModelSpec& spec) {
   return rope_inv_freq(spec.head_dim, spec.rope_theta, spec.rope_scaling);
 }
 
-void rope_cos_sin(int position, std::span<const double> inv_freq, std::span<float> cos, std::span<float> sin) {
+void rope_cos_sin(int position, std::span<const double> inv_freq, std::span<float> cos,
+                  std::span<float> sin) {
   require(cos.size() == inv_freq.size() && sin.size() == inv_freq.size(), "rope_cos_sin: sizes differ");
   for (std::size_t i = 0; i < inv_freq.size(); ++i) {
     const double angle = double(position) * inv_freq[i];
@@ -114,8 +115,9 @@ void apply_rope(std::span<float> head, int position, std::span<const double> inv
 KvSlot kv_slot(std::span<const BlockId> block_table, int block_size, int position) {
   const std::size_t index = std::size_t(position / block_size);
   if (position < 0 || index >= block_table.size())
-    throw std::out_of_range("kv_slot: position " + std::to_string(position) + " is outside the block table (" +
-                            std::to_string(block_table.size()) + " blocks)");
+    throw std::out_of_range("kv_slot: position " + std::to_string(position) +
+                            " is outside the block table (" + std::to_string(block_table.size()) +
+                            " blocks)");
   return {block_table[index], position % block_size};
 }
 
@@ -163,12 +165,13 @@ void kv_copy_block(std::span<float> pool, const KvLayout& layout, BlockId src, B
   const std::size_t n = std::size_t(layout.block_elems());
   for (int layer = 0; layer < layout.num_layers; ++layer)
     for (int kv = 0; kv < 2; ++kv)
-      std::copy_n(pool.data() + layout.offset(layer, kv, src, 0, 0), n, pool.data() + layout.offset(layer, kv, dst, 0, 0));
+      std::copy_n(pool.data() + layout.offset(layer, kv, src, 0, 0), n,
+                  pool.data() + layout.offset(layer, kv, dst, 0, 0));
 }
 
 MatrixRM paged_attention(std::span<const float> pool, const KvLayout& layout, int layer,
-                         std::span<const BlockId> block_table, const Eigen::Ref<const MatrixRM>& q, int first_position,
-                         int num_heads) {
+                         std::span<const BlockId> block_table, const Eigen::Ref<const MatrixRM>& q,
+                         int first_position, int num_heads) {
   const int d = layout.head_dim;
   require(num_heads > 0 && num_heads % layout.num_kv_heads == 0, "paged_attention: heads per KV head");
   require(q.cols() == Eigen::Index(num_heads) * d && first_position >= 0, "paged_attention: query shape");
@@ -228,7 +231,8 @@ TokenId sample_top_p(std::span<const float> logits, float temperature, float top
   }
   std::vector<TokenId> order(p.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
+  std::sort(order.begin(), order.end(),
+            [&](TokenId a, TokenId b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
   // The nucleus: the shortest prefix of the sorted tokens holding at least top_p of the mass.
   double kept = 0.0;
   std::size_t n = 0;
@@ -247,7 +251,8 @@ TokenId sample_top_p(std::span<const float> logits, float temperature, float top
 
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, int output_index) {
   if (params.temperature <= 0.0f) return argmax(logits);
-  return sample_top_p(logits, params.temperature, params.top_p, sample_uniform(params.seed, std::uint64_t(output_index)));
+  return sample_top_p(logits, params.temperature, params.top_p,
+                      sample_uniform(params.seed, std::uint64_t(output_index)));
 }
 
 float prm_score(std::span<const float> logits, TokenId plus_id, TokenId minus_id) {

@@ -78,8 +78,8 @@ void kv_copy_block(std::span<float> pool, const KvLayout& layout, BlockId src, B
 // be in the cache already. Query head h reads KV head h / (num_heads / num_kv_heads), as HF's
 // repeat_kv does. Scores are scaled by 1/sqrt(head_dim). Returns rows of [num_heads * head_dim].
 MatrixRM paged_attention(std::span<const float> pool, const KvLayout& layout, int layer,
-                         std::span<const BlockId> block_table, const Eigen::Ref<const MatrixRM>& q, int first_position,
-                         int num_heads);
+                         std::span<const BlockId> block_table, const Eigen::Ref<const MatrixRM>& q,
+                         int first_position, int num_heads);
 
 // --- Sampling and scoring ---------------------------------------------------------------------
 

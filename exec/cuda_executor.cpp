@@ -15,8 +15,8 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "exec/batch_check.hpp"
 #include "core/output_script.hpp"
+#include "exec/batch_check.hpp"
 #include "exec/cpu_ops.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
@@ -79,7 +79,8 @@ struct WeightPlan {
 
 WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& specs) {
   const std::int64_t h = m.hidden_size, q = std::int64_t(m.num_heads) * m.head_dim,
-                     kv = std::int64_t(m.num_kv_heads) * m.head_dim, f = m.intermediate_size, v = m.vocab_size;
+                     kv = std::int64_t(m.num_kv_heads) * m.head_dim, f = m.intermediate_size,
+                     v = m.vocab_size;
   WeightPlan p;
   std::int64_t off = 0;
   auto take = [&](std::int64_t elems) {
@@ -168,7 +169,7 @@ MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
 
 struct CudaExecutor::Impl {
   ModelSpec spec;
-  KvLayout layout;           // the plan's pool, exactly
+  KvLayout layout;  // the plan's pool, exactly
   k::KvPoolShape pool_shape;
   CudaExecutorOptions opt;
   std::vector<int> buckets;  // sorted graph batch sizes
@@ -217,9 +218,9 @@ struct CudaExecutor::Impl {
   struct Fwd {
     int T = 0, S = 0, W = 0, max_q = 1, splits = 1;
     bool decode = false;
-    int R = 0;               // logits rows
+    int R = 0;  // logits rows
     bool identity_rows = false;
-    int Rs = 0;              // sampled rows, logits rows [0, Rs)
+    int Rs = 0;                  // sampled rows, logits rows [0, Rs)
     int score_row0 = 0, Rp = 0;  // PRM-scored rows, logits rows [score_row0, score_row0 + Rp)
     MetaLayout ml;
   };
@@ -236,13 +237,14 @@ struct CudaExecutor::Impl {
   StepResult execute(const Batch& batch);
 };
 
-void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o) {
+void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size,
+                              const CudaExecutorOptions& o) {
   m.validate();
   spec = m;
   opt = o;
   if (num_blocks <= 0 || block_size <= 0)
-    throw Error("CudaExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) + " and " +
-                std::to_string(block_size));
+    throw Error("CudaExecutor: num_blocks and block_size must be positive, got " +
+                std::to_string(num_blocks) + " and " + std::to_string(block_size));
   for (TokenId id : {o.prm_plus_id, o.prm_minus_id})
     if (id < 0 || id >= m.vocab_size)
       throw Error("CudaExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -286,21 +288,23 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
     ws_bytes = std::max(ws_bytes, k::decode_workspace_bytes(
                                       b, m.num_heads, m.head_dim,
                                       k::choose_decode_splits(b, m.num_kv_heads, o.max_model_len, sm_count)));
-  ws_bytes = std::max(ws_bytes, k::decode_workspace_bytes(
-                                    seqs, m.num_heads, m.head_dim,
-                                    k::choose_decode_splits(seqs, m.num_kv_heads, o.max_model_len, sm_count)));
+  ws_bytes = std::max(
+      ws_bytes,
+      k::decode_workspace_bytes(seqs, m.num_heads, m.head_dim,
+                                k::choose_decode_splits(seqs, m.num_kv_heads, o.max_model_len, sm_count)));
 
   constexpr std::size_t kGemmWorkspace = 32u << 20;
   mem.weights = wplan.total * 2;
-  mem.kv_pool = std::int64_t(pool_shape.num_layers) * 2 * pool_shape.num_blocks * std::int64_t(pool_shape.num_kv_heads) *
-                pool_shape.block_size * pool_shape.head_dim * 2;
+  mem.kv_pool = std::int64_t(pool_shape.num_layers) * 2 * pool_shape.num_blocks *
+                std::int64_t(pool_shape.num_kv_heads) * pool_shape.block_size * pool_shape.head_dim * 2;
   mem.activations = std::int64_t(activation_bytes(tokens, rows, meta_bytes, ws_bytes));
   mem.gemm_workspace = std::int64_t(kGemmWorkspace);
   if (mem.total() > info.free_bytes)
     throw Error("CudaExecutor: " + m.name + " needs " + gib(mem.total()) + " of device memory (weights " +
-                gib(mem.weights) + ", KV pool of " + std::to_string(num_blocks) + " blocks " + gib(mem.kv_pool) +
-                ", activations " + gib(mem.activations) + ") but " + info.name + " has " + gib(info.free_bytes) +
-                " free of " + gib(info.total_bytes) + "; lower gpu_memory_utilization or the block count");
+                gib(mem.weights) + ", KV pool of " + std::to_string(num_blocks) + " blocks " +
+                gib(mem.kv_pool) + ", activations " + gib(mem.activations) + ") but " + info.name + " has " +
+                gib(info.free_bytes) + " free of " + gib(info.total_bytes) +
+                "; lower gpu_memory_utilization or the block count");
 
   stream = std::make_unique<k::StreamHandle>();
   ev_start = std::make_unique<k::Event>();
@@ -324,7 +328,8 @@ std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size
          4 * r * std::size_t(V) + 8 * r + meta_bytes + ws_bytes;
 }
 
-void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) {
+void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes,
+                                               std::size_t ws_bytes) {
   if (tokens > cap_tokens) {
     x = {}, h = {}, d = {}, scratch = {};
     const std::size_t t = std::size_t(tokens);
@@ -389,8 +394,8 @@ void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
         std::int64_t numel = 1;
         for (std::int64_t dim : specs[i].shape) numel *= dim;
         if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
-          throw Error("CudaExecutor: weight " + specs[i].name + " has shape " + shape_string(t.shape) + " and " +
-                      std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
+          throw Error("CudaExecutor: weight " + specs[i].name + " has shape " + shape_string(t.shape) +
+                      " and " + std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
                       shape_string(specs[i].shape));
         buf.resize(std::size_t(numel));
         for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = to_bf16_rne(t.data[e]);
@@ -571,7 +576,8 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
         logit_row[std::size_t(i)] = sample_row++;
       } else if (it.want == Want::Score) {
         logit_row[std::size_t(i)] = score_row;
-        for (int p : positions_to_score(it)) rows[score_row++] = first_row[std::size_t(i)] + p - it.context_len;
+        for (int p : positions_to_score(it))
+          rows[score_row++] = first_row[std::size_t(i)] + p - it.context_len;
       }
     }
     qstart[n] = r;
@@ -642,8 +648,9 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
           } catch (const std::exception& e) {
             failed_keys.insert(key);
             ++stats.capture_failures;
-            std::fprintf(stderr, "CudaExecutor: CUDA graph capture failed for batch %d (%s); running eagerly\n",
-                         f.S, e.what());
+            std::fprintf(stderr,
+                         "CudaExecutor: CUDA graph capture failed for batch %d (%s); running eagerly\n", f.S,
+                         e.what());
           }
         }
       }
@@ -655,8 +662,7 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t_launched = Clock::now();
   const int out_rows = f.Rs + f.Rp;
   host_out.resize(std::size_t(out_rows));
-  if (n > 0 && out_rows > 0)
-    k::copy_to_host(host_out.data(), out.get(), std::size_t(out_rows) * 4, s);
+  if (n > 0 && out_rows > 0) k::copy_to_host(host_out.data(), out.get(), std::size_t(out_rows) * 4, s);
   if (n > 0 && opt.keep_logits && f.R > 0) {
     host_logits.resize(std::size_t(f.R) * std::size_t(V));
     k::copy_to_host(host_logits.data(), logits.get(), host_logits.size() * sizeof(float), s);
@@ -682,7 +688,8 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
       token = scripted ? scripted_token(seq, seq.num_output_tokens(), V) : TokenId(out_tokens[row]);
     result.tokens.push_back(token);
     const auto positions_scored = positions_to_score(it);
-    const int first = positions_scored.empty() ? 0 : int(positions_scored.data() - seq.score_positions.data());
+    const int first =
+        positions_scored.empty() ? 0 : int(positions_scored.data() - seq.score_positions.data());
     for (std::size_t q = 0; q < positions_scored.size(); ++q) {
       // Graph steps hold one row per item; eager ones the score rows after the sampled rows.
       const int score_index = graph ? row : row - f.Rs + int(q);
@@ -696,7 +703,8 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
       l.logits.resize(Eigen::Index(l.positions.size()), V);
       for (std::size_t q = 0; q < l.positions.size(); ++q)
         std::memcpy(l.logits.row(Eigen::Index(q)).data(),
-                    host_logits.data() + std::size_t(row + int(q)) * std::size_t(V), sizeof(float) * std::size_t(V));
+                    host_logits.data() + std::size_t(row + int(q)) * std::size_t(V),
+                    sizeof(float) * std::size_t(V));
     }
   }
   const auto t_end = Clock::now();
@@ -710,19 +718,20 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
 
 // ---------------------------------------------------------------------------------------------
 
-CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CudaExecutorOptions options)
+CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
+                           CudaExecutorOptions options)
     : impl_(std::make_unique<Impl>()) {
   const ModelSpec& m = weights.spec;
   m.validate();
   if (std::int64_t(weights.layers.size()) != m.num_layers)
-    throw Error("CudaExecutor: " + std::to_string(weights.layers.size()) + " layers of weights for a model of " +
-                std::to_string(m.num_layers));
+    throw Error("CudaExecutor: " + std::to_string(weights.layers.size()) +
+                " layers of weights for a model of " + std::to_string(m.num_layers));
   impl_->init(m, num_blocks, block_size, options);
   // The tensors in llama_tensor_specs order (the LM head is the embedding when tied).
   std::vector<const HostTensor*> slots{&weights.embed_tokens};
   for (const LlamaLayerWeights& l : weights.layers)
-    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
-                               &l.up_proj, &l.down_proj});
+    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
+                               &l.gate_proj, &l.up_proj, &l.down_proj});
   slots.push_back(&weights.final_norm);
   if (!m.tie_word_embeddings) slots.push_back(&weights.lm_head);
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(m);

@@ -48,19 +48,19 @@ struct CudaExecutorOptions {
 };
 
 struct CudaExecutorStats {
-  std::int64_t steps = 0;            // execute() calls with at least one item
-  std::int64_t graph_steps = 0;      // of which replayed a CUDA graph
-  std::int64_t eager_steps = 0;      // of which ran kernel by kernel (a graph's first step included)
+  std::int64_t steps = 0;        // execute() calls with at least one item
+  std::int64_t graph_steps = 0;  // of which replayed a CUDA graph
+  std::int64_t eager_steps = 0;  // of which ran kernel by kernel (a graph's first step included)
   std::int64_t graphs_captured = 0;
-  std::int64_t capture_failures = 0; // keys that fell back to eager execution
-  std::int64_t buffer_growths = 0;   // device buffers reallocated (every graph dropped then)
+  std::int64_t capture_failures = 0;  // keys that fell back to eager execution
+  std::int64_t buffer_growths = 0;    // device buffers reallocated (every graph dropped then)
 };
 
 // Device bytes by purpose, as allocated.
 struct CudaExecutorMemory {
   std::int64_t weights = 0;
-  std::int64_t kv_pool = 0;       // num_blocks blocks, bf16
-  std::int64_t activations = 0;   // activations, logits, metadata, decode workspace
+  std::int64_t kv_pool = 0;      // num_blocks blocks, bf16
+  std::int64_t activations = 0;  // activations, logits, metadata, decode workspace
   std::int64_t gemm_workspace = 0;
   std::int64_t total() const { return weights + kv_pool + activations + gemm_workspace; }
 };

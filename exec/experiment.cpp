@@ -10,11 +10,13 @@ namespace duet {
 
 std::vector<Vocabulary> vocabularies(const ExperimentSpec& spec) {
   std::vector<Vocabulary> out;
-  for (const EngineSetup& e : spec.engines) out.push_back(vocabulary_of(e.config.model, spec.source_dir, e.config.name));
+  for (const EngineSetup& e : spec.engines)
+    out.push_back(vocabulary_of(e.config.model, spec.source_dir, e.config.name));
   return out;
 }
 
-ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload, const ExperimentHooks& hooks) {
+ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
+                                 const ExperimentHooks& hooks) {
   if (spec.engines.empty()) throw Error("an experiment needs at least one engine");
   const auto wall0 = std::chrono::steady_clock::now();
   ExperimentOutcome out;
@@ -29,16 +31,18 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   std::vector<std::unique_ptr<BuiltEngine>> built;
   for (std::size_t i = 0; i < spec.engines.size(); ++i) {
     const EngineSetup& e = spec.engines[i];
-    const BackendOptions b{spec.backend, e.cost_model,  spec.cost_device, spec.profile_dir, spec.engines.size() == 1,
-                           e.load_format, spec.seed,   spec.source_dir};
-    built.push_back(make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i), e.policy));
+    const BackendOptions b{
+        spec.backend,  e.cost_model, spec.cost_device, spec.profile_dir, spec.engines.size() == 1,
+        e.load_format, spec.seed,    spec.source_dir};
+    built.push_back(
+        make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i), e.policy));
   }
   out.metadata = run_metadata(spec.backend, spec.command_line, spec.gpu, out.plan, configs);
   out.metadata.text.emplace_back("arbiter", spec.arbiter_name);
   // The device that priced or ran the steps: what `duet fit` checks a profile against.
-  out.metadata.text.emplace_back("device", spec.backend != "sim"          ? device_key(spec.backend, spec.gpu)
-                                        : !spec.cost_device.empty() ? spec.cost_device
-                                                                    : gpu_device_key(spec.gpu));
+  out.metadata.text.emplace_back("device", spec.backend != "sim"       ? device_key(spec.backend, spec.gpu)
+                                           : !spec.cost_device.empty() ? spec.cost_device
+                                                                       : gpu_device_key(spec.gpu));
   out.metadata.numbers.emplace_back("seed", double(spec.seed));
   for (std::size_t i = 0; i < built.size(); ++i) {
     out.cost_models.push_back(built[i]->describe());
@@ -48,14 +52,16 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   std::unique_ptr<Clock> clock = make_clock(spec.backend);
   Runtime rt(*clock, spec.arbiter);
   rt.set_recording(spec.record, spec.keep_records, nullptr);
-  for (std::size_t i = 0; i < built.size(); ++i) rt.add_engine(built[i]->engine(), spec.engines[i].config.model.name);
+  for (std::size_t i = 0; i < built.size(); ++i)
+    rt.add_engine(built[i]->engine(), spec.engines[i].config.model.name);
   if (hooks.before_run) hooks.before_run(rt, out);
   rt.run(workload);
 
   out.summary = rt.summary();
   out.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   out.records = rt.take_records();
-  for (int i = 0; i < rt.num_engines(); ++i) out.computed_prefill_tokens.push_back(rt.tally(i).computed_prefill_tokens());
+  for (int i = 0; i < rt.num_engines(); ++i)
+    out.computed_prefill_tokens.push_back(rt.tally(i).computed_prefill_tokens());
   for (std::size_t i = 0; i < built.size(); ++i) {
     if (const CostModel* cost = built[i]->cost_model()) {
       const std::string note = cost->extrapolation_report();

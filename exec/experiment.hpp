@@ -18,8 +18,8 @@ namespace duet {
 
 struct EngineSetup {
   EngineConfig config;
-  std::string cost_model = "auto";   // sim: auto, roofline or profile:PATH
-  std::string load_format = "dummy"; // real engines
+  std::string cost_model = "auto";    // sim: auto, roofline or profile:PATH
+  std::string load_format = "dummy";  // real engines
   SchedulerPolicy policy;
 };
 
@@ -46,9 +46,9 @@ std::vector<Vocabulary> vocabularies(const ExperimentSpec& spec);
 struct ExperimentOutcome {
   MemoryPlan plan;
   RunSummary summary;
-  std::vector<EngineRecords> records;  // as spec.record and spec.keep_records say
+  std::vector<EngineRecords> records;                 // as spec.record and spec.keep_records say
   std::vector<std::int64_t> computed_prefill_tokens;  // per engine, whatever was recorded
-  RunMetadata metadata;               // the configuration, the backend and each engine's cost model
+  RunMetadata metadata;                  // the configuration, the backend and each engine's cost model
   std::vector<std::string> cost_models;  // per engine: what priced or ran it
   std::vector<std::string> warnings;     // e.g. a profile extrapolated
 };
@@ -61,6 +61,7 @@ struct ExperimentHooks {
 
 // Builds the engines from the memory plan, runs `workload` to completion on the backend's clock,
 // and returns what the run recorded.
-ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload, const ExperimentHooks& hooks = {});
+ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
+                                 const ExperimentHooks& hooks = {});
 
 }  // namespace duet

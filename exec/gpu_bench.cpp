@@ -38,7 +38,8 @@ std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
   if (!in) throw Error(path + ": cannot open the peer's results");
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    for (const auto& r : j.at("rows")) out[{r.at("batch").get<int>(), r.at("context").get<int>()}] = r.at("tokens_per_s").get<double>();
+    for (const auto& r : j.at("rows"))
+      out[{r.at("batch").get<int>(), r.at("context").get<int>()}] = r.at("tokens_per_s").get<double>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not a peer_hf.py result (" + e.what() + ")");
   }
@@ -104,9 +105,9 @@ nlohmann::json gpu_json(const DetectedGpu& g) {
 }
 
 void print_gpu(const char* bench, const DetectedGpu& g) {
-  std::printf("bench %s: %s, against %s (%.2f TB/s HBM, %.0f TFLOP/s dense bf16)%s%s\n", bench, g.device.c_str(),
-              g.spec.name.c_str(), g.spec.hbm_bandwidth / 1e12, g.spec.bf16_flops / 1e12, g.note.empty() ? "" : "; ",
-              g.note.c_str());
+  std::printf("bench %s: %s, against %s (%.2f TB/s HBM, %.0f TFLOP/s dense bf16)%s%s\n", bench,
+              g.device.c_str(), g.spec.name.c_str(), g.spec.hbm_bandwidth / 1e12, g.spec.bf16_flops / 1e12,
+              g.note.empty() ? "" : "; ", g.note.c_str());
 }
 
 // Sequences with block tables over disjoint runs of the pool, and a batch over them: the
@@ -116,8 +117,8 @@ struct SyntheticBatch {
   Batch batch;
 };
 
-SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int block_size, int vocab, Want want,
-                               const std::vector<int>& score_positions = {}) {
+SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int block_size, int vocab,
+                               Want want, const std::vector<int>& score_positions = {}) {
   SyntheticBatch s;
   s.seqs.resize(std::size_t(num_seqs));
   const int end = context + new_tokens;
@@ -126,7 +127,8 @@ SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int bl
     Sequence& q = s.seqs[std::size_t(i)];
     q.id = SeqId(i + 1);
     q.kind = want == Want::Score ? SeqKind::Score : SeqKind::Generate;
-    for (int t = 0; t < end; ++t) q.tokens.push_back(TokenId((std::int64_t(i) * 7919 + std::int64_t(t) * 31 + 17) % vocab));
+    for (int t = 0; t < end; ++t)
+      q.tokens.push_back(TokenId((std::int64_t(i) * 7919 + std::int64_t(t) * 31 + 17) % vocab));
     q.num_prompt_tokens = want == Want::Score ? end : context;
     q.score_positions = score_positions;
     for (int b = 0; b < blocks; ++b) q.kv.blocks.push_back(BlockId(i * blocks + b));
@@ -166,7 +168,8 @@ StepTimes time_steps(CudaExecutor& exec, const Batch& batch, int warmup, int ite
 std::int64_t bytes_per_weight_read(const ModelSpec& m) {
   // A decode step reads every layer, the final norm and the LM head once; of the embedding table
   // only the batch's rows (when it is not the LM head too).
-  return 2 * (std::int64_t(m.num_layers) * m.layer_parameters() + m.hidden_size + std::int64_t(m.vocab_size) * m.hidden_size);
+  return 2 * (std::int64_t(m.num_layers) * m.layer_parameters() + m.hidden_size +
+              std::int64_t(m.vocab_size) * m.hidden_size);
 }
 
 }  // namespace
@@ -184,7 +187,8 @@ int bench_decode(const GpuBenchOptions& o) {
   constexpr double kTarget = 1.3;
   print_gpu("decode", gpu);
   std::printf("  %s (%d layers, hidden %d, %d/%d heads), dummy weights, bf16 KV, block %d; CUDA graphs\n",
-              spec.name.c_str(), spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, block_size);
+              spec.name.c_str(), spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads,
+              block_size);
   CudaExecutorOptions opt;
   opt.max_num_batched_tokens = max_b;
   opt.max_num_seqs = max_b;
@@ -193,8 +197,8 @@ int bench_decode(const GpuBenchOptions& o) {
   const std::int64_t weight_bytes = bytes_per_weight_read(spec);
   const std::int64_t kv_token = 2LL * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2;  // bf16
   const auto peer = load_peer(o.peer);
-  std::printf("  %5s %7s %10s %10s %7s %9s %10s %8s %7s %s\n", "batch", "context", "step ms", "roofline", "ratio",
-              "GB/s", "tokens/s", "cpu ms", "x HF", "");
+  std::printf("  %5s %7s %10s %10s %7s %9s %10s %8s %7s %s\n", "batch", "context", "step ms", "roofline",
+              "ratio", "GB/s", "tokens/s", "cpu ms", "x HF", "");
   nlohmann::json rows = nlohmann::json::array();
   bool met = true;
   double worst = 0;
@@ -213,7 +217,8 @@ int bench_decode(const GpuBenchOptions& o) {
       }
       const auto p = peer.find({b, c});
       const double vs_peer = p == peer.end() ? 0.0 : (b / t.device_s) / p->second;
-      if (b == 64 && vs_peer > 0) worst_vs_peer = worst_vs_peer == 0 ? vs_peer : std::min(worst_vs_peer, vs_peer);
+      if (b == 64 && vs_peer > 0)
+        worst_vs_peer = worst_vs_peer == 0 ? vs_peer : std::min(worst_vs_peer, vs_peer);
       std::printf("  %5d %7d %10.3f %10.3f %6.2fx %9.0f %10.0f %8.3f %6.2fx %s\n", b, c, 1e3 * t.device_s,
                   1e3 * roofline, ratio, bytes / t.device_s / 1e9, b / t.device_s, 1e3 * t.cpu_s, vs_peer,
                   in_target ? (ratio <= kTarget ? "ok" : "MISSED") : "");
@@ -230,11 +235,13 @@ int bench_decode(const GpuBenchOptions& o) {
                       {"vs_hf_transformers", vs_peer}});
     }
   if (!peer.empty())
-    std::printf("  peer                 decode tokens/s >= 1.5x HF transformers at batch 64: %s (worst %.2fx)\n",
-                worst_vs_peer >= 1.5 ? "met" : "MISSED", worst_vs_peer);
-  std::printf("  target               step time <= %.1fx the roofline at batch 64-256: %s (worst %.2fx, ratio to "
-              "target %.2f)\n",
-              kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
+    std::printf(
+        "  peer                 decode tokens/s >= 1.5x HF transformers at batch 64: %s (worst %.2fx)\n",
+        worst_vs_peer >= 1.5 ? "met" : "MISSED", worst_vs_peer);
+  std::printf(
+      "  target               step time <= %.1fx the roofline at batch 64-256: %s (worst %.2fx, ratio to "
+      "target %.2f)\n",
+      kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "decode"},
                       {"revision", DUET_GIT_REVISION},
                       {"gpu", gpu_json(gpu)},
@@ -260,12 +267,14 @@ int bench_attention(const GpuBenchOptions& o) {
   const int block_size = 16;
   constexpr double kTarget = 0.70;
   print_gpu("attention", gpu);
-  std::printf("  paged decode attention, %d query heads, %d KV heads, head_dim %d, bf16, block %d, one layer\n",
-              spec.num_heads, spec.num_kv_heads, spec.head_dim, block_size);
+  std::printf(
+      "  paged decode attention, %d query heads, %d KV heads, head_dim %d, bf16, block %d, one layer\n",
+      spec.num_heads, spec.num_kv_heads, spec.head_dim, block_size);
   const int max_blocks_per_seq = contexts.back() / block_size;
   const int num_blocks = batches.back() * max_blocks_per_seq;
   const k::KvPoolShape shape{1, num_blocks, spec.num_kv_heads, block_size, spec.head_dim};
-  const std::size_t pool_elems = 2ull * std::size_t(num_blocks) * std::size_t(spec.num_kv_heads) * block_size * spec.head_dim;
+  const std::size_t pool_elems =
+      2ull * std::size_t(num_blocks) * std::size_t(spec.num_kv_heads) * block_size * spec.head_dim;
   k::StreamHandle stream;
   k::DeviceBuffer pool(pool_elems * 2);
   {
@@ -274,8 +283,8 @@ int bench_attention(const GpuBenchOptions& o) {
     for (std::size_t i = 0; i < pattern.size(); ++i)
       pattern[i] = k::to_bf16(float(int((i * 2654435761u) % 2001) - 1000) * 1e-3f);
     for (std::size_t off = 0; off < pool_elems; off += pattern.size())
-      k::copy_to_device(pool.as<k::bf16>() + off, pattern.data(), std::min(pattern.size(), pool_elems - off) * 2,
-                        stream.get());
+      k::copy_to_device(pool.as<k::bf16>() + off, pattern.data(),
+                        std::min(pattern.size(), pool_elems - off) * 2, stream.get());
     stream.synchronize();
   }
   const int q_width = spec.num_heads * spec.head_dim;
@@ -283,7 +292,8 @@ int bench_attention(const GpuBenchOptions& o) {
   k::DeviceBuffer q(std::size_t(max_b) * q_width * 2), out(std::size_t(max_b) * q_width * 2);
   {
     std::vector<k::bf16> hq(std::size_t(max_b) * q_width);
-    for (std::size_t i = 0; i < hq.size(); ++i) hq[i] = k::to_bf16(float(int((i * 40503u) % 201) - 100) * 1e-2f);
+    for (std::size_t i = 0; i < hq.size(); ++i)
+      hq[i] = k::to_bf16(float(int((i * 40503u) % 201) - 100) * 1e-2f);
     k::copy_to_device(q.get(), hq.data(), hq.size() * 2, stream.get());
   }
   // A random permutation of the blocks, dealt out to the sequences.
@@ -298,7 +308,8 @@ int bench_attention(const GpuBenchOptions& o) {
   for (int i = 0; i <= max_b; ++i) hstart[std::size_t(i)] = i;
   k::copy_to_device(qstart.get(), hstart.data(), qstart.bytes(), stream.get());
   const int sm = k::device_info().sm_count;
-  std::printf("  %5s %7s %7s %10s %9s %8s %s\n", "batch", "context", "splits", "time us", "GB/s", "of peak", "");
+  std::printf("  %5s %7s %7s %10s %9s %8s %s\n", "batch", "context", "splits", "time us", "GB/s", "of peak",
+              "");
   nlohmann::json rows = nlohmann::json::array();
   bool met = true;
   double worst = 1e9;
@@ -307,7 +318,8 @@ int bench_attention(const GpuBenchOptions& o) {
       const std::vector<std::int32_t> hctx(std::size_t(b), c);
       k::copy_to_device(ctx.get(), hctx.data(), hctx.size() * 4, stream.get());
       const int splits = std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, c, sm));
-      k::DeviceBuffer ws(std::max<std::size_t>(16, k::decode_workspace_bytes(b, spec.num_heads, spec.head_dim, splits)));
+      k::DeviceBuffer ws(
+          std::max<std::size_t>(16, k::decode_workspace_bytes(b, spec.num_heads, spec.head_dim, splits)));
       k::AttentionBatch ab;
       ab.q = q.as<const k::bf16>();
       ab.q_stride = q_width;
@@ -335,18 +347,26 @@ int bench_attention(const GpuBenchOptions& o) {
       const double frac = bytes / t / gpu.spec.hbm_bandwidth;
       met = met && frac >= kTarget;
       worst = std::min(worst, frac);
-      std::printf("  %5d %7d %7d %10.2f %9.0f %7.1f%% %s\n", b, c, splits, 1e6 * t, bytes / t / 1e9, 100 * frac,
-                  frac >= kTarget ? "ok" : "MISSED");
-      rows.push_back({{"batch", b}, {"context", c}, {"splits", splits}, {"time_s", t}, {"bytes", bytes},
-                      {"achieved_Bps", bytes / t}, {"fraction_of_peak", frac}});
+      std::printf("  %5d %7d %7d %10.2f %9.0f %7.1f%% %s\n", b, c, splits, 1e6 * t, bytes / t / 1e9,
+                  100 * frac, frac >= kTarget ? "ok" : "MISSED");
+      rows.push_back({{"batch", b},
+                      {"context", c},
+                      {"splits", splits},
+                      {"time_s", t},
+                      {"bytes", bytes},
+                      {"achieved_Bps", bytes / t},
+                      {"fraction_of_peak", frac}});
     }
   std::printf("  target               >= %.0f%% of peak bandwidth: %s (worst %.1f%%, ratio to target %.2f)\n",
               100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "attention"},
                       {"revision", DUET_GIT_REVISION},
                       {"gpu", gpu_json(gpu)},
-                      {"shape", {{"num_heads", spec.num_heads}, {"num_kv_heads", spec.num_kv_heads},
-                                 {"head_dim", spec.head_dim}, {"block_size", block_size}}},
+                      {"shape",
+                       {{"num_heads", spec.num_heads},
+                        {"num_kv_heads", spec.num_kv_heads},
+                        {"head_dim", spec.head_dim},
+                        {"block_size", block_size}}},
                       {"target", {{"min_fraction_of_peak", kTarget}}},
                       {"worst_fraction", worst},
                       {"met", met},
@@ -370,10 +390,11 @@ int bench_prefill(const GpuBenchOptions& o) {
   constexpr double kTarget = 0.50;
   constexpr int kScores = 8;
   print_gpu("prefill", gpu);
-  std::printf("  %s shapes with %d of its %d layers (FLOPs counted for the layers run), hidden %d, dummy weights;\n"
-              "  sequences of %s tokens, %d score positions each\n",
-              spec.name.c_str(), spec.num_layers, full_layers, spec.hidden_size,
-              o.prefill_seq > 0 ? std::to_string(o.prefill_seq).c_str() : "all the step's", kScores);
+  std::printf(
+      "  %s shapes with %d of its %d layers (FLOPs counted for the layers run), hidden %d, dummy weights;\n"
+      "  sequences of %s tokens, %d score positions each\n",
+      spec.name.c_str(), spec.num_layers, full_layers, spec.hidden_size,
+      o.prefill_seq > 0 ? std::to_string(o.prefill_seq).c_str() : "all the step's", kScores);
   CudaExecutorOptions opt;
   opt.max_num_batched_tokens = max_tokens;
   opt.max_num_seqs = o.prefill_seq > 0 ? std::max(1, max_tokens / o.prefill_seq) : 1;
@@ -384,7 +405,8 @@ int bench_prefill(const GpuBenchOptions& o) {
   const double h = spec.hidden_size, q = double(spec.num_heads) * spec.head_dim,
                kv = double(spec.num_kv_heads) * spec.head_dim, f = spec.intermediate_size;
   const double linear_per_token = 2.0 * spec.num_layers * (h * (q + 2 * kv) + q * h + 3.0 * f * h);
-  std::printf("  %8s %6s %10s %10s %10s %8s %s\n", "tokens", "seqs", "step ms", "TFLOP", "TFLOP/s", "of peak", "");
+  std::printf("  %8s %6s %10s %10s %10s %8s %s\n", "tokens", "seqs", "step ms", "TFLOP", "TFLOP/s", "of peak",
+              "");
   nlohmann::json rows = nlohmann::json::array();
   bool met = true;
   double worst = 1e9;
@@ -393,7 +415,8 @@ int bench_prefill(const GpuBenchOptions& o) {
     const int seqs = n / len;
     std::vector<int> positions;
     for (int s = 1; s <= kScores; ++s) positions.push_back(s * len / kScores - 1);
-    const SyntheticBatch sb = synthetic_batch(seqs, 0, len, block_size, spec.vocab_size, Want::Score, positions);
+    const SyntheticBatch sb =
+        synthetic_batch(seqs, 0, len, block_size, spec.vocab_size, Want::Score, positions);
     const StepTimes t = time_steps(exec, sb.batch, 2, std::max(3, o.iters / 4));
     const double keys = double(seqs) * (double(len) * (len + 1.0) / 2.0);
     const double flops = linear_per_token * double(seqs) * len +
@@ -403,13 +426,19 @@ int bench_prefill(const GpuBenchOptions& o) {
     const double frac = flops / t.device_s / gpu.spec.bf16_flops;
     met = met && frac >= kTarget;
     worst = std::min(worst, frac);
-    std::printf("  %8d %6d %10.3f %10.2f %10.1f %7.1f%% %s\n", seqs * len, seqs, 1e3 * t.device_s, flops / 1e12,
-                tflops, 100 * frac, frac >= kTarget ? "ok" : "MISSED");
-    rows.push_back({{"tokens", seqs * len}, {"seqs", seqs}, {"step_s", t.device_s}, {"flops", flops},
-                    {"tflops_per_s", tflops}, {"fraction_of_peak", frac}, {"cpu_s", t.cpu_s}});
+    std::printf("  %8d %6d %10.3f %10.2f %10.1f %7.1f%% %s\n", seqs * len, seqs, 1e3 * t.device_s,
+                flops / 1e12, tflops, 100 * frac, frac >= kTarget ? "ok" : "MISSED");
+    rows.push_back({{"tokens", seqs * len},
+                    {"seqs", seqs},
+                    {"step_s", t.device_s},
+                    {"flops", flops},
+                    {"tflops_per_s", tflops},
+                    {"fraction_of_peak", frac},
+                    {"cpu_s", t.cpu_s}});
   }
-  std::printf("  target               >= %.0f%% of dense bf16 peak: %s (worst %.1f%%, ratio to target %.2f)\n",
-              100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);
+  std::printf(
+      "  target               >= %.0f%% of dense bf16 peak: %s (worst %.1f%%, ratio to target %.2f)\n",
+      100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "prefill"},
                       {"revision", DUET_GIT_REVISION},
                       {"gpu", gpu_json(gpu)},
@@ -418,8 +447,9 @@ int bench_prefill(const GpuBenchOptions& o) {
                       {"layers_full", full_layers},
                       {"sequence_tokens", o.prefill_seq},
                       {"score_positions_per_seq", kScores},
-                      {"flops_counted", "linear layers of the layers run + causal attention (4*heads*head_dim per "
-                                        "key per layer) + LM head on the score rows"},
+                      {"flops_counted",
+                       "linear layers of the layers run + causal attention (4*heads*head_dim per "
+                       "key per layer) + LM head on the score rows"},
                       {"target", {{"min_fraction_of_peak", kTarget}}},
                       {"worst_fraction", worst},
                       {"met", met},
@@ -441,15 +471,16 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
   const int max_b = batches.back();
   const int blocks = max_b * ((prompt + decode) / block_size + 2);
   print_gpu("cpu-overhead", gpu);
-  std::printf("  %s, dummy weights; %d-token prompts (%d shared), %d decode steps, prefix caching, CUDA graphs\n",
-              spec.name.c_str(), prompt, shared, decode);
+  std::printf(
+      "  %s, dummy weights; %d-token prompts (%d shared), %d decode steps, prefix caching, CUDA graphs\n",
+      spec.name.c_str(), prompt, shared, decode);
   CudaExecutorOptions opt;
   opt.max_num_batched_tokens = 8192;
   opt.max_num_seqs = max_b;
   opt.max_model_len = prompt + decode + 1;
   CudaExecutor exec(spec, CudaExecutor::dummy_source(0), blocks, block_size, opt);
-  std::printf("  %5s %6s %10s %10s %10s %10s %10s %8s %s\n", "batch", "steps", "sched us", "prep us", "exec us",
-              "host us", "device us", "ratio", "");
+  std::printf("  %5s %6s %10s %10s %10s %10s %10s %8s %s\n", "batch", "steps", "sched us", "prep us",
+              "exec us", "host us", "device us", "ratio", "");
   nlohmann::json rows = nlohmann::json::array();
   bool met = true;
   double worst = 0;
@@ -481,22 +512,31 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
         device.push_back(out.result.duration_s);
       }
     }
-    const double s_sched = median(sched), s_prep = median(prep), s_exec = median(exec_cpu), s_dev = median(device);
+    const double s_sched = median(sched), s_prep = median(prep), s_exec = median(exec_cpu),
+                 s_dev = median(device);
     const double ratio = s_dev > 0 ? (s_sched + s_prep) / s_dev : 0;
     met = met && ratio <= kTarget;
     worst = std::max(worst, ratio);
     std::printf("  %5d %6zu %10.1f %10.1f %10.1f %10.1f %10.1f %7.3f %s\n", b, sched.size(), 1e6 * s_sched,
                 1e6 * s_prep, 1e6 * s_exec, 1e6 * (s_sched + s_exec), 1e6 * s_dev, ratio,
                 ratio <= kTarget ? "ok" : "MISSED");
-    rows.push_back({{"batch", b}, {"decode_steps", sched.size()}, {"schedule_s", s_sched}, {"prepare_s", s_prep},
-                    {"executor_host_s", s_exec}, {"host_total_s", s_sched + s_exec}, {"device_s", s_dev},
+    rows.push_back({{"batch", b},
+                    {"decode_steps", sched.size()},
+                    {"schedule_s", s_sched},
+                    {"prepare_s", s_prep},
+                    {"executor_host_s", s_exec},
+                    {"host_total_s", s_sched + s_exec},
+                    {"device_s", s_dev},
                     {"ratio", ratio}});
   }
-  std::printf("  (sched: Engine::step outside execute(); prep: the executor's host arrays; exec: all the executor's\n"
-              "   host work incl. prep, upload, launches, outputs; host = sched + exec; medians over decode steps)\n");
-  std::printf("  target               scheduling + preparation <= %.0f%% of the device step: %s (worst %.3f, ratio "
-              "to target %.2f)\n",
-              100 * kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
+  std::printf(
+      "  (sched: Engine::step outside execute(); prep: the executor's host arrays; exec: all the executor's\n"
+      "   host work incl. prep, upload, launches, outputs; host = sched + exec; medians over decode "
+      "steps)\n");
+  std::printf(
+      "  target               scheduling + preparation <= %.0f%% of the device step: %s (worst %.3f, ratio "
+      "to target %.2f)\n",
+      100 * kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "cpu-overhead"},
                       {"revision", DUET_GIT_REVISION},
                       {"gpu", gpu_json(gpu)},

@@ -14,7 +14,7 @@ struct GpuBenchOptions {
   int prefill_seq = 1024;  // prefill: tokens per sequence (0: one sequence per step)
   int iters = 20;
   std::string json;
-  std::string peer;        // decode: scripts/peer_hf.py's JSON, for duet / HF transformers ratios
+  std::string peer;  // decode: scripts/peer_hf.py's JSON, for duet / HF transformers ratios
 };
 
 int bench_decode(const GpuBenchOptions& options);

@@ -7,9 +7,10 @@ namespace duet::gpu_bench {
 namespace {
 
 [[noreturn]] void no_cuda(const std::string& which) {
-  throw Error("duet bench " + which +
-              " needs the CUDA engine, and this build has no CUDA (configure with -DDUET_CUDA=ON where nvcc is, "
-              "or use scripts/gpu-bundle.sh)");
+  throw Error(
+      "duet bench " + which +
+      " needs the CUDA engine, and this build has no CUDA (configure with -DDUET_CUDA=ON where nvcc is, "
+      "or use scripts/gpu-bundle.sh)");
 }
 
 }  // namespace

@@ -18,23 +18,23 @@ struct HostTensor {
 };
 
 struct LlamaLayerWeights {
-  HostTensor input_norm;     // model.layers.N.input_layernorm.weight            [hidden]
-  HostTensor q_proj;         // model.layers.N.self_attn.q_proj.weight           [heads*head_dim, hidden]
-  HostTensor k_proj;         // model.layers.N.self_attn.k_proj.weight           [kv_heads*head_dim, hidden]
-  HostTensor v_proj;         // model.layers.N.self_attn.v_proj.weight           [kv_heads*head_dim, hidden]
-  HostTensor o_proj;         // model.layers.N.self_attn.o_proj.weight           [hidden, heads*head_dim]
-  HostTensor post_norm;      // model.layers.N.post_attention_layernorm.weight   [hidden]
-  HostTensor gate_proj;      // model.layers.N.mlp.gate_proj.weight              [intermediate, hidden]
-  HostTensor up_proj;        // model.layers.N.mlp.up_proj.weight                [intermediate, hidden]
-  HostTensor down_proj;      // model.layers.N.mlp.down_proj.weight              [hidden, intermediate]
+  HostTensor input_norm;  // model.layers.N.input_layernorm.weight            [hidden]
+  HostTensor q_proj;      // model.layers.N.self_attn.q_proj.weight           [heads*head_dim, hidden]
+  HostTensor k_proj;      // model.layers.N.self_attn.k_proj.weight           [kv_heads*head_dim, hidden]
+  HostTensor v_proj;      // model.layers.N.self_attn.v_proj.weight           [kv_heads*head_dim, hidden]
+  HostTensor o_proj;      // model.layers.N.self_attn.o_proj.weight           [hidden, heads*head_dim]
+  HostTensor post_norm;   // model.layers.N.post_attention_layernorm.weight   [hidden]
+  HostTensor gate_proj;   // model.layers.N.mlp.gate_proj.weight              [intermediate, hidden]
+  HostTensor up_proj;     // model.layers.N.mlp.up_proj.weight                [intermediate, hidden]
+  HostTensor down_proj;   // model.layers.N.mlp.down_proj.weight              [hidden, intermediate]
 };
 
 struct LlamaWeights {
   ModelSpec spec;
-  HostTensor embed_tokens;   // model.embed_tokens.weight [vocab, hidden]
+  HostTensor embed_tokens;  // model.embed_tokens.weight [vocab, hidden]
   std::vector<LlamaLayerWeights> layers;
-  HostTensor final_norm;     // model.norm.weight [hidden]
-  HostTensor lm_head;        // lm_head.weight [vocab, hidden]; a copy of embed_tokens when tied
+  HostTensor final_norm;  // model.norm.weight [hidden]
+  HostTensor lm_head;     // lm_head.weight [vocab, hidden]; a copy of embed_tokens when tied
 };
 
 }  // namespace duet

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -35,15 +35,20 @@ GridPoint single(const std::string& regime, int context, int tokens, Want want, 
 }  // namespace
 
 std::vector<GridPoint> profile_grid(const ProfileLimits& l) {
-  if (l.max_num_seqs < 1 || l.max_num_batched_tokens < 1 || l.max_model_len < 2 || l.block_size < 1 || l.repeats < 1)
-    throw Error("profile: max_num_seqs, max_num_batched_tokens, max_model_len, block_size and repeats must be positive");
+  if (l.max_num_seqs < 1 || l.max_num_batched_tokens < 1 || l.max_model_len < 2 || l.block_size < 1 ||
+      l.repeats < 1)
+    throw Error(
+        "profile: max_num_seqs, max_num_batched_tokens, max_model_len, block_size and repeats must be "
+        "positive");
   std::vector<GridPoint> grid;
   const int max_chunk = std::min(l.max_num_batched_tokens, l.max_model_len - 1);
-  const std::vector<int> contexts = {0, l.max_model_len / 4, l.max_model_len / 2, l.max_model_len - max_chunk};
+  const std::vector<int> contexts = {0, l.max_model_len / 4, l.max_model_len / 2,
+                                     l.max_model_len - max_chunk};
   // Prefill: chunk sizes at cached contexts; a sample at the chunk's end (the common case).
   for (int n : doubling(1, max_chunk))
     for (int c : contexts)
-      if (c + n <= l.max_model_len && (c == 0 || n >= 4)) grid.push_back(single("prefill", c, n, Want::Sample));
+      if (c + n <= l.max_model_len && (c == 0 || n >= 4))
+        grid.push_back(single("prefill", c, n, Want::Sample));
   // Chunks that want nothing (a long prompt's middle) and PRM chunks that score every 16th token:
   // they pull the LM head's rows apart from the chunk's tokens.
   for (int n : doubling(16, max_chunk)) {
@@ -77,7 +82,8 @@ std::vector<GridPoint> profile_grid(const ProfileLimits& l) {
   // Copy-on-write: a fork's partial last block is copied before the step.
   for (int copies : {1, 8, 32}) {
     GridPoint p{"copies", {}, copies};
-    for (int i = 0; i < std::min(8, l.max_num_seqs); ++i) p.items.push_back({std::min(256, l.max_model_len - 1), 1, Want::Sample, 0});
+    for (int i = 0; i < std::min(8, l.max_num_seqs); ++i)
+      p.items.push_back({std::min(256, l.max_model_len - 1), 1, Want::Sample, 0});
     grid.push_back(p);
   }
   return grid;
@@ -103,10 +109,13 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
     s.kind = g.want == Want::Score ? SeqKind::Score : SeqKind::Generate;
     const int end = g.context + g.new_tokens;
     for (int t = 0; t < end; ++t)
-      s.tokens.push_back(TokenId((std::uint64_t(t) * 2654435761u + i * 40503u + salt) % std::uint64_t(vocab)));
-    s.num_prompt_tokens = g.want == Want::Score ? end : std::max(end - (g.new_tokens == 1 && g.context > 0), 1);
+      s.tokens.push_back(
+          TokenId((std::uint64_t(t) * 2654435761u + i * 40503u + salt) % std::uint64_t(vocab)));
+    s.num_prompt_tokens =
+        g.want == Want::Score ? end : std::max(end - (g.new_tokens == 1 && g.context > 0), 1);
     if (g.want == Want::Score)
-      for (int pos = g.context + g.score_every - 1; pos < end; pos += g.score_every) s.score_positions.push_back(pos);
+      for (int pos = g.context + g.score_every - 1; pos < end; pos += g.score_every)
+        s.score_positions.push_back(pos);
     s.sampling.max_tokens = 1 << 20;
     s.sampling.ignore_eos = true;
     const int blocks = (end + block_size - 1) / block_size;
@@ -122,7 +131,8 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
     (it.is_decode ? d.batch.num_decode_tokens : d.batch.num_prefill_tokens) += g.new_tokens;
   }
   for (int c = 0; c < p.copies; ++c)
-    d.batch.copies.push_back({BlockId((next + 2 * c) % num_blocks), BlockId((next + 2 * c + 1) % num_blocks)});
+    d.batch.copies.push_back(
+        {BlockId((next + 2 * c) % num_blocks), BlockId((next + 2 * c + 1) % num_blocks)});
   return d;
 }
 
@@ -164,12 +174,14 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
   Engine engine = assemble_engine(c, memory, 0, null);
   // Running decodes first: their prompts are prefilled in untimed steps with a larger budget.
   std::vector<std::size_t> decodes, prefills;
-  for (std::size_t i = 0; i < p.items.size(); ++i) (p.items[i].new_tokens == 1 && p.items[i].context > 0 ? decodes : prefills).push_back(i);
+  for (std::size_t i = 0; i < p.items.size(); ++i)
+    (p.items[i].new_tokens == 1 && p.items[i].context > 0 ? decodes : prefills).push_back(i);
   SeqId id = 1;
   for (std::size_t i : decodes) {
     Sequence s;
     s.id = id++;
-    for (int t = 0; t < p.items[i].context; ++t) s.tokens.push_back(TokenId((t * 7919 + i * 131 + salt) % std::uint64_t(vocab)));
+    for (int t = 0; t < p.items[i].context; ++t)
+      s.tokens.push_back(TokenId((t * 7919 + i * 131 + salt) % std::uint64_t(vocab)));
     s.num_prompt_tokens = p.items[i].context;
     s.sampling.max_tokens = 1 << 20;
     s.sampling.ignore_eos = true;
@@ -178,7 +190,8 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
   // Chunked prefill of the decodes' prompts, untimed, until every one is decoding.
   for (int guard = 0; guard < 1 << 20; ++guard) {
     bool all_decoding = true;
-    for (SeqId s = 1; s < id; ++s) all_decoding = all_decoding && engine.find(s)->num_computed_tokens >= engine.find(s)->num_prompt_tokens;
+    for (SeqId s = 1; s < id; ++s)
+      all_decoding = all_decoding && engine.find(s)->num_computed_tokens >= engine.find(s)->num_prompt_tokens;
     if (all_decoding) break;
     engine.step(0);
   }
@@ -191,7 +204,8 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
       s.tokens.push_back(TokenId((t * 104729 + i * 7 + salt) % std::uint64_t(vocab)));
     s.num_prompt_tokens = int(s.tokens.size());
     if (g.want == Want::Score)
-      for (int pos = g.score_every - 1; pos < s.num_prompt_tokens; pos += g.score_every) s.score_positions.push_back(pos);
+      for (int pos = g.score_every - 1; pos < s.num_prompt_tokens; pos += g.score_every)
+        s.score_positions.push_back(pos);
     s.sampling.max_tokens = 1 << 20;
     s.sampling.ignore_eos = true;
     engine.add(std::move(s), 0);
@@ -227,15 +241,16 @@ nlohmann::json grid_json(const ProfileLimits& l, std::size_t points) {
 }  // namespace
 
 ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, const EngineConfig& config,
-                          const ProfileLimits& limits, const std::function<void(std::size_t, std::size_t)>& progress) {
+                          const ProfileLimits& limits,
+                          const std::function<void(std::size_t, std::size_t)>& progress) {
   if (!is_real_backend(backend.name))
     throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
   const auto wall0 = std::chrono::steady_clock::now();
   const std::vector<GridPoint> grid = profile_grid(limits);
   // A pool for the largest decode batch at the longest context, capped at 8192 blocks (the CPU
   // engine holds float32 KV in host memory); larger batches reuse blocks.
-  const std::int64_t want = std::int64_t(limits.max_num_seqs) * ((limits.max_model_len + limits.block_size - 1) /
-                                                                  limits.block_size + 1);
+  const std::int64_t want = std::int64_t(limits.max_num_seqs) *
+                            ((limits.max_model_len + limits.block_size - 1) / limits.block_size + 1);
   EngineConfig c = config;
   c.block_size = limits.block_size;
   c.max_num_seqs = limits.max_num_seqs;
@@ -278,8 +293,8 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
     rows.push_back({m.shape, m.device_min, m.host_median});
     if (!m.alone_device_s.empty()) {
       m.alone_device_median = median(m.alone_device_s);
-      alone_rows.push_back({m.shape, *std::min_element(m.alone_device_s.begin(), m.alone_device_s.end()),
-                            m.host_median});
+      alone_rows.push_back(
+          {m.shape, *std::min_element(m.alone_device_s.begin(), m.alone_device_s.end()), m.host_median});
     }
     out.points.push_back(std::move(m));
     if (progress) progress(k + 1, grid.size());
@@ -298,8 +313,8 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   out.profile.backend = backend.name;
   out.profile.created_utc = utc_now();
   out.profile.git_revision = DUET_GIT_REVISION;
-  out.profile.source = "duet profile --backend " + backend.name + " (" + std::to_string(grid.size()) + " points x " +
-                       std::to_string(limits.repeats) + " repeats)";
+  out.profile.source = "duet profile --backend " + backend.name + " (" + std::to_string(grid.size()) +
+                       " points x " + std::to_string(limits.repeats) + " repeats)";
   out.profile.grid_json = grid_json(limits, grid.size()).dump();
   out.wall_s = seconds_since(wall0);
   return out;

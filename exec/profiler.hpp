@@ -52,7 +52,7 @@ std::vector<GridPoint> profile_grid(const ProfileLimits& limits);
 struct MeasuredPoint {
   GridPoint point;
   BatchShape shape;
-  std::vector<double> device_s;  // one per repeat: after the caches were evicted (see evict_bytes)
+  std::vector<double> device_s;        // one per repeat: after the caches were evicted (see evict_bytes)
   std::vector<double> alone_device_s;  // one per repeat, right after itself (empty: not measured)
   std::vector<double> host_s;
   double device_median = 0, device_min = 0, device_max = 0;
@@ -69,7 +69,8 @@ struct ProfileResult {
 // Measures `engine_config`'s model on `backend` (cpu or cuda): the executor from make_engine over a
 // pool large enough for the grid's largest batch (capped; larger batches reuse blocks).
 // `progress` (may be empty) is told each point as it finishes.
-ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, const EngineConfig& engine_config,
-                          const ProfileLimits& limits, const std::function<void(std::size_t, std::size_t)>& progress);
+ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu,
+                          const EngineConfig& engine_config, const ProfileLimits& limits,
+                          const std::function<void(std::size_t, std::size_t)>& progress);
 
 }  // namespace duet

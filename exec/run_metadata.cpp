@@ -40,8 +40,8 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     const std::string p = c.name + ".";
     m.text.emplace_back(p + "model", c.model.name);
     m.text.emplace_back(p + "model_shape", model_shape(c.model));  // what a profile is checked against
-    for (const char* key : {"gpu_memory_utilization", "budget_bytes", "num_blocks", "block_size", "max_num_seqs",
-                            "max_num_batched_tokens", "max_model_len"})
+    for (const char* key : {"gpu_memory_utilization", "budget_bytes", "num_blocks", "block_size",
+                            "max_num_seqs", "max_num_batched_tokens", "max_model_len"})
       m.numbers.emplace_back(p + key, e[key].get<double>());
     m.numbers.emplace_back(p + "enable_prefix_caching", c.enable_prefix_caching ? 1.0 : 0.0);
     m.numbers.emplace_back(p + "enable_chunked_prefill", c.enable_chunked_prefill ? 1.0 : 0.0);

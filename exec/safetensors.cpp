@@ -307,12 +307,13 @@ TensorView parse_entry(const std::string& path, const std::string& name, const j
   const std::string offsets = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
   if (std::uint64_t(end) > data.size())
     throw Error(context + offsets + " run past the data buffer of " + std::to_string(data.size()) + " bytes");
-  const std::string of_type = "shape " + shape_string(view.shape) + " of " + safetensors_dtype_name(view.dtype);
+  const std::string of_type =
+      "shape " + shape_string(view.shape) + " of " + safetensors_dtype_name(view.dtype);
   const std::int64_t needed = needed_bytes(view.shape, view.dtype);
   if (needed < 0) throw Error(context + of_type + " is too large");
   if (needed != end - begin)
-    throw Error(context + offsets + " hold " + std::to_string(end - begin) + " bytes, " + of_type + " needs " +
-                std::to_string(needed));
+    throw Error(context + offsets + " hold " + std::to_string(end - begin) + " bytes, " + of_type +
+                " needs " + std::to_string(needed));
   view.bytes = data.subspan(std::size_t(begin), std::size_t(end - begin));
   return view;
 }
@@ -322,7 +323,8 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   std::map<std::string, std::string> metadata;
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string())
-      throw Error(path + ": \"__metadata__\" value of " + in_quotes(key) + " must be a string, got " + v.dump());
+      throw Error(path + ": \"__metadata__\" value of " + in_quotes(key) + " must be a string, got " +
+                  v.dump());
     metadata[key] = v.get<std::string>();
   }
   return metadata;
@@ -345,7 +347,8 @@ json parse_header(const std::string& path, std::string_view text) {
     throw Error(path + ": header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object()) throw Error(path + ": header must be a JSON object, got a " + header.type_name());
-  if (!duplicate.empty()) throw Error(path + ": tensor " + in_quotes(duplicate) + " is listed twice in the header");
+  if (!duplicate.empty())
+    throw Error(path + ": tensor " + in_quotes(duplicate) + " is listed twice in the header");
   return header;
 }
 
@@ -393,16 +396,14 @@ void SafetensorsFile::parse() {
   if (header_bytes > kMaxHeaderBytes)
     throw Error(path + ": header length " + std::to_string(header_bytes) + " is beyond the 100 MB limit");
   if (header_bytes > bytes.size() - 8)
-    throw Error(path + ": header length " + std::to_string(header_bytes) + " runs past the end of the file (" +
-                std::to_string(bytes.size()) + " bytes)");
+    throw Error(path + ": header length " + std::to_string(header_bytes) +
+                " runs past the end of the file (" + std::to_string(bytes.size()) + " bytes)");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), std::size_t(header_bytes));
   const std::span<const std::byte> data = bytes.subspan(8 + std::size_t(header_bytes));
   const json header = parse_header(path, text);
   for (const auto& [key, value] : header.items()) {
-    if (key == "__metadata__")
-      metadata_ = parse_metadata(path, value);
-    else
-      tensors_.emplace(key, parse_entry(path, key, value, data));
+    if (key == "__metadata__") metadata_ = parse_metadata(path, value);
+    else tensors_.emplace(key, parse_entry(path, key, value, data));
   }
   check_overlaps(path, tensors_);
 }
@@ -459,12 +460,9 @@ Checkpoint Checkpoint::open(const std::string& path) {
   fs::path index_path;
   fs::path single_path;
   if (fs::is_directory(p, ec)) {
-    if (fs::exists(p / kIndexName, ec))
-      index_path = p / kIndexName;
-    else if (fs::exists(p / "model.safetensors", ec))
-      single_path = p / "model.safetensors";
-    else
-      throw Error(path + ": directory holds neither " + kIndexName + " nor model.safetensors");
+    if (fs::exists(p / kIndexName, ec)) index_path = p / kIndexName;
+    else if (fs::exists(p / "model.safetensors", ec)) single_path = p / "model.safetensors";
+    else throw Error(path + ": directory holds neither " + kIndexName + " nor model.safetensors");
   } else if (!fs::exists(p, ec)) {
     throw Error(path + ": no such checkpoint file or directory");
   } else if (path.ends_with(".index.json")) {
@@ -484,8 +482,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
   for (const auto& [shard, tensors] : read_weight_map(index)) {
     const fs::path shard_path = index_path.parent_path() / shard;
     if (!fs::is_regular_file(shard_path, ec))
-      throw Error(index + ": shard " + in_quotes(shard) + " (listed for tensor " + in_quotes(tensors.front()) +
-                  ") is missing: no file " + shard_path.string());
+      throw Error(index + ": shard " + in_quotes(shard) + " (listed for tensor " +
+                  in_quotes(tensors.front()) + ") is missing: no file " + shard_path.string());
     SafetensorsFile file = SafetensorsFile::open(shard_path.string());
     for (const std::string& tensor : tensors)
       if (!file.find(tensor))
@@ -503,8 +501,8 @@ void Checkpoint::index_files(const std::string& index_path) {
     for (const std::string& name : files_[f].names()) {
       const auto [it, inserted] = entries_.emplace(name, Entry{f, files_[f].find(name)});
       if (!inserted)
-        throw Error(index_path + ": tensor " + in_quotes(name) + " is in two shards: " +
-                    files_[it->second.file].path() + " and " + files_[f].path());
+        throw Error(index_path + ": tensor " + in_quotes(name) +
+                    " is in two shards: " + files_[it->second.file].path() + " and " + files_[f].path());
     }
   }
 }
@@ -580,7 +578,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
   if (!out) throw Error(path + ": write failed");
 }
 
-std::vector<std::string> write_safetensors_sharded(const std::string& dir, const std::vector<TensorData>& tensors,
+std::vector<std::string> write_safetensors_sharded(const std::string& dir,
+                                                   const std::vector<TensorData>& tensors,
                                                    std::int64_t max_shard_bytes,
                                                    const std::map<std::string, std::string>& metadata) {
   // Greedy packing in the given order, as HuggingFace's save_pretrained does.

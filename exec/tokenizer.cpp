@@ -102,7 +102,8 @@ std::string check_model_wire_format(std::string_view bytes) {
     pos += static_cast<std::size_t>(skip);
   }
   if (pieces == 0) return "it has no vocabulary pieces";
-  if (!trainer_spec || !normalizer_spec) return "it ends before its trainer and normalizer settings (truncated?)";
+  if (!trainer_spec || !normalizer_spec)
+    return "it ends before its trainer and normalizer settings (truncated?)";
   return {};
 }
 
@@ -199,8 +200,8 @@ TokenId Tokenizer::piece_to_id(std::string_view piece) const {
 
 std::string Tokenizer::id_to_piece(TokenId id) const {
   if (id < 0 || id >= vocab_size_) {
-    throw Error("tokenizer " + quoted(path_) + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                std::to_string(vocab_size_) + ")");
+    throw Error("tokenizer " + quoted(path_) + ": token id " + std::to_string(id) +
+                " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
   }
   return sp_->IdToPiece(id);
 }

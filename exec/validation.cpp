@@ -29,7 +29,8 @@ constexpr Column kBatchColumns[] = {
 
 }  // namespace
 
-void check_identical_batches(const std::vector<EngineRecords>& predicted, const std::vector<EngineRecords>& measured) {
+void check_identical_batches(const std::vector<EngineRecords>& predicted,
+                             const std::vector<EngineRecords>& measured) {
   if (predicted.size() != measured.size()) throw Error("validate: the runs have different engines");
   for (std::size_t e = 0; e < predicted.size(); ++e) {
     const auto& a = predicted[e].steps;
@@ -39,13 +40,16 @@ void check_identical_batches(const std::vector<EngineRecords>& predicted, const 
     for (std::size_t i = 0; i < n; ++i)
       for (const Column& c : kBatchColumns)
         if (c.get(a[i]) != c.get(b[i]))
-          throw Error("validate: the token streams differ between the simulator and the real engine: engine '" + name +
-                      "' step " + std::to_string(i + 1) + " has " + c.name + " " + std::to_string(c.get(a[i])) +
-                      " predicted, " + std::to_string(c.get(b[i])) +
-                      " measured (force output lengths and scores in the workload, and use a time-independent arbiter)");
+          throw Error(
+              "validate: the token streams differ between the simulator and the real engine: engine '" +
+              name + "' step " + std::to_string(i + 1) + " has " + c.name + " " +
+              std::to_string(c.get(a[i])) + " predicted, " + std::to_string(c.get(b[i])) +
+              " measured (force output lengths and scores in the workload, and use a time-independent "
+              "arbiter)");
     if (a.size() != b.size())
-      throw Error("validate: the token streams differ between the simulator and the real engine: engine '" + name +
-                  "' ran " + std::to_string(a.size()) + " steps predicted, " + std::to_string(b.size()) + " measured");
+      throw Error("validate: the token streams differ between the simulator and the real engine: engine '" +
+                  name + "' ran " + std::to_string(a.size()) + " steps predicted, " +
+                  std::to_string(b.size()) + " measured");
   }
 }
 
@@ -145,8 +149,10 @@ void write_validation(RunFileWriter& file, const std::string& group, const Valid
     a.numbers.emplace_back(k + "e2e_p50_error", relative_error(c.predicted_e2e.p50, c.measured_e2e.p50));
   }
   file.write_attributes(group, a);
-  file.write_run(group + "/predicted", predicted.metadata, predicted.records, predicted.summary, predicted_problems);
-  file.write_run(group + "/measured", measured.metadata, measured.records, measured.summary, measured_problems);
+  file.write_run(group + "/predicted", predicted.metadata, predicted.records, predicted.summary,
+                 predicted_problems);
+  file.write_run(group + "/measured", measured.metadata, measured.records, measured.summary,
+                 measured_problems);
 }
 
 double print_validation_table(const std::vector<ValidationPoint>& points, std::FILE* out) {
@@ -161,20 +167,22 @@ double print_validation_table(const std::vector<ValidationPoint>& points, std::F
     char noise_text[32] = "-";
     if (!p.repeat_throughputs.empty()) std::snprintf(noise_text, sizeof noise_text, "%.1f%%", 100 * p.noise);
     std::fprintf(out, "%-36s %12.4g %12.4g %+8.1f%% %8s %11s %9.1f%%   %s\n", p.label.substr(0, 36).c_str(),
-                 p.predicted_throughput, p.measured_throughput, 100 * p.throughput_error, noise_text, step_text,
+                 p.predicted_throughput, p.measured_throughput, 100 * p.throughput_error, noise_text,
+                 step_text,
                  p.measured_makespan_s > 0 ? 100 * p.measured_outside_steps_s / p.measured_makespan_s : 0.0,
                  p.unit.c_str());
     abs_err.push_back(std::abs(p.throughput_error));
   }
   const double med = quantile(abs_err, 0.5);
   const double max = abs_err.empty() ? 0 : *std::max_element(abs_err.begin(), abs_err.end());
-  std::fprintf(out, "%zu points: median |error| %.1f%%, max |error| %.1f%%", points.size(), 100 * med, 100 * max);
+  std::fprintf(out, "%zu points: median |error| %.1f%%, max |error| %.1f%%", points.size(), 100 * med,
+               100 * max);
   std::vector<double> noise;
   for (const ValidationPoint& p : points)
     if (!p.repeat_throughputs.empty()) noise.push_back(p.noise);
   if (!noise.empty())
-    std::fprintf(out, "; the real engine against itself: median %.1f%%, max %.1f%%", 100 * quantile(noise, 0.5),
-                 100 * *std::max_element(noise.begin(), noise.end()));
+    std::fprintf(out, "; the real engine against itself: median %.1f%%, max %.1f%%",
+                 100 * quantile(noise, 0.5), 100 * *std::max_element(noise.begin(), noise.end()));
   std::fprintf(out, "\n");
   return max;
 }

@@ -13,7 +13,8 @@ namespace duet {
 
 // Throws duet::Error naming the engine, the step and the column where two runs' batches first
 // differ (their token streams are not the same: an unforced length, a time-dependent policy).
-void check_identical_batches(const std::vector<EngineRecords>& predicted, const std::vector<EngineRecords>& measured);
+void check_identical_batches(const std::vector<EngineRecords>& predicted,
+                             const std::vector<EngineRecords>& measured);
 
 // Relative error of a prediction: predicted / measured - 1 (0 when both are 0).
 double relative_error(double predicted, double measured);
@@ -29,8 +30,8 @@ struct EngineComparison {
 
 struct ValidationPoint {
   std::string label;
-  std::string unit;            // what throughput counts: "problems/s" or "requests/s"
-  double items = 0;            // problems or requests finished (the same in both runs)
+  std::string unit;  // what throughput counts: "problems/s" or "requests/s"
+  double items = 0;  // problems or requests finished (the same in both runs)
   double predicted_makespan_s = 0, measured_makespan_s = 0;
   double predicted_throughput = 0, measured_throughput = 0;
   double throughput_error = 0;  // relative_error(predicted, measured)

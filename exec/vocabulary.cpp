@@ -18,8 +18,8 @@ Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, 
   if (model.vocab_size == kLlama3VocabSize) return llama3();
   const std::string path = source_dir + "/workloads/data/tokenizer/duet-math.model";
   const Tokenizer t = Tokenizer::load(path);
-  Vocabulary v{"duet-math", model.vocab_size, t.step_separator_id(), t.eos_id(), t.piece_to_id("+"),
-               t.piece_to_id("-")};
+  Vocabulary v{"duet-math", model.vocab_size,   t.step_separator_id(),
+               t.eos_id(),  t.piece_to_id("+"), t.piece_to_id("-")};
   for (TokenId id : {v.step_id, v.eos_id, v.prm_plus_id, v.prm_minus_id})
     if (id < 0 || id >= model.vocab_size)
       throw Error("engine '" + engine + "': model " + model.name + " has a vocabulary of " +

@@ -9,7 +9,7 @@
 namespace duet {
 
 struct Vocabulary {
-  std::string name;            // "llama-3" or "duet-math"
+  std::string name;  // "llama-3" or "duet-math"
   int vocab_size = 0;
   TokenId step_id = kNoToken;  // "\n\n"
   TokenId eos_id = kNoToken;   // the end of an assistant turn

@@ -10,7 +10,9 @@ namespace duet {
 class WallClock final : public Clock {
  public:
   WallClock() : start_(std::chrono::steady_clock::now()) {}
-  double now() const override { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  double now() const override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
   void wait_until(double t) override {
     const double dt = t - now();
     if (dt > 0) std::this_thread::sleep_for(std::chrono::duration<double>(dt));

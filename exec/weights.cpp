@@ -34,11 +34,12 @@ std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const std::string& model) {
   const TensorView* view = ckpt.find(t.name);
   if (!view)
-    throw Error("missing tensor " + in_quotes(t.name) + " in " + ckpt.describe() + " (model " + in_quotes(model) +
-                " expects shape " + shape_string(t.shape) + ")");
+    throw Error("missing tensor " + in_quotes(t.name) + " in " + ckpt.describe() + " (model " +
+                in_quotes(model) + " expects shape " + shape_string(t.shape) + ")");
   if (view->shape != t.shape)
-    throw Error(ckpt.file_of(t.name) + ": tensor " + in_quotes(t.name) + " has shape " + shape_string(view->shape) +
-                ", model " + in_quotes(model) + " expects " + shape_string(t.shape));
+    throw Error(ckpt.file_of(t.name) + ": tensor " + in_quotes(t.name) + " has shape " +
+                shape_string(view->shape) + ", model " + in_quotes(model) + " expects " +
+                shape_string(t.shape));
   return HostTensor{t.shape, to_float_vector(*view)};
 }
 
@@ -54,9 +55,9 @@ void check_no_extra_layers(const ModelSpec& spec, const Checkpoint& ckpt) {
     const auto [end, ec] = std::from_chars(first, last, layer);
     if (ec != std::errc() || end == last || *end != '.') continue;  // not "model.layers.N.<...>"
     if (layer >= spec.num_layers)
-      throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " belongs to layer " + std::to_string(layer) +
-                  ", but model " + in_quotes(spec.name) + " has " + std::to_string(spec.num_layers) +
-                  " layers (num_hidden_layers)");
+      throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " belongs to layer " +
+                  std::to_string(layer) + ", but model " + in_quotes(spec.name) + " has " +
+                  std::to_string(spec.num_layers) + " layers (num_hidden_layers)");
   }
 }
 
@@ -85,8 +86,8 @@ std::vector<TensorData> tensors_to_write(const LlamaWeights& w, DType dtype,
   const ModelSpec& spec = w.spec;
   spec.validate();
   if (w.layers.size() != std::size_t(spec.num_layers))
-    throw Error("save_llama_weights: " + std::to_string(w.layers.size()) + " layers, model " + in_quotes(spec.name) +
-                " has " + std::to_string(spec.num_layers));
+    throw Error("save_llama_weights: " + std::to_string(w.layers.size()) + " layers, model " +
+                in_quotes(spec.name) + " has " + std::to_string(spec.num_layers));
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
   const auto slots = tensor_slots(w);
   std::vector<TensorData> out;
@@ -97,9 +98,9 @@ std::vector<TensorData> tensors_to_write(const LlamaWeights& w, DType dtype,
     std::int64_t numel = 1;
     for (std::int64_t d : specs[i].shape) numel *= d;
     if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
-      throw Error("save_llama_weights: tensor " + in_quotes(specs[i].name) + " has shape " + shape_string(t.shape) +
-                  " and " + std::to_string(t.data.size()) + " values, model " + in_quotes(spec.name) + " expects " +
-                  shape_string(specs[i].shape));
+      throw Error("save_llama_weights: tensor " + in_quotes(specs[i].name) + " has shape " +
+                  shape_string(t.shape) + " and " + std::to_string(t.data.size()) + " values, model " +
+                  in_quotes(spec.name) + " expects " + shape_string(specs[i].shape));
     buffers.push_back(floats_to_bytes(t.data, dtype));
     out.push_back(TensorData{specs[i].name, dtype, specs[i].shape, buffers.back()});
   }
@@ -156,7 +157,7 @@ HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed) {
   HostTensor out{tensor.shape, std::vector<float>(std::size_t(numel))};
   // 1/sqrt(in_features) keeps y = W x at the scale of x (variance x 1/3); the embedding scale is
   // arbitrary as RMSNorm follows it, but keeps tied logits moderate.
-  const double scale = tensor.kind == Kind::Projection ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
+  const double scale = tensor.kind == Kind::Projection  ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
                        : tensor.kind == Kind::Embedding ? 0.1
                                                         : 0.05;
   const double offset = tensor.kind == Kind::Norm ? 1.0 : 0.0;

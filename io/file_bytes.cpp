@@ -23,7 +23,9 @@ namespace {
   throw Error(path + ":" + std::to_string(line) + ": " + what);
 }
 
-[[noreturn]] void fail_file(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
+[[noreturn]] void fail_file(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what);
+}
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -41,7 +43,8 @@ std::string read_gzip(const std::string& path) {
   std::string data;
   std::vector<char> buf(1 << 17);
   int n = 0;
-  while ((n = gzread(gz.get(), buf.data(), static_cast<unsigned>(buf.size()))) > 0) data.append(buf.data(), n);
+  while ((n = gzread(gz.get(), buf.data(), static_cast<unsigned>(buf.size()))) > 0)
+    data.append(buf.data(), n);
   // A truncated stream is not a read error for gzread: it returns what it could inflate and
   // leaves Z_BUF_ERROR behind, so the error state must be checked after the loop.
   int err = Z_OK;

@@ -119,11 +119,16 @@ constexpr Kind kind_of() {
 
 const H5::PredType& native(Kind kind) {
   switch (kind) {
-    case Kind::I32: return H5::PredType::NATIVE_INT32;
-    case Kind::I64: return H5::PredType::NATIVE_INT64;
-    case Kind::U64: return H5::PredType::NATIVE_UINT64;
-    case Kind::U8: return H5::PredType::NATIVE_UINT8;
-    case Kind::F64: break;
+    case Kind::I32:
+      return H5::PredType::NATIVE_INT32;
+    case Kind::I64:
+      return H5::PredType::NATIVE_INT64;
+    case Kind::U64:
+      return H5::PredType::NATIVE_UINT64;
+    case Kind::U8:
+      return H5::PredType::NATIVE_UINT8;
+    case Kind::F64:
+      break;
   }
   return H5::PredType::NATIVE_DOUBLE;
 }
@@ -142,7 +147,7 @@ struct Field {
 
 // The column name is the member's name and its type the member's type, by construction.
 #define DUET_FIELD(Row, member, unit) \
-  Field { #member, offsetof(Row, member), kind_of<decltype(Row::member)>(), unit }
+  Field { #member, offsetof(Row, member), kind_of < decltype(Row::member)>(), unit }
 
 constexpr std::array kStepFields{
     DUET_FIELD(StepRecord, start_s, "s"),
@@ -187,14 +192,10 @@ constexpr std::array kRequestFields{
 };
 
 constexpr std::array kProblemFields{
-    DUET_FIELD(ProblemRecord, index, "id"),
-    DUET_FIELD(ProblemRecord, level, "enum"),
-    DUET_FIELD(ProblemRecord, iterations, "count"),
-    DUET_FIELD(ProblemRecord, correct, "enum"),
-    DUET_FIELD(ProblemRecord, start_s, "s"),
-    DUET_FIELD(ProblemRecord, finish_s, "s"),
-    DUET_FIELD(ProblemRecord, requests, "count"),
-    DUET_FIELD(ProblemRecord, generated_tokens, "tokens"),
+    DUET_FIELD(ProblemRecord, index, "id"),         DUET_FIELD(ProblemRecord, level, "enum"),
+    DUET_FIELD(ProblemRecord, iterations, "count"), DUET_FIELD(ProblemRecord, correct, "enum"),
+    DUET_FIELD(ProblemRecord, start_s, "s"),        DUET_FIELD(ProblemRecord, finish_s, "s"),
+    DUET_FIELD(ProblemRecord, requests, "count"),   DUET_FIELD(ProblemRecord, generated_tokens, "tokens"),
     DUET_FIELD(ProblemRecord, score, "score"),
 };
 
@@ -407,7 +408,8 @@ H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<co
   const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   H5::DSetCreatPropList dcpl;
   dcpl.setChunk(1, &chunk);
-  if (compression.shuffle) dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
+  if (compression.shuffle)
+    dcpl.setShuffle();  // before deflate: byte planes of similar numbers compress far better
   if (compression.deflate > 0) dcpl.setDeflate(compression.deflate);
   const H5::DataSet table =
       parent.createDataSet(name, file_type(fields, row_size), H5::DataSpace(1, &empty, &unlimited), dcpl);
@@ -418,7 +420,8 @@ H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<co
 
 // Appends n rows at the end of the table, which holds `size` rows (updated).
 template <class Row>
-void append_rows(const H5::DataSet& table, hsize_t& size, const Row* rows, hsize_t n, std::span<const Field> fields) {
+void append_rows(const H5::DataSet& table, hsize_t& size, const Row* rows, hsize_t n,
+                 std::span<const Field> fields) {
   if (n == 0) return;
   const hsize_t grown = size + n;
   table.extend(&grown);
@@ -452,14 +455,16 @@ struct TableStream {
   std::span<const Field> fields;
   std::vector<Row> rows;  // buffered, at most kChunkRows
   std::optional<H5::DataSet> table;
-  hsize_t size = 0;       // rows in the file
+  hsize_t size = 0;  // rows in the file
 
   bool full() const { return rows.size() >= kChunkRows; }
   // Appends `chunk` (a full chunk, or the last rows when `last`).
-  void append(const H5::Group& parent, const std::vector<Row>& chunk, bool last, TableCompression compression) {
+  void append(const H5::Group& parent, const std::vector<Row>& chunk, bool last,
+              TableCompression compression) {
     if (!table) {
       if (!last && chunk.size() < kChunkRows) return;
-      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(chunk.size()), has_enums<Row>, compression));
+      table.emplace(create_table(parent, name, fields, sizeof(Row), chunk_rows(chunk.size()), has_enums<Row>,
+                                 compression));
     }
     append_rows(*table, size, chunk.data(), chunk.size(), fields);
   }
@@ -549,7 +554,8 @@ void put_summary(const H5::Group& engine, const EngineSummary& summary) {
 }
 
 void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
-                  const EngineSummary& summary, RecordLevel level, TableCompression compression, Where& where) {
+                  const EngineSummary& summary, RecordLevel level, TableCompression compression,
+                  Where& where) {
   where.object = path;
   const H5::Group engine = create_engine(engines, records);
   put_summary(engine, summary);
@@ -595,7 +601,8 @@ void check_summary(const std::vector<EngineRecords>& records, const RunSummary& 
   for (const EngineRecords& r : records)
     if (!find_summary(summary, r.name)) where.fail("engine '" + r.name + "' has records but no summary");
   for (const EngineSummary& s : summary.engines) {
-    const bool known = std::any_of(records.begin(), records.end(), [&](const EngineRecords& r) { return r.name == s.name; });
+    const bool known =
+        std::any_of(records.begin(), records.end(), [&](const EngineRecords& r) { return r.name == s.name; });
     if (!known) where.fail("engine '" + s.name + "' has a summary but no records");
   }
 }
@@ -645,7 +652,8 @@ void check_columns(const H5::DataSet& table, std::span<const Field> fields, cons
   if (table.getTypeClass() != H5T_COMPOUND) where.fail("is not a table of compound rows");
   const H5::CompType type = table.getCompType();
   std::map<std::string, H5T_class_t> found;
-  for (unsigned i = 0; i < unsigned(type.getNmembers()); ++i) found[type.getMemberName(i)] = type.getMemberClass(i);
+  for (unsigned i = 0; i < unsigned(type.getNmembers()); ++i)
+    found[type.getMemberName(i)] = type.getMemberClass(i);
   std::string problems;
   for (const Field& f : fields) {
     const auto it = found.find(f.name);
@@ -664,7 +672,8 @@ void check_columns(const H5::DataSet& table, std::span<const Field> fields, cons
 template <class Row>
 std::vector<Row> read_table(const H5::Group& engine, const char* name, std::span<const Field> fields,
                             const Where& where) {
-  if (!engine.nameExists(name) || engine.childObjType(name) != H5O_TYPE_DATASET) where.fail("no such dataset");
+  if (!engine.nameExists(name) || engine.childObjType(name) != H5O_TYPE_DATASET)
+    where.fail("no such dataset");
   const H5::DataSet table = engine.openDataSet(name);
   check_columns(table, fields, where);
   const H5::DataSpace space = table.getSpace();
@@ -709,8 +718,7 @@ RunMetadata read_metadata(const H5::Group& run, const Where& where) {
     if (reserved_attr(name)) continue;
     if (run.openAttribute(name).getTypeClass() == H5T_STRING)
       metadata.text.emplace_back(name, get_text(run, name, where));
-    else
-      metadata.numbers.emplace_back(name, get_number<double>(run, name, where));
+    else metadata.numbers.emplace_back(name, get_number<double>(run, name, where));
   }
   return metadata;
 }
@@ -924,9 +932,17 @@ RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& 
     }
     impl_->file.flush(H5F_SCOPE_GLOBAL);
     where.object = path;
-    return RunStream(std::unique_ptr<RunStream::Impl>(
-        new RunStream::Impl{where, path, impl_->file, run, level, impl_->compression, std::move(names),
-                            std::move(tables), {}, false, {}}));
+    return RunStream(std::unique_ptr<RunStream::Impl>(new RunStream::Impl{where,
+                                                                          path,
+                                                                          impl_->file,
+                                                                          run,
+                                                                          level,
+                                                                          impl_->compression,
+                                                                          std::move(names),
+                                                                          std::move(tables),
+                                                                          {},
+                                                                          false,
+                                                                          {}}));
   });
 }
 
@@ -952,7 +968,8 @@ void RunStream::add_request(int e, const RequestRecord& request) {
 }
 
 void RunStream::add_problem(const ProblemRecord& problem) {
-  if (!impl_->problems) impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
+  if (!impl_->problems)
+    impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
   if (!keeps_requests(impl_->level)) return;
   impl_->problems->rows.push_back(problem);
   if (impl_->problems->full()) impl_->post(impl_->run, join(impl_->path, "problems"), *impl_->problems);
@@ -1006,7 +1023,7 @@ void RunFileWriter::write_attributes(const std::string& group, const RunMetadata
   Where where{impl_->path, normalized(group)};
   guarded(where, [&] {
     const H5::Group root = impl_->file.openGroup("/");
-    const H5::Group g = where.object == "/" ? root
+    const H5::Group g = where.object == "/"               ? root
                         : path_exists(root, where.object) ? root.openGroup(where.object)
                                                           : create_group(root, where.object);
     put_metadata(g, metadata);
@@ -1059,7 +1076,6 @@ FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path
                                                  : "; " + path + " holds what was recorded before it");
   return out;
 }
-
 
 RunData read_run(const std::string& path, const std::string& group) {
   Where where{path, ""};

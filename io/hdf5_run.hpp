@@ -48,7 +48,8 @@ class RunFileWriter {
   // the tables the level leaves out are not written (and the run's `record` attribute says so).
   void write_run(const std::string& group, const RunMetadata& metadata,
                  const std::vector<EngineRecords>& records, const RunSummary& summary,
-                 const std::vector<ProblemRecord>* problems = nullptr, RecordLevel level = RecordLevel::Steps);
+                 const std::vector<ProblemRecord>* problems = nullptr,
+                 RecordLevel level = RecordLevel::Steps);
   // Starts a run that is written as it goes (RunStream). `engines` name the engines, their models
   // and pools; their rows are ignored. The writer must outlive the stream, and nothing else may be
   // written to the file until the stream has finished.
@@ -93,10 +94,10 @@ class RunStream final : public RecordSink {
 };
 
 struct RunData {
-  RunMetadata metadata;                // in the order it was written
-  std::vector<EngineRecords> engines;  // in the order they were written
-  RunSummary summary;                  // engines in the same order as `engines`
-  std::vector<ProblemRecord> problems; // empty when the run had no per-problem table
+  RunMetadata metadata;                    // in the order it was written
+  std::vector<EngineRecords> engines;      // in the order they were written
+  RunSummary summary;                      // engines in the same order as `engines`
+  std::vector<ProblemRecord> problems;     // empty when the run had no per-problem table
   RecordLevel level = RecordLevel::Steps;  // the tables below it are empty: not recorded
 };
 

@@ -41,9 +41,7 @@ std::string excerpt(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
-
 std::size_t count_lines(std::string_view text) { return std::count(text.begin(), text.end(), '\n') + 1; }
-
 
 // --- Azure CSV -----------------------------------------------------------------------------------
 
@@ -115,7 +113,8 @@ int parse_count(std::string_view field, std::string_view name, const std::string
   long long v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   const std::string what = std::string(name) + " " + excerpt(s);
-  if (s.empty() || end != s.data() + s.size() || (ec != std::errc{} && ec != std::errc::result_out_of_range)) {
+  if (s.empty() || end != s.data() + s.size() ||
+      (ec != std::errc{} && ec != std::errc::result_out_of_range)) {
     fail(path, line, what + " is not an integer");
   }
   if (ec == std::errc::result_out_of_range || v > std::numeric_limits<int>::max()) {
@@ -162,11 +161,13 @@ Trace parse_azure(const std::string& path, std::string_view text) {
     std::string_view fields[3];
     split_azure_row(line, fields, path, n);
     const std::optional<WallTime> t = parse_timestamp(trim(fields[0]));
-    if (!t) fail(path, n, "bad timestamp " + excerpt(trim(fields[0])) + ": expected YYYY-MM-DD HH:MM:SS.fffffff");
+    if (!t)
+      fail(path, n, "bad timestamp " + excerpt(trim(fields[0])) + ": expected YYYY-MM-DD HH:MM:SS.fffffff");
     if (trace.requests.empty()) first = *t;
     if (!trace.requests.empty() && *t < previous) {
-      fail(path, n, "timestamp " + excerpt(trim(fields[0])) +
-                        " is earlier than the row before; rows must be in arrival order");
+      fail(path, n,
+           "timestamp " + excerpt(trim(fields[0])) +
+               " is earlier than the row before; rows must be in arrival order");
     }
     previous = *t;
     TraceRequest& r = trace.requests.emplace_back();
@@ -214,11 +215,13 @@ std::vector<std::int64_t> json_hash_ids(const json& row, int input_tokens, const
     if (!fits) fail(path, line, "hash_ids holds " + excerpt(id.dump()) + ", not a 64-bit integer");
     ids.push_back(id.get<std::int64_t>());
   }
-  const std::size_t expected = (static_cast<std::size_t>(input_tokens) + kMooncakeBlockSize - 1) / kMooncakeBlockSize;
+  const std::size_t expected =
+      (static_cast<std::size_t>(input_tokens) + kMooncakeBlockSize - 1) / kMooncakeBlockSize;
   if (ids.size() != expected) {
-    fail(path, line, "hash_ids has " + std::to_string(ids.size()) + " ids, but input_length " +
-                         std::to_string(input_tokens) + " needs ceil(" + std::to_string(input_tokens) + "/" +
-                         std::to_string(kMooncakeBlockSize) + ") = " + std::to_string(expected));
+    fail(path, line,
+         "hash_ids has " + std::to_string(ids.size()) + " ids, but input_length " +
+             std::to_string(input_tokens) + " needs ceil(" + std::to_string(input_tokens) + "/" +
+             std::to_string(kMooncakeBlockSize) + ") = " + std::to_string(expected));
   }
   return ids;
 }
@@ -261,8 +264,9 @@ Trace parse_mooncake(const std::string& path, std::string_view text) {
     const json row = parse_json_line(line, path, n);
     const double ms = json_timestamp_ms(row, path, n);
     if (ms < previous_ms) {
-      fail(path, n, "timestamp " + row.at("timestamp").dump() +
-                        " ms is earlier than the line before; lines must be in arrival order");
+      fail(path, n,
+           "timestamp " + row.at("timestamp").dump() +
+               " ms is earlier than the line before; lines must be in arrival order");
     }
     previous_ms = ms;
     TraceRequest& r = trace.requests.emplace_back();
@@ -286,7 +290,8 @@ TraceFormat detect_format(const std::string& path, std::string_view text) {
   if (line.front() == '{') return TraceFormat::MooncakeJsonl;
   fail(path, lines.number(),
        "cannot tell the trace format: expected an Azure CSV header (TIMESTAMP,...) or Mooncake JSON lines "
-       "({...}), got " + excerpt(line));
+       "({...}), got " +
+           excerpt(line));
 }
 
 // --- Synthetic prompt tokens ---------------------------------------------------------------------
@@ -359,9 +364,9 @@ std::vector<TokenId> trace_prompt_tokens(const Trace& trace, std::size_t index, 
   }
   const std::size_t block = static_cast<std::size_t>(std::max(trace.hash_block_size, 0));
   if (block == 0 || r.hash_ids.size() * block < tokens.size()) {
-    throw Error(trace.source + ": request " + std::to_string(index) + " has " + std::to_string(r.hash_ids.size()) +
-                " hash ids of " + std::to_string(block) + " tokens, too few for " + std::to_string(r.input_tokens) +
-                " input tokens");
+    throw Error(trace.source + ": request " + std::to_string(index) + " has " +
+                std::to_string(r.hash_ids.size()) + " hash ids of " + std::to_string(block) +
+                " tokens, too few for " + std::to_string(r.input_tokens) + " input tokens");
   }
   for (std::size_t start = 0, k = 0; start < tokens.size(); start += block, ++k) {
     const std::uint64_t key = stream_key(kBlockStream, seed, static_cast<std::uint64_t>(r.hash_ids[k]));
@@ -384,7 +389,8 @@ double reference_prefix_hit_rate(const Trace& trace) {
   const std::int64_t block = trace.hash_block_size;
   for (const TraceRequest& r : trace.requests) {
     std::int64_t leading = 0;
-    while (leading < static_cast<std::int64_t>(r.hash_ids.size()) && seen.count(r.hash_ids[leading])) ++leading;
+    while (leading < static_cast<std::int64_t>(r.hash_ids.size()) && seen.count(r.hash_ids[leading]))
+      ++leading;
     hit += std::min<std::int64_t>(block * leading, r.input_tokens);
     total += r.input_tokens;
     seen.insert(r.hash_ids.begin(), r.hash_ids.end());

@@ -10,7 +10,7 @@
 namespace duet {
 
 struct TraceRequest {
-  double arrival_s = 0.0;              // from the start of the trace
+  double arrival_s = 0.0;  // from the start of the trace
   int input_tokens = 0;
   int output_tokens = 0;
   std::vector<std::int64_t> hash_ids;  // Mooncake: one id per hash_block_size prompt tokens
@@ -19,7 +19,7 @@ struct TraceRequest {
 enum class TraceFormat { Auto, AzureCsv, MooncakeJsonl };
 
 struct Trace {
-  std::string source;                  // the file it came from
+  std::string source;  // the file it came from
   TraceFormat format = TraceFormat::Auto;
   int hash_block_size = 0;             // Mooncake: 512; 0 when the trace records no sharing
   std::vector<TraceRequest> requests;  // in arrival order

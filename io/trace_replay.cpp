@@ -31,8 +31,9 @@ void TraceReplay::submit_due(Runtime& rt) {
         ++skipped_;
         continue;
       }
-      throw Error(trace_.source + ": request " + std::to_string(next_ + 1) + " needs " + std::to_string(longest) +
-                  " tokens, more than max_model_len " + std::to_string(opt_.max_model_len) +
+      throw Error(trace_.source + ": request " + std::to_string(next_ + 1) + " needs " +
+                  std::to_string(longest) + " tokens, more than max_model_len " +
+                  std::to_string(opt_.max_model_len) +
                   " (raise --max-model-len, or skip such requests with --on-too-long skip)");
     }
     Sequence s;

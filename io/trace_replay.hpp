@@ -15,11 +15,11 @@ enum class TooLong { Error, Skip };
 
 struct TraceReplayOptions {
   int engine = 0;
-  double rate_scale = 1.0;         // 2: arrivals twice as dense
-  std::size_t max_requests = 0;    // 0: the whole trace
+  double rate_scale = 1.0;       // 2: arrivals twice as dense
+  std::size_t max_requests = 0;  // 0: the whole trace
   std::uint64_t seed = 0;
   int vocab_size = 128256;
-  int max_model_len = 0;           // requests longer than this are an error, or skipped
+  int max_model_len = 0;  // requests longer than this are an error, or skipped
   TooLong too_long = TooLong::Error;
 };
 

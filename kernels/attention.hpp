@@ -21,8 +21,8 @@ void kv_write(bf16* pool, const KvPoolShape& shape, int layer, const bf16* k, co
               int v_stride, const std::int64_t* slot_mapping, int rows, Stream s);
 
 // Copy-on-write: block src[i] -> dst[i] in every layer, K and V.
-void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, const std::int32_t* dst, int n,
-                 Stream s);
+void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, const std::int32_t* dst,
+                 int n, Stream s);
 
 // A batch's attention problem: for sequence i, its queries are rows [query_start[i],
 // query_start[i+1]) of q (heads [num_heads*head_dim], stride q_stride), at absolute positions
@@ -31,15 +31,15 @@ void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, 
 struct AttentionBatch {
   const bf16* q = nullptr;
   int q_stride = 0;
-  bf16* out = nullptr;         // [rows, num_heads*head_dim]
+  bf16* out = nullptr;  // [rows, num_heads*head_dim]
   int out_stride = 0;
-  const std::int32_t* query_start = nullptr;  // [num_seqs + 1]
-  const std::int32_t* context_len = nullptr;  // [num_seqs]
-  const std::int32_t* block_tables = nullptr; // [num_seqs, max_blocks]
+  const std::int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const std::int32_t* context_len = nullptr;   // [num_seqs]
+  const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
   int max_blocks = 0;
   int num_seqs = 0;
   int num_heads = 0;
-  float scale = 0.0f;          // 1/sqrt(head_dim)
+  float scale = 0.0f;  // 1/sqrt(head_dim)
 };
 
 // Decode: one query row per sequence. GQA-aware: one thread block serves all query heads of a KV
@@ -47,12 +47,12 @@ struct AttentionBatch {
 // `num_splits` partitions reduced by a second kernel; workspace from decode_workspace_bytes.
 std::size_t decode_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm_count);
-void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer, const AttentionBatch& batch,
-                            int num_splits, void* workspace, Stream s);
+void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+                            const AttentionBatch& batch, int num_splits, void* workspace, Stream s);
 
 // Prefill and chunked prefill (and decodes mixed in): causal, online softmax, K/V tiles in shared
 // memory (FlashAttention-2 style), reading the cached context through the block tables.
-void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer, const AttentionBatch& batch,
-                             int max_query_rows, Stream s);
+void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+                             const AttentionBatch& batch, int max_query_rows, Stream s);
 
 }  // namespace duet::kernels

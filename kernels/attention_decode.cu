@@ -34,7 +34,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxGroup = 8;    // query heads per thread block (registers: 16 floats per head)
+constexpr int kMaxGroup = 8;  // query heads per thread block (registers: 16 floats per head)
 // Tokens each lane group loads per tile before using them (16 bytes each in flight per lane);
 // halved at 8 heads per block, where q and the accumulators already take 128 registers.
 constexpr int loads_for(int gc) { return gc >= kMaxGroup ? 4 : 8; }
@@ -77,7 +77,8 @@ struct DecodeParams {
 };
 
 // The token range [t0, t1) of split `split`: a contiguous range of whole blocks.
-__device__ __forceinline__ void split_range(int ctx, int block_size, int num_splits, int split, int& t0, int& t1) {
+__device__ __forceinline__ void split_range(int ctx, int block_size, int num_splits, int split, int& t0,
+                                            int& t1) {
   const int blocks = (ctx + block_size - 1) / block_size;
   const int per_split = (blocks + num_splits - 1) / num_splits;
   t0 = min(ctx, split * per_split * block_size);
@@ -97,12 +98,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / LANES, j = lane % LANES;  // token within the warp's load, 16-byte chunk
   const int d = p.head_dim;
-  const bool active = 8 * j < d;                   // lanes past head_dim idle (head_dim < 8*LANES)
+  const bool active = 8 * j < d;  // lanes past head_dim idle (head_dim < 8*LANES)
   const int kv_head = blockIdx.x / p.head_chunks;
   const int chunk = blockIdx.x - kv_head * p.head_chunks;
   const int seq = blockIdx.y, split = blockIdx.z;
-  const int head0 = kv_head * p.group + chunk * GC;          // first query head of this block
-  const int heads = min(GC, p.group - chunk * GC);           // valid heads of this block
+  const int head0 = kv_head * p.group + chunk * GC;  // first query head of this block
+  const int heads = min(GC, p.group - chunk * GC);   // valid heads of this block
   const int ctx = p.context_len[seq];
   const int row = p.query_start[seq];
   int t0, t1;
@@ -238,8 +239,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     const int h = head0 + g;
     if (p.num_splits == 1)
       p.out[std::int64_t(row) * p.out_stride + std::int64_t(h) * d + c] = float_to_bf16(o);
-    else
-      p.ws_out[((std::int64_t(seq) * p.num_heads + h) * p.num_splits + split) * d + c] = o;
+    else p.ws_out[((std::int64_t(seq) * p.num_heads + h) * p.num_splits + split) * d + c] = o;
   }
   if (p.num_splits > 1 && threadIdx.x < heads) {
     const int g = threadIdx.x;
@@ -287,10 +287,18 @@ std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to *
 template <int LANES>
 void launch_decode(const DecodeParams& p, int gc, dim3 grid, Stream s) {
   switch (gc) {
-    case 1: decode_kernel<LANES, 1><<<grid, kThreads, 0, s>>>(p); break;
-    case 2: decode_kernel<LANES, 2><<<grid, kThreads, 0, s>>>(p); break;
-    case 4: decode_kernel<LANES, 4><<<grid, kThreads, 0, s>>>(p); break;
-    default: decode_kernel<LANES, 8><<<grid, kThreads, 0, s>>>(p); break;
+    case 1:
+      decode_kernel<LANES, 1><<<grid, kThreads, 0, s>>>(p);
+      break;
+    case 2:
+      decode_kernel<LANES, 2><<<grid, kThreads, 0, s>>>(p);
+      break;
+    case 4:
+      decode_kernel<LANES, 4><<<grid, kThreads, 0, s>>>(p);
+      break;
+    default:
+      decode_kernel<LANES, 8><<<grid, kThreads, 0, s>>>(p);
+      break;
   }
 }
 
@@ -313,8 +321,8 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm
   return int(std::clamp<long long>(want, 1, cap));
 }
 
-void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer, const AttentionBatch& batch,
-                            int num_splits, void* workspace, Stream s) {
+void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+                            const AttentionBatch& batch, int num_splits, void* workspace, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_decode_attention: empty KV pool shape");
   require(layer >= 0 && layer < shape.num_layers, "paged_decode_attention: layer out of range");
@@ -323,7 +331,8 @@ void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int laye
           "paged_decode_attention: head_dim " + std::to_string(d) + " must be a multiple of 8 up to 256");
   require(batch.num_heads > 0 && batch.num_heads % shape.num_kv_heads == 0,
           "paged_decode_attention: num_heads must be a multiple of num_kv_heads");
-  require(reinterpret_cast<std::uintptr_t>(pool) % 16 == 0, "paged_decode_attention: pool not 16-byte aligned");
+  require(reinterpret_cast<std::uintptr_t>(pool) % 16 == 0,
+          "paged_decode_attention: pool not 16-byte aligned");
   require(num_splits >= 1 && num_splits <= 4096, "paged_decode_attention: num_splits must be in [1, 4096]");
   require(num_splits == 1 || workspace != nullptr, "paged_decode_attention: split-KV needs a workspace");
   if (batch.num_seqs <= 0) return;
@@ -355,16 +364,15 @@ void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int laye
   if (num_splits > 1) {
     const std::size_t parts = std::size_t(batch.num_seqs) * batch.num_heads * num_splits;
     p.ws_out = static_cast<float*>(workspace);
-    p.ws_lse = reinterpret_cast<float*>(static_cast<char*>(workspace) + round_up(parts * d * sizeof(float), 256));
+    p.ws_lse =
+        reinterpret_cast<float*>(static_cast<char*>(workspace) + round_up(parts * d * sizeof(float), 256));
   }
 
-  const dim3 grid(unsigned(shape.num_kv_heads * p.head_chunks), unsigned(batch.num_seqs), unsigned(num_splits));
-  if (d <= 64)
-    launch_decode<8>(p, gc, grid, s);
-  else if (d <= 128)
-    launch_decode<16>(p, gc, grid, s);
-  else
-    launch_decode<32>(p, gc, grid, s);
+  const dim3 grid(unsigned(shape.num_kv_heads * p.head_chunks), unsigned(batch.num_seqs),
+                  unsigned(num_splits));
+  if (d <= 64) launch_decode<8>(p, gc, grid, s);
+  else if (d <= 128) launch_decode<16>(p, gc, grid, s);
+  else launch_decode<32>(p, gc, grid, s);
   check_launch("paged_decode_attention");
   if (num_splits > 1) {
     decode_combine_kernel<<<dim3(unsigned(batch.num_heads), unsigned(batch.num_seqs)), kThreads,

@@ -64,10 +64,10 @@ __device__ __forceinline__ void cp_async_wait() {
 // 8 rows a fragment load touches fall in different banks.
 template <int DP>
 struct Smem {
-  static constexpr int kLdk = DP + 8;   // bf16 stride of Q, K, V tiles
-  static constexpr int kLds = kBN + 4;  // float stride of S
-  static constexpr int kLdp = kBN + 8;  // bf16 stride of P
-  static constexpr int kLdo = DP + 4;   // float stride of the output staging
+  static constexpr int kLdk = DP + 8;          // bf16 stride of Q, K, V tiles
+  static constexpr int kLds = kBN + 4;         // float stride of S
+  static constexpr int kLdp = kBN + 8;         // bf16 stride of P
+  static constexpr int kLdo = DP + 4;          // float stride of the output staging
   static constexpr bool kQInRegs = DP <= 128;  // Q fragments: DP/16 * 4 registers
   static constexpr std::size_t kTile = std::size_t(kBN) * kLdk * 2;
   static constexpr std::size_t k_off = 0;
@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * p.qrows;
   const int qs = p.query_start[seq], nq = p.query_start[seq + 1] - qs;
   if (q0 >= nq) return;
-  const int first = p.context_len[seq] - nq;         // position of query row 0
-  const int kend = first + min(q0 + p.qrows, nq);    // keys [0, kend) are visible to some row
+  const int first = p.context_len[seq] - nq;       // position of query row 0
+  const int kend = first + min(q0 + p.qrows, nq);  // keys [0, kend) are visible to some row
   const int ntiles = (kend + kBN - 1) / kBN;
   const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.max_blocks;
   const bf16* k_plane = p.k_pool;
@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
   if constexpr (L::kQInRegs) {
 #pragma unroll
     for (int k = 0; k < kDF; ++k)
-      wmma::load_matrix_sync(qf[k], reinterpret_cast<const __nv_bfloat16*>(q_s + warp * 16 * kLdk + k * 16), kLdk);
+      wmma::load_matrix_sync(qf[k], reinterpret_cast<const __nv_bfloat16*>(q_s + warp * 16 * kLdk + k * 16),
+                             kLdk);
   }
   FragC rows;  // rows.x[i] = the row (0..15) of accumulator element i
   wmma::load_matrix_sync(rows, idx_s, 16, wmma::mem_row_major);
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
   if (!kExact) {    // padding columns of K and V stay zero: tile loads only write columns < d
     for (int i = threadIdx.x; i < 2 * kBN * (DP / 8); i += kThreads) {
       const int r = i / (DP / 8), c8 = (i % (DP / 8)) * 8;
-      if (c8 >= d) *reinterpret_cast<uint4*>(k_s + r * kLdk + c8) = make_uint4(0, 0, 0, 0);  // r < 2*kBN: K then V
+      if (c8 >= d)
+        *reinterpret_cast<uint4*>(k_s + r * kLdk + c8) = make_uint4(0, 0, 0, 0);  // r < 2*kBN: K then V
     }
   }
 
@@ -238,7 +240,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
           wmma::mma_sync(c, qf[k], b, c);
         } else {
           FragA a;
-          wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(q_s + warp * 16 * kLdk + k * 16), kLdk);
+          wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(q_s + warp * 16 * kLdk + k * 16),
+                                 kLdk);
           wmma::mma_sync(c, a, b, c);
         }
       }
@@ -289,7 +292,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
     FragA pf[kBN / 16];
 #pragma unroll
     for (int k = 0; k < kBN / 16; ++k)
-      wmma::load_matrix_sync(pf[k], reinterpret_cast<const __nv_bfloat16*>(p_s + warp * 16 * kLdp + k * 16), kLdp);
+      wmma::load_matrix_sync(pf[k], reinterpret_cast<const __nv_bfloat16*>(p_s + warp * 16 * kLdp + k * 16),
+                             kLdp);
     cp_async_wait<1>();  // V tile t has landed (K tile t+1 may be in flight)
     __syncthreads();
 #pragma unroll
@@ -338,8 +342,8 @@ void launch_prefill(const PrefillParams& p, dim3 grid, Stream s) {
 
 }  // namespace
 
-void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer, const AttentionBatch& batch,
-                             int max_query_rows, Stream s) {
+void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+                             const AttentionBatch& batch, int max_query_rows, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_prefill_attention: empty KV pool shape");
   require(layer >= 0 && layer < shape.num_layers, "paged_prefill_attention: layer out of range");
@@ -350,7 +354,8 @@ void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int lay
           "paged_prefill_attention: num_heads must be a multiple of num_kv_heads");
   const int group = batch.num_heads / shape.num_kv_heads;
   require(group <= kBM, "paged_prefill_attention: more than 64 query heads per KV head");
-  require(reinterpret_cast<std::uintptr_t>(pool) % 16 == 0, "paged_prefill_attention: pool not 16-byte aligned");
+  require(reinterpret_cast<std::uintptr_t>(pool) % 16 == 0,
+          "paged_prefill_attention: pool not 16-byte aligned");
   if (batch.num_seqs <= 0 || max_query_rows <= 0) return;
   require(batch.num_seqs <= 65535 && shape.num_kv_heads <= 65535, "paged_prefill_attention: grid too large");
 
@@ -379,14 +384,10 @@ void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int lay
 
   const dim3 grid(unsigned((max_query_rows + p.qrows - 1) / p.qrows), unsigned(shape.num_kv_heads),
                   unsigned(batch.num_seqs));
-  if (d == 64)
-    launch_prefill<64, true>(p, grid, s);
-  else if (d == 128)
-    launch_prefill<128, true>(p, grid, s);
-  else if (d < 128)
-    launch_prefill<128, false>(p, grid, s);
-  else
-    launch_prefill<256, false>(p, grid, s);
+  if (d == 64) launch_prefill<64, true>(p, grid, s);
+  else if (d == 128) launch_prefill<128, true>(p, grid, s);
+  else if (d < 128) launch_prefill<128, false>(p, grid, s);
+  else launch_prefill<256, false>(p, grid, s);
   check_launch("paged_prefill_attention");
 }
 

@@ -15,7 +15,8 @@ constexpr const char* kLibrary = "libcublasLt.so.13";
 template <class Fn>
 void resolve(void* library, const char* name, Fn& fn) {
   void* symbol = dlsym(library, name);
-  if (!symbol) throw Error(std::string(kLibrary) + ": no entry point " + name + " (a cuBLASLt older than CUDA 13?)");
+  if (!symbol)
+    throw Error(std::string(kLibrary) + ": no entry point " + name + " (a cuBLASLt older than CUDA 13?)");
   fn = reinterpret_cast<Fn>(symbol);
 }
 
@@ -27,8 +28,9 @@ CublasLt load() {
 #endif
   if (!library) {
     const char* why = dlerror();
-    throw Error(std::string("cannot load ") + kLibrary + " (CUDA 13's cuBLAS, needed by the CUDA engine): " +
-                (why ? why : "not found") + "; install the CUDA 13 toolkit's cuBLAS or add its lib directory to LD_LIBRARY_PATH");
+    throw Error(std::string("cannot load ") + kLibrary +
+                " (CUDA 13's cuBLAS, needed by the CUDA engine): " + (why ? why : "not found") +
+                "; install the CUDA 13 toolkit's cuBLAS or add its lib directory to LD_LIBRARY_PATH");
   }
   CublasLt api{};
   resolve(library, "cublasLtCreate", api.Create);

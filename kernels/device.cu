@@ -61,8 +61,8 @@ bool device_available(std::string* why) {
   }
   // The kernels are compiled for sm_80 and sm_90 only (bf16 arithmetic, cp.async-era tuning).
   if (prop.major < 8)
-    return fail(std::string("device ") + prop.name + " has compute capability " + std::to_string(prop.major) + "." +
-                std::to_string(prop.minor) + "; duet's kernels need 8.0 or newer");
+    return fail(std::string("device ") + prop.name + " has compute capability " + std::to_string(prop.major) +
+                "." + std::to_string(prop.minor) + "; duet's kernels need 8.0 or newer");
   if (why) why->clear();
   return true;
 }
@@ -115,17 +115,20 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), bytes_call("cudaMemcpyAsync H2D", bytes));
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
+        bytes_call("cudaMemcpyAsync H2D", bytes));
 }
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), bytes_call("cudaMemcpyAsync D2H", bytes));
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
+        bytes_call("cudaMemcpyAsync D2H", bytes));
 }
 
 void copy_device(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), bytes_call("cudaMemcpyAsync D2D", bytes));
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream),
+        bytes_call("cudaMemcpyAsync D2D", bytes));
 }
 
 void fill_zero(void* dst, std::size_t bytes, Stream stream) {
@@ -138,7 +141,8 @@ void fill_zero(void* dst, std::size_t bytes, Stream stream) {
 StreamHandle::StreamHandle() {
   // Non-blocking: no implicit synchronisation with the legacy default stream, so that the two
   // models' streams overlap.
-  check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");
+  check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking),
+        "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");
 }
 
 StreamHandle::~StreamHandle() {

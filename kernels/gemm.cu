@@ -34,8 +34,8 @@ namespace {
 
 void check(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string(call) + ": " + cublaslt().GetStatusName(status) + " (" + cublaslt().GetStatusString(status) +
-                ")");
+    throw Error(std::string(call) + ": " + cublaslt().GetStatusName(status) + " (" +
+                cublaslt().GetStatusString(status) + ")");
 }
 
 std::string shape(int m, int n, int k) {
@@ -90,11 +90,13 @@ struct Gemm::Impl {
       check(cublaslt().MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
       const std::uint64_t ws = workspace.bytes();
       const std::uint32_t align = 16;
-      cublasStatus_t st =
-          cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        if (st == CUBLAS_STATUS_SUCCESS) st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+      cublasStatus_t st = cublaslt().MatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+      for (auto attr :
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       if (st == CUBLAS_STATUS_SUCCESS)
@@ -126,8 +128,8 @@ struct Gemm::Impl {
       throw Error(std::string(what) + ": x, W and y must be 16-byte aligned (" + shape(m, n, k) + ")");
     const Plan& p = plan(m, n, k, out);
     const float alpha = 1.0f, beta = 0.0f;
-    check(cublaslt().Matmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace.get(),
-                         workspace.bytes(), s),
+    check(cublaslt().Matmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
+                            workspace.get(), workspace.bytes(), s),
           "cublasLtMatmul");
   }
 };

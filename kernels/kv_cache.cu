@@ -27,9 +27,16 @@ void check_shape(const KvPoolShape& s, const char* fn) {
 }
 
 // V consecutive bf16 as one memory access: 16 bytes (V = 8) or 2 bytes (V = 1).
-template <int V> struct Raw;
-template <> struct Raw<8> { using type = uint4; };
-template <> struct Raw<1> { using type = std::uint16_t; };
+template <int V>
+struct Raw;
+template <>
+struct Raw<8> {
+  using type = uint4;
+};
+template <>
+struct Raw<1> {
+  using type = std::uint16_t;
+};
 
 // One thread per V elements of one (row, kv head, dim) of K and the same of V: threads that are
 // neighbours in x write neighbouring dims of the same slot, so both the reads of k/v and the
@@ -53,7 +60,8 @@ __global__ void kv_write_kernel(bf16* __restrict__ k_pool, std::int64_t v_offset
     const int head = c / head_dim, e = c - head * head_dim;
     const std::int64_t dst = block * block_elems + (std::int64_t(head) * block_size + offset) * head_dim + e;
     *reinterpret_cast<T*>(k_pool + dst) = *reinterpret_cast<const T*>(k + std::int64_t(r) * k_stride + c);
-    *reinterpret_cast<T*>(k_pool + v_offset + dst) = *reinterpret_cast<const T*>(v + std::int64_t(r) * v_stride + c);
+    *reinterpret_cast<T*>(k_pool + v_offset + dst) =
+        *reinterpret_cast<const T*>(v + std::int64_t(r) * v_stride + c);
   }
 }
 
@@ -63,7 +71,8 @@ __global__ void kv_write_kernel(bf16* __restrict__ k_pool, std::int64_t v_offset
 // a source may be copied to several destinations.
 template <int V>
 __global__ void copy_blocks_kernel(bf16* __restrict__ pool, std::int64_t block_elems, int num_blocks,
-                                   const std::int32_t* __restrict__ src, const std::int32_t* __restrict__ dst) {
+                                   const std::int32_t* __restrict__ src,
+                                   const std::int32_t* __restrict__ dst) {
   using T = typename Raw<V>::type;
   const std::int64_t base = std::int64_t(blockIdx.y) * num_blocks * block_elems;  // (layer, kv) plane
   const T* from = reinterpret_cast<const T*>(pool + base + std::int64_t(src[blockIdx.x]) * block_elems);
@@ -82,7 +91,8 @@ int grid_for(std::int64_t work, int threads) {
 void kv_write(bf16* pool, const KvPoolShape& shape, int layer, const bf16* k, const bf16* v, int k_stride,
               int v_stride, const std::int64_t* slot_mapping, int rows, Stream s) {
   check_shape(shape, "kv_write");
-  require(layer >= 0 && layer < shape.num_layers, "kv_write: layer " + std::to_string(layer) + " out of range");
+  require(layer >= 0 && layer < shape.num_layers,
+          "kv_write: layer " + std::to_string(layer) + " out of range");
   const int row_elems = shape.num_kv_heads * shape.head_dim;
   require(k_stride >= row_elems && v_stride >= row_elems, "kv_write: row stride shorter than a K/V row");
   require(rows >= 0, "kv_write: negative row count");
@@ -105,8 +115,8 @@ void kv_write(bf16* pool, const KvPoolShape& shape, int layer, const bf16* k, co
   check_launch("kv_write");
 }
 
-void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, const std::int32_t* dst, int n,
-                 Stream s) {
+void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, const std::int32_t* dst,
+                 int n, Stream s) {
   check_shape(shape, "copy_blocks");
   require(n >= 0, "copy_blocks: negative count");
   if (n == 0) return;
@@ -116,8 +126,7 @@ void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, 
   constexpr int kThreads = 256;
   if (block_elems % 8 == 0 && aligned16(pool))
     copy_blocks_kernel<8><<<grid, kThreads, 0, s>>>(pool, block_elems, shape.num_blocks, src, dst);
-  else
-    copy_blocks_kernel<1><<<grid, kThreads, 0, s>>>(pool, block_elems, shape.num_blocks, src, dst);
+  else copy_blocks_kernel<1><<<grid, kThreads, 0, s>>>(pool, block_elems, shape.num_blocks, src, dst);
   check_launch("copy_blocks");
 }
 

@@ -23,6 +23,8 @@ inline void require(bool ok, const std::string& what) {
 }
 
 __device__ __forceinline__ float bf16_to_float(bf16 b) { return __uint_as_float(std::uint32_t(b) << 16); }
-__device__ __forceinline__ bf16 float_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ bf16 float_to_bf16(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 
 }  // namespace duet::kernels::detail

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/ops.hpp"
 #include "kernels/launch.cuh"
+#include "kernels/ops.hpp"
 
 namespace duet::kernels {
 
@@ -28,10 +28,20 @@ using detail::bf16_to_float;
 using detail::float_to_bf16;
 
 // V consecutive bf16 moved as one load/store: 16 bytes (V = 8), 4 bytes (V = 2) or 2 bytes.
-template <int V> struct Raw;
-template <> struct Raw<8> { using type = uint4; };
-template <> struct Raw<2> { using type = std::uint32_t; };
-template <> struct Raw<1> { using type = std::uint16_t; };
+template <int V>
+struct Raw;
+template <>
+struct Raw<8> {
+  using type = uint4;
+};
+template <>
+struct Raw<2> {
+  using type = std::uint32_t;
+};
+template <>
+struct Raw<1> {
+  using type = std::uint16_t;
+};
 
 template <int V>
 __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[V]) {
@@ -99,7 +109,8 @@ __global__ void gather_rows_kernel(const bf16* src, const std::int32_t* index, b
   const bf16* from = src + std::size_t(index[r]) * hidden;
   bf16* to = out + r * hidden;
   for (int i = threadIdx.x * V; i < hidden; i += blockDim.x * V)
-    *reinterpret_cast<typename Raw<V>::type*>(to + i) = *reinterpret_cast<const typename Raw<V>::type*>(from + i);
+    *reinterpret_cast<typename Raw<V>::type*>(to + i) =
+        *reinterpret_cast<const typename Raw<V>::type*>(from + i);
 }
 
 void launch_gather(const bf16* src, const std::int32_t* index, bf16* out, int rows, int hidden, Stream s,
@@ -123,7 +134,8 @@ void launch_gather(const bf16* src, const std::int32_t* index, bf16* out, int ro
 // accurate). Each thread rereads exactly the elements it wrote, so no barrier is needed between its
 // own write and read of the residual.
 template <int V, bool kAdd>
-__global__ void rmsnorm_kernel(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int hidden, float eps) {
+__global__ void rmsnorm_kernel(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int hidden,
+                               float eps) {
   const std::size_t base = std::size_t(blockIdx.x) * hidden;
   const bf16* row = kAdd ? residual + base : x + base;
   float sum_sq = 0.0f;
@@ -154,8 +166,8 @@ __global__ void rmsnorm_kernel(bf16* residual, const bf16* x, const bf16* weight
 }
 
 template <bool kAdd>
-void launch_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden, float eps,
-                    Stream s, const char* what) {
+void launch_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
+                    float eps, Stream s, const char* what) {
   require(rows >= 0 && hidden > 0, std::string(what) + ": rows must be >= 0 and hidden > 0");
   if (rows == 0) return;
   const int v = kAdd ? vec_width(hidden, {residual, x, weight, out}) : vec_width(hidden, {x, weight, out});
@@ -174,8 +186,8 @@ void launch_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out
 // reference uses double; sincosf itself does full range reduction and is within 2 ulp). Then
 // every (head, i) pair of q and k rotates: (a, b) = (x[i], x[i + half]) ->
 // (a cos - b sin, b cos + a sin).
-__global__ void rope_kernel(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq, int num_heads,
-                            int num_kv_heads, int head_dim, int q_stride, int k_stride) {
+__global__ void rope_kernel(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq,
+                            int num_heads, int num_kv_heads, int head_dim, int q_stride, int k_stride) {
   extern __shared__ float cs[];  // [half] cos, then [half] sin
   const int half = head_dim / 2;
   const std::size_t r = blockIdx.x;
@@ -217,7 +229,8 @@ __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int inter, std::
 
 // p = 1 / (1 + e^d), d = l- - l+, written so that exp never overflows: for d > 0 it is
 // e^-d / (1 + e^-d). One thread per row.
-__global__ void prm_scores_kernel(const float* logits, float* out, int rows, int vocab, int plus_id, int minus_id) {
+__global__ void prm_scores_kernel(const float* logits, float* out, int rows, int vocab, int plus_id,
+                                  int minus_id) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const float* l = logits + std::size_t(r) * vocab;
@@ -232,7 +245,8 @@ __global__ void prm_scores_kernel(const float* logits, float* out, int rows, int
 
 }  // namespace
 
-void embedding_gather(const bf16* table, const std::int32_t* tokens, bf16* out, int rows, int hidden, Stream s) {
+void embedding_gather(const bf16* table, const std::int32_t* tokens, bf16* out, int rows, int hidden,
+                      Stream s) {
   launch_gather(table, tokens, out, rows, hidden, s, "embedding_gather");
 }
 
@@ -244,22 +258,23 @@ void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
   launch_rmsnorm<false>(nullptr, x, weight, out, rows, hidden, eps, s, "rmsnorm");
 }
 
-void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden, float eps,
-                 Stream s) {
+void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
+                 float eps, Stream s) {
   launch_rmsnorm<true>(residual, x, weight, out, rows, hidden, eps, s, "add_rmsnorm");
 }
 
 void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq, int rows, int num_heads,
           int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s) {
   require(rows >= 0 && num_heads >= 0 && num_kv_heads >= 0, "rope: negative rows or heads");
-  require(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024, "rope: head_dim must be even and in (0, 1024]");
+  require(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024,
+          "rope: head_dim must be even and in (0, 1024]");
   require(q_stride >= num_heads * head_dim && k_stride >= num_kv_heads * head_dim,
           "rope: a row stride is shorter than its heads");
   if (rows == 0 || num_heads + num_kv_heads == 0) return;
   const int pairs = (num_heads + num_kv_heads) * (head_dim / 2);
   const int threads = row_threads(pairs < 256 ? pairs : 256);
-  rope_kernel<<<rows, threads, head_dim * sizeof(float), s>>>(q, k, positions, inv_freq, num_heads, num_kv_heads,
-                                                               head_dim, q_stride, k_stride);
+  rope_kernel<<<rows, threads, head_dim * sizeof(float), s>>>(q, k, positions, inv_freq, num_heads,
+                                                              num_kv_heads, head_dim, q_stride, k_stride);
   check_launch("rope");
 }
 
@@ -278,15 +293,16 @@ void silu_mul(const bf16* gate_up, bf16* out, int rows, int inter, Stream s) {
   check_launch("silu_mul");
 }
 
-void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id, std::int32_t minus_id,
-                Stream s) {
+void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id,
+                std::int32_t minus_id, Stream s) {
   require(rows >= 0 && vocab > 0, "prm_scores: rows must be >= 0 and vocab > 0");
   require(plus_id >= 0 && plus_id < vocab && minus_id >= 0 && minus_id < vocab,
           "prm_scores: label id " + std::to_string(plus_id < 0 || plus_id >= vocab ? plus_id : minus_id) +
               " is outside the vocabulary of " + std::to_string(vocab));
   if (rows == 0) return;
   const int threads = 128;
-  prm_scores_kernel<<<(rows + threads - 1) / threads, threads, 0, s>>>(logits, out, rows, vocab, plus_id, minus_id);
+  prm_scores_kernel<<<(rows + threads - 1) / threads, threads, 0, s>>>(logits, out, rows, vocab, plus_id,
+                                                                       minus_id);
   check_launch("prm_scores");
 }
 

@@ -8,14 +8,15 @@
 namespace duet::kernels {
 
 // out[r] = table[tokens[r]]: [rows, hidden].
-void embedding_gather(const bf16* table, const std::int32_t* tokens, bf16* out, int rows, int hidden, Stream s);
+void embedding_gather(const bf16* table, const std::int32_t* tokens, bf16* out, int rows, int hidden,
+                      Stream s);
 
 // out = x * rsqrt(mean(x^2) + eps) * weight, per row of `hidden` (HF LlamaRMSNorm).
 void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int rows, int hidden, float eps, Stream s);
 
 // Fused with the residual add: residual += x (in place, rounded to bf16), then out = rmsnorm(residual).
-void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden, float eps,
-                 Stream s);
+void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
+                 float eps, Stream s);
 
 // Rotary embedding, rotate-half convention (HF Llama), in place on q [rows, num_heads*head_dim]
 // and k [rows, num_kv_heads*head_dim], row r at positions[r]. inv_freq [head_dim/2] is computed on
@@ -39,8 +40,8 @@ void sample(const float* logits, const SampleParams* params, std::int32_t* out_t
             Stream s);
 
 // PRM scores: out[r] = exp(l[plus]) / (exp(l[plus]) + exp(l[minus])) of logits row r.
-void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id, std::int32_t minus_id,
-                Stream s);
+void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id,
+                std::int32_t minus_id, Stream s);
 
 // Gathers rows of x [*, hidden] into out [rows, hidden]: the LM head runs only on rows needing logits.
 void gather_rows(const bf16* x, const std::int32_t* rows_index, bf16* out, int rows, int hidden, Stream s);

@@ -31,8 +31,8 @@ DUET_HOST_DEVICE inline Philox4x32 philox4x32_10(Philox4x32 c, std::uint32_t k0,
     }
     const std::uint64_t p0 = std::uint64_t(kMul0) * c.v[0];
     const std::uint64_t p1 = std::uint64_t(kMul1) * c.v[2];
-    c = Philox4x32{{std::uint32_t(p1 >> 32) ^ c.v[1] ^ k0, std::uint32_t(p1), std::uint32_t(p0 >> 32) ^ c.v[3] ^ k1,
-                    std::uint32_t(p0)}};
+    c = Philox4x32{{std::uint32_t(p1 >> 32) ^ c.v[1] ^ k0, std::uint32_t(p1),
+                    std::uint32_t(p0 >> 32) ^ c.v[3] ^ k1, std::uint32_t(p0)}};
   }
   return c;
 }
@@ -44,8 +44,9 @@ DUET_HOST_DEVICE inline Philox4x32 philox4x32_10(Philox4x32 c, std::uint32_t k0,
 //   u       = ((uint64(x[1]) << 32 | x[0]) >> 11) * 2^-53
 // i.e. the top 53 bits of the first two output words, so u is a multiple of 2^-53 and < 1.
 DUET_HOST_DEVICE inline double philox_uniform(std::uint64_t seed, std::uint64_t counter) {
-  const Philox4x32 x = philox4x32_10(Philox4x32{{std::uint32_t(counter), std::uint32_t(counter >> 32), 0u, 0u}},
-                                     std::uint32_t(seed), std::uint32_t(seed >> 32));
+  const Philox4x32 x =
+      philox4x32_10(Philox4x32{{std::uint32_t(counter), std::uint32_t(counter >> 32), 0u, 0u}},
+                    std::uint32_t(seed), std::uint32_t(seed >> 32));
   const std::uint64_t bits = (std::uint64_t(x.v[1]) << 32) | x.v[0];
   return double(bits >> 11) * 0x1.0p-53;
 }

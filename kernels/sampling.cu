@@ -190,15 +190,16 @@ __device__ int kth_tie(const float* l, int vocab, float m, float t, std::uint32_
 
 // The mass of the prefix through the first token whose cumulative mass reaches `need`, and that
 // token.
-__device__ int first_reaching(const float* l, int vocab, float m, float t, u64 need, u64* prefix_mass, Shared& sh) {
+__device__ int first_reaching(const float* l, int vocab, float m, float t, u64 need, u64* prefix_mass,
+                              Shared& sh) {
   const Cut cut = find_cut(l, vocab, m, t, need, sh);
   const u64 rank = (need - cut.above + cut.q - 1) / cut.q;  // cut.q > 0 by the invariant
   if (prefix_mass) *prefix_mass = cut.above + rank * cut.q;
   return kth_tie(l, vocab, m, t, cut.key, rank, sh);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, const SampleParams* params,
-                                                          std::int32_t* out, int vocab) {
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* logits, const SampleParams* params, std::int32_t* out, int vocab) {
   __shared__ Shared sh;
   const std::size_t row = blockIdx.x;
   const float* l = logits + row * vocab;

@@ -22,10 +22,18 @@ constexpr double kExtrapolationMargin = 1.10;
 }  // namespace
 
 const std::array<const char*, kNumDeviceFeatures>& device_feature_names() {
-  static constexpr std::array<const char*, kNumDeviceFeatures> names = {
-      "constant",      "batched_tokens",        "batched_logits",         "prefill_tokens",
-      "decode_tokens", "prefill_seqs",          "logit_rows",             "decode_context_tokens",
-      "prefill_attention_keys", "prefill_tokens_squared", "prefill_context_tokens", "copies"};
+  static constexpr std::array<const char*, kNumDeviceFeatures> names = {"constant",
+                                                                        "batched_tokens",
+                                                                        "batched_logits",
+                                                                        "prefill_tokens",
+                                                                        "decode_tokens",
+                                                                        "prefill_seqs",
+                                                                        "logit_rows",
+                                                                        "decode_context_tokens",
+                                                                        "prefill_attention_keys",
+                                                                        "prefill_tokens_squared",
+                                                                        "prefill_context_tokens",
+                                                                        "copies"};
   return names;
 }
 
@@ -125,7 +133,8 @@ std::string rank_note(const std::vector<std::vector<double>>& x, const std::vect
     dependent += (dependent.empty() ? "" : ", ") + name(cols[std::size_t(qr.colsPermutation().indices()(r))]);
   return what + ": the measurements cannot tell " + dependent + " apart from the other features (rank " +
          std::to_string(qr.rank()) + " of " + std::to_string(a.cols()) +
-         "): their coefficients split one cost arbitrarily; rows that vary them independently would separate them";
+         "): their coefficients split one cost arbitrarily; rows that vary them independently would separate "
+         "them";
 }
 
 }  // namespace
@@ -135,14 +144,16 @@ std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const 
                                std::vector<std::string>* warnings) {
   if (x.size() != y.size()) throw Error(what + ": feature and duration counts differ");
   const std::size_t k = x.empty() ? 0 : x[0].size();
-  auto name = [&](std::size_t j) { return j < names.size() ? std::string(names[j]) : "column " + std::to_string(j + 1); };
+  auto name = [&](std::size_t j) {
+    return j < names.size() ? std::string(names[j]) : "column " + std::to_string(j + 1);
+  };
   // Columns that never leave zero carry no information: they stay out of the fit (coefficient 0).
   std::vector<bool> active(k, false);
   for (std::size_t i = 0; i < x.size(); ++i)
     for (std::size_t j = 0; j < k; ++j) {
       if (!std::isfinite(x[i][j]) || x[i][j] < 0)
-        throw Error(what + ": row " + std::to_string(i + 1) + ": " + name(j) + " is " + std::to_string(x[i][j]) +
-                    "; features are counts, >= 0 and finite");
+        throw Error(what + ": row " + std::to_string(i + 1) + ": " + name(j) + " is " +
+                    std::to_string(x[i][j]) + "; features are counts, >= 0 and finite");
       active[j] = active[j] || x[i][j] != 0.0;
     }
   for (double v : y)
@@ -158,7 +169,9 @@ std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const 
       if (active[j]) cols.push_back(j);
     if (cols.empty()) throw Error(what + ": no feature varies in the measurements");
     const Eigen::Index n = Eigen::Index(x.size()), m = Eigen::Index(cols.size());
-    if (n < m) throw Error(what + ": " + std::to_string(n) + " rows cannot fit " + std::to_string(m) + " coefficients");
+    if (n < m)
+      throw Error(what + ": " + std::to_string(n) + " rows cannot fit " + std::to_string(m) +
+                  " coefficients");
     Eigen::MatrixXd a(n, m);
     Eigen::VectorXd b(n);
     for (Eigen::Index i = 0; i < n; ++i) {
@@ -295,7 +308,8 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
     const auto f = split_csv(line);
     const std::string where = path + ":" + std::to_string(lineno);
     if (f.size() != header.size())
-      throw Error(where + ": " + std::to_string(f.size()) + " fields, header has " + std::to_string(header.size()));
+      throw Error(where + ": " + std::to_string(f.size()) + " fields, header has " +
+                  std::to_string(header.size()));
     MeasuredStep m;
     for (const auto& [i, set] : used) set(m.shape, parse_number(f[i], where));
     m.device_s = parse_number(f[col["duration_s"]], where);
@@ -310,7 +324,8 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
 
 CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps) {
   std::vector<MeasuredStep> rows;
-  for (const StepRecord& r : steps) rows.push_back({shape_of(r), r.duration_s, r.host_s > 0 ? r.host_s : -1.0});
+  for (const StepRecord& r : steps)
+    rows.push_back({shape_of(r), r.duration_s, r.host_s > 0 ? r.host_s : -1.0});
   CalibrationProfile p = fit_profile(rows);
   p.backend = "fit";
   return p;
@@ -342,7 +357,8 @@ template <std::size_t N>
 nlohmann::json terms_json(const std::array<const char*, N>& names, const std::array<double, N>& coef,
                           const std::array<double, N>& max) {
   nlohmann::json j = nlohmann::json::array();
-  for (std::size_t i = 0; i < N; ++i) j.push_back({{"feature", names[i]}, {"coefficient", coef[i]}, {"max", max[i]}});
+  for (std::size_t i = 0; i < N; ++i)
+    j.push_back({{"feature", names[i]}, {"coefficient", coef[i]}, {"max", max[i]}});
   return j;
 }
 
@@ -354,7 +370,8 @@ void read_terms(const nlohmann::json& j, const std::array<const char*, N>& names
   for (std::size_t i = 0; i < N; ++i) {
     const std::string name = j[i].at("feature").get<std::string>();
     if (name != names[i])
-      throw Error(origin + ": " + field + "[" + std::to_string(i) + "] is '" + name + "', expected '" + names[i] + "'");
+      throw Error(origin + ": " + field + "[" + std::to_string(i) + "] is '" + name + "', expected '" +
+                  names[i] + "'");
     coef[i] = j[i].at("coefficient").get<double>();
     max[i] = j[i].value("max", 0.0);
     if (!std::isfinite(coef[i]) || coef[i] < 0)
@@ -398,7 +415,8 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
   }
   try {
     if (!j.is_object() || j.value("format", "") != kFormat)
-      throw Error(origin + ": field 'format' must be \"" + kFormat + "\" (a profile from `duet profile` or `duet fit`)");
+      throw Error(origin + ": field 'format' must be \"" + kFormat +
+                  "\" (a profile from `duet profile` or `duet fit`)");
     CalibrationProfile p;
     p.model = j.value("model", "");
     p.model_shape = j.value("model_shape", "");
@@ -411,7 +429,8 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     if (j.contains("grid")) p.grid_json = j["grid"].dump();
     read_terms(j.at("device_terms"), device_feature_names(), p.device_coefficients, p.device_max, origin,
                "device_terms");
-    read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin, "host_terms");
+    read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin,
+               "host_terms");
     if (j.contains("device_terms_alone")) {
       DeviceFeatures alone{}, max{};
       read_terms(j["device_terms_alone"], device_feature_names(), alone, max, origin, "device_terms_alone");
@@ -432,11 +451,14 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
   }
 }
 
-CalibrationProfile load_profile(const std::string& path) { return parse_profile(read_file_bytes(path), path); }
+CalibrationProfile load_profile(const std::string& path) {
+  return parse_profile(read_file_bytes(path), path);
+}
 
 CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile, bool alone)
     : profile_(std::move(profile)),
-      device_(alone && profile_.alone_coefficients ? *profile_.alone_coefficients : profile_.device_coefficients),
+      device_(alone && profile_.alone_coefficients ? *profile_.alone_coefficients
+                                                   : profile_.device_coefficients),
       alone_(alone && profile_.alone_coefficients) {}
 
 StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
@@ -445,16 +467,15 @@ StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
   for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)  // past the constant and the 0/1 switches
     if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
   // A step always takes some time, even where a fit of non-negative terms has no term for it.
-  return {std::max(dot(device_, d), 1e-7),
-          dot(profile_.host_coefficients, host_features(shape))};
+  return {std::max(dot(device_, d), 1e-7), dot(profile_.host_coefficients, host_features(shape))};
 }
 
 std::string CalibratedCostModel::describe() const {
   char buf[320];
   const FitStats& fit = alone_ ? profile_.alone_fit : profile_.device_fit;
-  std::snprintf(buf, sizeof buf, "profile(%s on %s%s, %s, %zu steps, median |error| %.1f%%)", profile_.model.c_str(),
-                profile_.device.c_str(), alone_ ? ", alone on the device" : "", profile_.source.c_str(), fit.rows,
-                100.0 * fit.median_abs_rel_error);
+  std::snprintf(buf, sizeof buf, "profile(%s on %s%s, %s, %zu steps, median |error| %.1f%%)",
+                profile_.model.c_str(), profile_.device.c_str(), alone_ ? ", alone on the device" : "",
+                profile_.source.c_str(), fit.rows, 100.0 * fit.median_abs_rel_error);
   return buf;
 }
 
@@ -464,8 +485,8 @@ std::string CalibratedCostModel::extrapolation_report() const {
     if (!beyond_[i]) continue;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s%lld of %lld steps had %s beyond the profile's fitted maximum (%.6g)",
-                  out.empty() ? "" : "; ", (long long)beyond_[i], (long long)steps_, device_feature_names()[i],
-                  profile_.device_max[i]);
+                  out.empty() ? "" : "; ", (long long)beyond_[i], (long long)steps_,
+                  device_feature_names()[i], profile_.device_max[i]);
     out += buf;
   }
   return out;

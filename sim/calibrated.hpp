@@ -84,15 +84,15 @@ std::vector<double> fit_linear(const std::vector<std::vector<double>>& x, const 
                                std::vector<std::string>* warnings = nullptr);
 
 struct CalibrationProfile {
-  std::string model;         // ModelSpec::name
-  std::string model_shape;   // model_shape(): layers, widths, vocabulary; checked on use
-  std::string device;        // the device key: "h100-sxm", "cpu-<model>" (see sim/profiles.hpp)
-  std::string device_name;   // as the driver or /proc/cpuinfo names it
-  std::string backend;       // cpu, cuda; "fit" for a profile fitted from a run file
+  std::string model;        // ModelSpec::name
+  std::string model_shape;  // model_shape(): layers, widths, vocabulary; checked on use
+  std::string device;       // the device key: "h100-sxm", "cpu-<model>" (see sim/profiles.hpp)
+  std::string device_name;  // as the driver or /proc/cpuinfo names it
+  std::string backend;      // cpu, cuda; "fit" for a profile fitted from a run file
   std::string created_utc;
   std::string git_revision;
-  std::string source;        // what was measured
-  std::string grid_json;     // the grid, as JSON text
+  std::string source;     // what was measured
+  std::string grid_json;  // the grid, as JSON text
   DeviceFeatures device_coefficients{};
   // Device time of an engine that has the device to itself, where caches stay warm from one step
   // to the next (the CPU engine's `duet profile` measures both; absent elsewhere).
@@ -103,7 +103,7 @@ struct CalibrationProfile {
   HostFeatures host_max{};
   FitStats device_fit, host_fit;
   std::map<std::string, FitStats> regimes;  // step time (device + host) by regime
-  std::vector<std::string> warnings;         // what the fit could not determine (collinear features)
+  std::vector<std::string> warnings;        // what the fit could not determine (collinear features)
 };
 
 // The model's shape as one line, e.g. "L2 h256 q4 kv2 d64 f688 v8000 bf16": two profiles agree on

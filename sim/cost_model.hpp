@@ -25,9 +25,19 @@ struct StepCost {
 
 // The kernels of one decoder layer, in the order a forward pass runs them (`duet cost`'s keys).
 inline constexpr std::array<const char*, 10> kLayerOperators = {
-    "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "norm", "rope", "act", "residual", "kv_write"};
+    "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention",
+    "norm",     "rope",   "act",          "residual",  "kv_write"};
 enum LayerOperator : std::size_t {
-  kQkvProj, kOProj, kGateUpProj, kDownProj, kAttention, kNorm, kRope, kAct, kResidual, kKvWrite
+  kQkvProj,
+  kOProj,
+  kGateUpProj,
+  kDownProj,
+  kAttention,
+  kNorm,
+  kRope,
+  kAct,
+  kResidual,
+  kKvWrite
 };
 
 // A step by operator. step_s() = layers * sum(per_layer_s) + lm_head_s + sampling_s + other_s +

@@ -54,7 +54,9 @@ double interpolate(const CurveWeights& w, const double* values) {
   return s;
 }
 
-double OperatorCurve::slowdown_at(const CurveWeights& w) const { return std::exp(interpolate(w, log_slowdown.data())); }
+double OperatorCurve::slowdown_at(const CurveWeights& w) const {
+  return std::exp(interpolate(w, log_slowdown.data()));
+}
 
 void OperatorCurve::validate(const std::string& what) const {
   if (axes.empty() || axes.size() > std::size_t(kMaxCurveAxes))
@@ -66,8 +68,8 @@ void OperatorCurve::validate(const std::string& what) const {
         throw Error(what + ": axis '" + a.name + "' needs positive, ascending knots");
   }
   if (log_slowdown.size() != size())
-    throw Error(what + ": 'log_slowdown' has " + std::to_string(log_slowdown.size()) + " values, the axes need " +
-                std::to_string(size()));
+    throw Error(what + ": 'log_slowdown' has " + std::to_string(log_slowdown.size()) +
+                " values, the axes need " + std::to_string(size()));
   for (double v : log_slowdown)
     if (!std::isfinite(v)) throw Error(what + ": 'log_slowdown' holds a value that is not a finite number");
   if (!std::isfinite(fixed_s) || fixed_s < 0) throw Error(what + ": 'fixed_s' must be a non-negative number");
@@ -92,7 +94,8 @@ OperatorCurve curve_from_json(const nlohmann::json& j, const std::string& what) 
   OperatorCurve c;
   try {
     c.fixed_s = j.at("fixed_s").get<double>();
-    for (const auto& a : j.at("axes")) c.axes.push_back({a.at("name").get<std::string>(), a.at("knots").get<std::vector<double>>()});
+    for (const auto& a : j.at("axes"))
+      c.axes.push_back({a.at("name").get<std::string>(), a.at("knots").get<std::vector<double>>()});
     c.log_slowdown = j.at("log_slowdown").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(what + ": bad or missing field (" + e.what() + ")");

@@ -44,10 +44,14 @@ struct OperatorCurve {
   std::size_t size() const;  // the product of the knot counts
   CurveWeights weights(const CurveCoords& coords) const;
   double slowdown(const CurveCoords& coords) const { return slowdown_at(weights(coords)); }
-  double time(double roofline_s, const CurveCoords& coords) const { return time_at(roofline_s, weights(coords)); }
+  double time(double roofline_s, const CurveCoords& coords) const {
+    return time_at(roofline_s, weights(coords));
+  }
   // The same, from weights already computed (the cost model checks them for extrapolation first).
   double slowdown_at(const CurveWeights& w) const;
-  double time_at(double roofline_s, const CurveWeights& w) const { return fixed_s + roofline_s * slowdown_at(w); }
+  double time_at(double roofline_s, const CurveWeights& w) const {
+    return fixed_s + roofline_s * slowdown_at(w);
+  }
   // Throws duet::Error naming `what` when the axes, values or fixed cost are malformed.
   void validate(const std::string& what) const;
 };

@@ -21,7 +21,8 @@ std::vector<std::pair<int, int>> neighbours(const std::vector<CurveAxis>& axes) 
   std::vector<std::pair<int, int>> pairs;
   for (int i = 0; i < total; ++i)
     for (std::size_t d = 0; d < axes.size(); ++d)
-      if ((i / stride[d]) % int(axes[d].knots.size()) + 1 < int(axes[d].knots.size())) pairs.emplace_back(i, i + stride[d]);
+      if ((i / stride[d]) % int(axes[d].knots.size()) + 1 < int(axes[d].knots.size()))
+        pairs.emplace_back(i, i + stride[d]);
   return pairs;
 }
 
@@ -36,7 +37,8 @@ struct Problem {
     const double c = std::exp(gamma);
     double sum = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      const double r = (c + rows[i].roofline_s * std::exp(interpolate(w[i], theta.data()))) / rows[i].measured_s - 1;
+      const double r =
+          (c + rows[i].roofline_s * std::exp(interpolate(w[i], theta.data()))) / rows[i].measured_s - 1;
       sum += r * r;
     }
     for (const auto& [a, b] : pairs) sum += lambda * lambda * (theta[a] - theta[b]) * (theta[a] - theta[b]);
@@ -56,7 +58,8 @@ struct Problem {
     double jac[(1 << kMaxCurveAxes) + 1];
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const CurveWeights& wi = w[i];
-      const double y = rows[i].measured_s, scaled = rows[i].roofline_s * std::exp(interpolate(wi, theta.data()));
+      const double y = rows[i].measured_s,
+                   scaled = rows[i].roofline_s * std::exp(interpolate(wi, theta.data()));
       const double r = (c + scaled) / y - 1;
       for (int j = 0; j < wi.count; ++j) {
         idx[j] = wi.index[j];
@@ -86,8 +89,8 @@ struct Problem {
 
 }  // namespace
 
-OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample> samples, const std::string& what,
-                        const CurveFitOptions& options) {
+OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample> samples,
+                        const std::string& what, const CurveFitOptions& options) {
   if (samples.empty()) throw Error(what + ": no rows to fit");
   OperatorCurve curve;
   curve.axes = std::move(axes);
@@ -105,7 +108,8 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
   for (const CurveSample& s : samples) pr.w.push_back(curve.weights(s.coords));
 
   // Start from a flat surface at the median shortfall and a fixed cost of half the fastest row.
-  Eigen::VectorXd theta = Eigen::VectorXd::Constant(Eigen::Index(curve.size()), std::log(quantile(ratio, 0.5)));
+  Eigen::VectorXd theta =
+      Eigen::VectorXd::Constant(Eigen::Index(curve.size()), std::log(quantile(ratio, 0.5)));
   double gamma = std::log(0.5 * min_time);
   double cost = pr.cost(theta, gamma), mu = 1e-3;
   Eigen::SparseMatrix<double> a;
@@ -118,7 +122,8 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
     bool improved = false;
     while (mu < 1e10) {
       Eigen::SparseMatrix<double> damped = a;
-      for (Eigen::Index i = 0; i < damped.rows(); ++i) damped.coeffRef(i, i) *= 1 + mu, damped.coeffRef(i, i) += 1e-12;
+      for (Eigen::Index i = 0; i < damped.rows(); ++i)
+        damped.coeffRef(i, i) *= 1 + mu, damped.coeffRef(i, i) += 1e-12;
       solver.factorize(damped);
       if (solver.info() != Eigen::Success) {
         mu *= 10;
@@ -143,7 +148,8 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
   return curve;
 }
 
-CurveErrors curve_errors(std::span<const CurveSample> samples, const std::function<double(const CurveSample&)>& predict) {
+CurveErrors curve_errors(std::span<const CurveSample> samples,
+                         const std::function<double(const CurveSample&)>& predict) {
   CurveErrors e;
   e.rows = samples.size();
   if (samples.empty()) return e;

@@ -31,8 +31,8 @@ struct CurveFitOptions {
 };
 
 // Throws duet::Error (naming `what`) when there are no rows, or a row's times are not positive.
-OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample> samples, const std::string& what,
-                        const CurveFitOptions& options = {});
+OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample> samples,
+                        const std::string& what, const CurveFitOptions& options = {});
 
 // Relative errors of a model on rows: the mean and 95th percentile of |predicted / measured - 1|,
 // and the worst row.
@@ -43,6 +43,7 @@ struct CurveErrors {
   double max = 0;
   std::size_t worst = 0;  // index of the worst row
 };
-CurveErrors curve_errors(std::span<const CurveSample> samples, const std::function<double(const CurveSample&)>& predict);
+CurveErrors curve_errors(std::span<const CurveSample> samples,
+                         const std::function<double(const CurveSample&)>& predict);
 
 }  // namespace duet

@@ -43,7 +43,8 @@ std::vector<CurveAxis> operator_axes(OperatorClass c) {
               {"group", octave_knots(0, 6)},
               {"head_dim", {64, 128}}};
     case OperatorClass::prefill_attention:
-      return {{"seqs_x_heads", octave_knots(0, 14)}, {"query_len", octave_knots(0, 14)}, {"head_dim", {64, 128}}};
+      return {
+          {"seqs_x_heads", octave_knots(0, 14)}, {"query_len", octave_knots(0, 14)}, {"head_dim", {64, 128}}};
   }
   return {};
 }
@@ -52,22 +53,25 @@ OperatorPoint gemm_point(const GpuSpec& gpu, double m, double n, double k) {
   return {{m, n, k, 0}, roofline_time(gpu, 2 * m * n * k, kBf16 * (n * k + m * (n + k)))};
 }
 
-OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads, double kv_heads,
-                                     double head_dim) {
+OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads,
+                                     double kv_heads, double head_dim) {
   // Each query reads its sequence's K and V once per KV head; Q and O are negligible beside them.
   return {{seqs * kv_heads, context, heads / kv_heads, head_dim},
-          roofline_time(gpu, 4 * seqs * context * heads * head_dim, 2 * kBf16 * seqs * context * kv_heads * head_dim)};
+          roofline_time(gpu, 4 * seqs * context * heads * head_dim,
+                        2 * kBf16 * seqs * context * kv_heads * head_dim)};
 }
 
-OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys, double cached,
-                                      double heads, double kv_heads, double head_dim) {
+OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys,
+                                      double cached, double heads, double kv_heads, double head_dim) {
   const double tokens = seqs * query_len;
   const double bytes = kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * (tokens + cached));
   return {{seqs * heads, query_len, head_dim, 0}, roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
 }
 
 const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {
-  return c == OperatorClass::gemm ? gemm : c == OperatorClass::decode_attention ? decode_attention : prefill_attention;
+  return c == OperatorClass::gemm               ? gemm
+         : c == OperatorClass::decode_attention ? decode_attention
+                                                : prefill_attention;
 }
 
 OperatorCurve& OperatorPrior::curve(OperatorClass c) {
@@ -82,10 +86,12 @@ void save_prior(const OperatorPrior& p, const std::string& path) {
   j["created_utc"] = p.created_utc;
   j["git_revision"] = p.git_revision;
   j["source"] = p.source;
-  j["covers"] = {{"dtype", p.covers.dtype}, {"architecture", p.covers.architecture}, {"head_dims", p.covers.head_dims}};
-  j["elementwise"] = {{"fixed_s", p.elementwise_fixed_s},
-                      {"bandwidth_efficiency", p.elementwise_bandwidth_efficiency},
-                      {"basis", "not measured: the GEMM curve's floor, and the efficiency of an m=1, n=k=4096 GEMM"}};
+  j["covers"] = {
+      {"dtype", p.covers.dtype}, {"architecture", p.covers.architecture}, {"head_dims", p.covers.head_dims}};
+  j["elementwise"] = {
+      {"fixed_s", p.elementwise_fixed_s},
+      {"bandwidth_efficiency", p.elementwise_bandwidth_efficiency},
+      {"basis", "not measured: the GEMM curve's floor, and the efficiency of an m=1, n=k=4096 GEMM"}};
   j["held_out"] = p.held_out_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(p.held_out_json);
   for (OperatorClass c : kOperatorClasses) j[operator_class_name(c)] = curve_json(p.curve(c));
   write_json_file(path, j, 1);
@@ -120,21 +126,26 @@ OperatorPrior load_prior(const std::string& path) {
     const std::vector<CurveAxis> want = operator_axes(c);
     bool same = p.curve(c).axes.size() == want.size();
     for (std::size_t i = 0; same && i < want.size(); ++i) same = p.curve(c).axes[i].name == want[i].name;
-    if (!same) throw Error(what + ": its axes are not the ones this duet prices that class by; re-fit with `duet fit-ops`");
+    if (!same)
+      throw Error(what +
+                  ": its axes are not the ones this duet prices that class by; re-fit with `duet fit-ops`");
   }
   if (p.covers.head_dims.empty()) throw Error(path + ": covers.head_dims is empty");
-  if (!(p.elementwise_fixed_s >= 0) || !(p.elementwise_bandwidth_efficiency > 0 && p.elementwise_bandwidth_efficiency <= 1))
+  if (!(p.elementwise_fixed_s >= 0) ||
+      !(p.elementwise_bandwidth_efficiency > 0 && p.elementwise_bandwidth_efficiency <= 1))
     throw Error(path + ": elementwise needs fixed_s >= 0 and 0 < bandwidth_efficiency <= 1");
   return p;
 }
 
-void check_prior(const OperatorPrior& p, const ModelSpec& model, const std::string& device, const std::string& origin) {
+void check_prior(const OperatorPrior& p, const ModelSpec& model, const std::string& device,
+                 const std::string& origin) {
   if (p.device != device)
-    throw Error(origin + ": the operator prior was fitted for device '" + p.device + "', not '" + device + "'");
+    throw Error(origin + ": the operator prior was fitted for device '" + p.device + "', not '" + device +
+                "'");
   if (dtype_from_name(p.covers.dtype) != model.dtype)
-    throw Error(origin + ": the operator prior covers " + dtype_name(dtype_from_name(p.covers.dtype)) + " kernels (" +
-                p.covers.architecture + "), and " + model.name + " is " + dtype_name(model.dtype) +
-                "; price it with --cost-model roofline");
+    throw Error(origin + ": the operator prior covers " + dtype_name(dtype_from_name(p.covers.dtype)) +
+                " kernels (" + p.covers.architecture + "), and " + model.name + " is " +
+                dtype_name(model.dtype) + "; price it with --cost-model roofline");
 }
 
 OperatorCostModel::OperatorCostModel(const GpuSpec& gpu, const ModelSpec& model, OperatorPrior prior,
@@ -161,7 +172,8 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
     char buf[200];
     std::snprintf(buf, sizeof buf, "%s (%s %s=%.0f %s=%.0f %s=%.0f%s)", what, operator_class_name(c),
                   curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
-                  curve.axes[2].name.c_str(), point.coords[2], head_dim_ok ? "" : ", a head_dim the tables lack");
+                  curve.axes[2].name.c_str(), point.coords[2],
+                  head_dim_ok ? "" : ", a head_dim the tables lack");
     b.outside.push_back(buf);
   }
   const double t = curve.time_at(point.roofline_s, w);
@@ -169,7 +181,8 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
 }
 
 double OperatorCostModel::elementwise(double bytes, bool eager) const {
-  const double t = prior_.elementwise_fixed_s + bytes / (gpu_.hbm_bandwidth * prior_.elementwise_bandwidth_efficiency);
+  const double t =
+      prior_.elementwise_fixed_s + bytes / (gpu_.hbm_bandwidth * prior_.elementwise_bandwidth_efficiency);
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
 
@@ -185,7 +198,8 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
   if (tokens > 0) {
     l[kQkvProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, q + 2 * kv, h), eager, b, "qkv_proj");
     l[kOProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, q), eager, b, "o_proj");
-    l[kGateUpProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
+    l[kGateUpProj] =
+        kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
     l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
     if (s.decode_seqs > 0) {
       const double context = double(s.decode_context_tokens + s.decode_seqs) / s.decode_seqs;
@@ -200,14 +214,16 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
     }
     const double act = kBf16 * tokens;  // bytes per feature of the batch's activations
     l[kNorm] = 2 * elementwise(2 * act * h + kBf16 * h, eager);  // input and post-attention RMSNorm
-    l[kRope] = elementwise(2 * act * (q + kv), eager);            // RoPE on Q and K, in place
-    l[kAct] = elementwise(act * 3 * inter, eager);                // SiLU(gate) * up
-    l[kResidual] = 2 * elementwise(3 * act * h, eager);           // two residual adds
-    l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);           // K and V into the paged cache
-    b.other_s += elementwise(2 * act * h, eager) + elementwise(2 * act * h + kBf16 * h, eager);  // embed, final norm
+    l[kRope] = elementwise(2 * act * (q + kv), eager);           // RoPE on Q and K, in place
+    l[kAct] = elementwise(act * 3 * inter, eager);               // SiLU(gate) * up
+    l[kResidual] = 2 * elementwise(3 * act * h, eager);          // two residual adds
+    l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);          // K and V into the paged cache
+    b.other_s +=
+        elementwise(2 * act * h, eager) + elementwise(2 * act * h + kBf16 * h, eager);  // embed, final norm
   }
   if (s.logit_rows > 0) {
-    b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
+    b.lm_head_s =
+        kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
     b.sampling_s = elementwise(4.0 * s.logit_rows * m.vocab_size, eager);  // one pass over fp32 logits
   }
   b.other_s += s.copies * elementwise(0, true);
@@ -233,8 +249,8 @@ std::string OperatorCostModel::describe() const {
 std::string OperatorCostModel::extrapolation_report() const {
   if (!steps_outside_) return {};
   return std::to_string(steps_outside_) + " of " + std::to_string(steps_) +
-         " steps had a kernel beyond the operator prior's tables, priced at the nearest edge (first: " + first_outside_ +
-         ")";
+         " steps had a kernel beyond the operator prior's tables, priced at the nearest edge (first: " +
+         first_outside_ + ")";
 }
 
 }  // namespace duet

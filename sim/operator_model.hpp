@@ -37,8 +37,8 @@
 namespace duet {
 
 enum class OperatorClass { gemm, decode_attention, prefill_attention };
-inline constexpr std::array<OperatorClass, 3> kOperatorClasses = {OperatorClass::gemm, OperatorClass::decode_attention,
-                                                                  OperatorClass::prefill_attention};
+inline constexpr std::array<OperatorClass, 3> kOperatorClasses = {
+    OperatorClass::gemm, OperatorClass::decode_attention, OperatorClass::prefill_attention};
 const char* operator_class_name(OperatorClass c);  // "gemm", "decode_attention", "prefill_attention"
 // The axes a prior's curve for that class has (names and knots), in the order points give coordinates.
 std::vector<CurveAxis> operator_axes(OperatorClass c);
@@ -51,12 +51,12 @@ struct OperatorPoint {
 // m rows times a (k -> n) weight, bf16.
 OperatorPoint gemm_point(const GpuSpec& gpu, double m, double n, double k);
 // `seqs` single-token queries, each attending to `context` keys (its own new token included).
-OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads, double kv_heads,
-                                     double head_dim);
+OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads,
+                                     double kv_heads, double head_dim);
 // `seqs` chunks of `query_len` new tokens each; `keys` causal (query, key) pairs and `cached`
 // cached-context tokens, both summed over the chunks.
-OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys, double cached,
-                                      double heads, double kv_heads, double head_dim);
+OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys,
+                                      double cached, double heads, double kv_heads, double head_dim);
 
 // What a prior covers: the kernels its tables measured.
 struct PriorCoverage {
@@ -70,7 +70,7 @@ struct OperatorPrior {
   std::string gpu_name;  // the GpuSpec it was fitted with
   std::string created_utc;
   std::string git_revision;
-  std::string source;    // the tables it was fitted on, and where they come from
+  std::string source;  // the tables it was fitted on, and where they come from
   PriorCoverage covers;
   OperatorCurve gemm, decode_attention, prefill_attention;
   double elementwise_fixed_s = 0;
@@ -104,7 +104,8 @@ class OperatorCostModel final : public CostModel {
   const OperatorPrior& prior() const { return prior_; }
 
  private:
-  double kernel(OperatorClass c, const OperatorPoint& p, bool eager, StepBreakdown& b, const char* what) const;
+  double kernel(OperatorClass c, const OperatorPoint& p, bool eager, StepBreakdown& b,
+                const char* what) const;
   double elementwise(double bytes, bool eager) const;
 
   GpuSpec gpu_;

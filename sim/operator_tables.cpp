@@ -38,8 +38,8 @@ double number(const std::string& text, const std::string& where, const std::stri
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   const bool zero_ok = column == "step";
   if (ec != std::errc() || end != text.data() + text.size() || !(v > 0 || (zero_ok && v == 0)))
-    throw Error(where + ": column '" + column + "' is '" + text + "', not a " + (zero_ok ? "non-negative" : "positive") +
-                " number");
+    throw Error(where + ": column '" + column + "' is '" + text + "', not a " +
+                (zero_ok ? "non-negative" : "positive") + " number");
   return v;
 }
 
@@ -56,8 +56,8 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
   const bool gemm = kind == OperatorClass::gemm;
   const std::vector<std::string> names =
       gemm ? std::vector<std::string>{"m", "n", "k", "latency_ms"}
-           : std::vector<std::string>{"batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
-                                      "latency_ms"};
+           : std::vector<std::string>{"batch_size",          "isl",      "step",      "num_heads",
+                                      "num_key_value_heads", "head_dim", "latency_ms"};
   std::vector<std::size_t> at;
   for (const std::string& n : names) at.push_back(cols.at(n, path));
 
@@ -68,7 +68,8 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
     const std::string where = path + ":" + std::to_string(lines.number());
     const std::vector<std::string> f = split(line);
     if (f.size() != header.size())
-      throw Error(where + ": " + std::to_string(f.size()) + " fields, the header has " + std::to_string(header.size()));
+      throw Error(where + ": " + std::to_string(f.size()) + " fields, the header has " +
+                  std::to_string(header.size()));
     std::vector<double> v;
     for (std::size_t i = 0; i < names.size(); ++i)
       // A decode row's context: the step's tokens and the query's own.
@@ -100,9 +101,10 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
     t.shapes.push_back(shape);
   }
   if (t.impossible > (t.rows.size() + t.impossible) / 50)
-    throw Error(path + ": " + std::to_string(t.impossible) + " of " + std::to_string(t.rows.size() + t.impossible) +
-                " rows run faster than " + gpu.name + "'s peak FLOP/s and bandwidth allow (first at line " +
-                std::to_string(first_impossible) + "): measured on another device, or broken; fit this class from "
+    throw Error(path + ": " + std::to_string(t.impossible) + " of " +
+                std::to_string(t.rows.size() + t.impossible) + " rows run faster than " + gpu.name +
+                "'s peak FLOP/s and bandwidth allow (first at line " + std::to_string(first_impossible) +
+                "): measured on another device, or broken; fit this class from "
                 "another table");
   if (t.rows.empty()) throw Error(path + ": no rows");
   return t;

@@ -10,7 +10,6 @@
 
 namespace duet {
 
-
 std::string slug(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
@@ -35,8 +34,8 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
                    const std::string& origin) {
   const std::string shape = model_shape(model);
   if (p.model_shape != shape)
-    throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" + model.name +
-                "' (" + shape + "); measure this one with `duet profile`");
+    throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" +
+                model.name + "' (" + shape + "); measure this one with `duet profile`");
   if (p.device != device)
     throw Error(origin + ": the profile was measured on device '" + p.device + "', not '" + device +
                 "'; measure this device with `duet profile`");
@@ -46,7 +45,8 @@ namespace {
 
 constexpr std::string_view kOperatorPrefix = "operator:";  // operator:PRIOR.json
 
-ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device, bool alone) {
+ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device,
+                             bool alone) {
   CalibrationProfile p = load_profile(path);
   check_profile(p, model, device, path);
   ChosenCostModel c;
@@ -72,8 +72,10 @@ ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const Mo
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir, bool alone) {
   for (const char* prefix : {"profile:", "calibrated:"})
-    if (name.rfind(prefix, 0) == 0) return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
-  if (name.starts_with(kOperatorPrefix)) return from_prior(name.substr(kOperatorPrefix.size()), gpu, model, device);
+    if (name.rfind(prefix, 0) == 0)
+      return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
+  if (name.starts_with(kOperatorPrefix))
+    return from_prior(name.substr(kOperatorPrefix.size()), gpu, model, device);
   if (name == "auto" && !profile_dir.empty()) {
     const std::string path = profile_path(profile_dir, device, model);
     if (std::filesystem::exists(path)) return from_profile(path, model, device, alone);
@@ -84,20 +86,23 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
   }
   if (name == "operator")
     throw Error("cost model 'operator': no operator prior for device '" + device + "'" +
-                (profile_dir.empty() ? "" : " at " + prior_path(profile_dir, device)) + "; fit one with `duet fit-ops`");
+                (profile_dir.empty() ? "" : " at " + prior_path(profile_dir, device)) +
+                "; fit one with `duet fit-ops`");
   if (name != "auto" && name != "roofline")
     throw Error("unknown cost model '" + name +
                 "' (valid: auto, roofline, operator, operator:PRIOR.json, profile:PROFILE.json)");
   ChosenCostModel c;
   c.kind = "roofline";
-  c.reason = name == "roofline" ? "roofline (forced)"
-                                : "roofline (no profile of " + model.name + " on " + device + " and no operator prior" +
-                                      (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
+  c.reason = name == "roofline"
+                 ? "roofline (forced)"
+                 : "roofline (no profile of " + model.name + " on " + device + " and no operator prior" +
+                       (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
   c.model = std::make_unique<RooflineCostModel>(gpu, model);
   return c;
 }
 
-std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model) {
+std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu,
+                                           const ModelSpec& model) {
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0)
       return std::make_unique<CalibratedCostModel>(load_profile(name.substr(std::string(prefix).size())));

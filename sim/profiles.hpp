@@ -28,8 +28,8 @@ void check_profile(const CalibrationProfile& profile, const ModelSpec& model, co
 
 struct ChosenCostModel {
   std::unique_ptr<CostModel> model;
-  std::string kind;     // "profile", "operator" or "roofline"
-  std::string reason;   // one line for the user: which and why
+  std::string kind;    // "profile", "operator" or "roofline"
+  std::string reason;  // one line for the user: which and why
 };
 
 // name: "auto" (the profile under profile_dir if there is one, else the operator prior there,
@@ -37,9 +37,11 @@ struct ChosenCostModel {
 // "operator:PATH", or "profile:PATH" ("calibrated:PATH" is the same).
 // `alone`: the engine has the device to itself (one engine in the experiment).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
-                                  const std::string& device, const std::string& profile_dir, bool alone = false);
+                                  const std::string& device, const std::string& profile_dir,
+                                  bool alone = false);
 
 // The roofline, or an explicit profile or prior, without the device check (tests, benchmarks).
-std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model);
+std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu,
+                                           const ModelSpec& model);
 
 }  // namespace duet

@@ -12,7 +12,8 @@ RooflineCostModel::RooflineCostModel(const GpuSpec& gpu, const ModelSpec& model,
 
 double roofline_time(const GpuSpec& gpu, double flops, double bytes, double flops_efficiency,
                      double bandwidth_efficiency) {
-  return std::max(flops / (gpu.bf16_flops * flops_efficiency), bytes / (gpu.hbm_bandwidth * bandwidth_efficiency));
+  return std::max(flops / (gpu.bf16_flops * flops_efficiency),
+                  bytes / (gpu.hbm_bandwidth * bandwidth_efficiency));
 }
 
 double RooflineCostModel::op_time(double flops, double bytes) const {
@@ -59,7 +60,8 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
                                   kv_token_bytes * double(s.prefill_context_tokens + s.prefill_tokens));
   const double kernels = double(p_.kernels_per_layer) * m.num_layers + 4.0;  // + embed, norm, head, sample
   const bool graph = p_.cuda_graphs_for_decode && s.prefill_tokens == 0;
-  b.launch_s = graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
+  b.launch_s =
+      graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
   b.launch_s += s.copies * gpu_.kernel_launch_s;
   b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
   return b;

@@ -27,13 +27,15 @@ struct RooflineParams {
 
 struct RooflineBreakdown {
   std::array<double, 4> layer_gemm_s{};  // one layer's QKV, O, gate/up and down GEMMs
-  double gemm_s = 0;                      // every layer's
+  double gemm_s = 0;                     // every layer's
   double lm_head_s = 0;
   double decode_attention_s = 0;
   double prefill_attention_s = 0;
   double launch_s = 0;
   double cpu_s = 0;
-  double total() const { return gemm_s + lm_head_s + decode_attention_s + prefill_attention_s + launch_s + cpu_s; }
+  double total() const {
+    return gemm_s + lm_head_s + decode_attention_s + prefill_attention_s + launch_s + cpu_s;
+  }
 };
 
 class RooflineCostModel final : public CostModel {

@@ -12,7 +12,8 @@ StepResult SimExecutor::execute(const Batch& batch) {
   r.tokens.reserve(batch.items.size());
   for (const BatchItem& it : batch.items) {
     const Sequence& s = *it.seq;
-    r.tokens.push_back(it.want == Want::Sample ? scripted_token(s, s.num_output_tokens(), vocab_size_) : kNoToken);
+    r.tokens.push_back(it.want == Want::Sample ? scripted_token(s, s.num_output_tokens(), vocab_size_)
+                                               : kNoToken);
     // Scores are numbered by position order across the whole sequence, whatever the chunking.
     const auto positions = positions_to_score(it);
     if (positions.empty()) continue;

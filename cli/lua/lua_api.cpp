@@ -27,7 +27,7 @@ namespace duet::lua {
 
 // A point of a duet.sweep: its parameters and, once run, its result.
 struct SweepPoint {
-  std::vector<std::pair<std::string, std::string>> text;   // the point's parameters
+  std::vector<std::pair<std::string, std::string>> text;  // the point's parameters
   std::vector<std::pair<std::string, double>> numbers;
   ExperimentResult result;
   bool done = false;
@@ -36,8 +36,8 @@ struct SweepPoint {
 // A sweep worker re-runs the script in its own Lua state and, at the sweep it was started for,
 // runs only its share of the points.
 struct WorkerJob {
-  int sweep = 0;                      // which duet.sweep call of the script (0-based)
-  std::vector<std::size_t> points;    // indices into `slots`
+  int sweep = 0;                    // which duet.sweep call of the script (0-based)
+  std::vector<std::size_t> points;  // indices into `slots`
   std::vector<SweepPoint>* slots = nullptr;
 };
 
@@ -129,7 +129,8 @@ int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yields until time t
   guarded(L, [&] {
     // A NaN would never compare as reached: the run would wait for it forever.
     if (!std::isfinite(t))
-      throw Error(where(L) + "duet.sleep_until(t): t must be a finite number of seconds, got " + std::to_string(t));
+      throw Error(where(L) + "duet.sleep_until(t): t must be a finite number of seconds, got " +
+                  std::to_string(t));
     r = LuaWorkload::from(L).lua_sleep_until(L, t);
     return 0;
   });
@@ -200,9 +201,11 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid) {
         SweepPoint p = base;
         lua_rawgeti(L, -1, i);
         if (lua_type(L, -1) == LUA_TNUMBER) p.numbers.emplace_back(key, lua_tonumber(L, -1));
-        else if (lua_type(L, -1) == LUA_TBOOLEAN) p.numbers.emplace_back(key, lua_toboolean(L, -1) ? 1.0 : 0.0);
+        else if (lua_type(L, -1) == LUA_TBOOLEAN)
+          p.numbers.emplace_back(key, lua_toboolean(L, -1) ? 1.0 : 0.0);
         else if (lua_type(L, -1) == LUA_TSTRING) p.text.emplace_back(key, lua_tostring(L, -1));
-        else throw Error(where(L) + "duet.sweep: grid." + key + " values must be numbers, booleans or strings");
+        else
+          throw Error(where(L) + "duet.sweep: grid." + key + " values must be numbers, booleans or strings");
         lua_pop(L, 1);
         next.push_back(std::move(p));
       }
@@ -232,8 +235,8 @@ void push_point(lua_State* L, int grid, const SweepPoint& p) {
 }
 
 // Runs the points in `indices` in this state: config = run(point), then duet.run's work.
-void run_points(lua_State* L, int grid, int fn, std::vector<SweepPoint>& points, const std::vector<std::size_t>& indices,
-                const ExperimentDefaults& d) {
+void run_points(lua_State* L, int grid, int fn, std::vector<SweepPoint>& points,
+                const std::vector<std::size_t>& indices, const ExperimentDefaults& d) {
   for (std::size_t i : indices) {
     lua_pushvalue(L, fn);
     push_point(L, grid, points[i]);
@@ -255,7 +258,8 @@ int l_sweep(lua_State* L) {
     TableReader t(L, 1, "duet.sweep");
     if (t.push("grid") != LUA_TTABLE) t.fail("grid", "expected a table {name = {values...}}");
     const int grid = lua_gettop(L);
-    if (t.push("run") != LUA_TFUNCTION) t.fail("run", "expected a function run(point) -> duet.run configuration");
+    if (t.push("run") != LUA_TFUNCTION)
+      t.fail("run", "expected a function run(point) -> duet.run configuration");
     const int fn = lua_gettop(L);
     // Validation measures a real engine: one point at a time, nothing beside it on the cores.
     const int threads = ctx.opt.validate ? 1 : t.int32("threads").value_or(ctx.opt.threads);
@@ -410,7 +414,9 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
     ctx.script_text = read_text(opt.script);
     ctx.worker = &job;
     execute(ctx);
-    error = "duet.sweep: the script did not reach the same sweep in a worker (does it depend on time or randomness?)";
+    error =
+        "duet.sweep: the script did not reach the same sweep in a worker (does it depend on time or "
+        "randomness?)";
   } catch (const Error& e) {
     if (std::string(e.what()).find(kWorkerDone) == std::string::npos) error = e.what();
   }

@@ -20,15 +20,15 @@ namespace duet::lua {
 struct ValidateMode;
 
 struct ScriptOptions {
-  std::string script;                 // path of the Lua script
-  std::string backend = "sim";        // sim or cpu
-  std::string out;                    // HDF5 file; empty: <script stem>.h5
-  std::string command_line;           // as typed, for the run file; empty: rebuilt from the above
-  std::vector<std::string> args;      // after --
-  std::string source_dir;             // repository root: workloads/, traces/, models/
-  int threads = 0;                    // sweep threads; 0: every core
+  std::string script;             // path of the Lua script
+  std::string backend = "sim";    // sim or cpu
+  std::string out;                // HDF5 file; empty: <script stem>.h5
+  std::string command_line;       // as typed, for the run file; empty: rebuilt from the above
+  std::vector<std::string> args;  // after --
+  std::string source_dir;         // repository root: workloads/, traces/, models/
+  int threads = 0;                // sweep threads; 0: every core
   std::int64_t instruction_limit = kDefaultInstructionLimit;  // Lua instructions per call from duet
-  bool progress = true;               // draw progress bars when stderr is a terminal
+  bool progress = true;                                       // draw progress bars when stderr is a terminal
   RecordLevel record = RecordLevel::Steps;  // what each run records, unless its `record` key says
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
   // point at a time, and goes to `validate` instead of the script's own file.

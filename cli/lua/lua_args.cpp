@@ -56,7 +56,8 @@ int l_args(lua_State* L) {
         if (t == LUA_TNUMBER) {
           char* end = nullptr;
           const double v = std::strtod(value.c_str(), &end);
-          if (value.empty() || *end) throw Error("script argument '--" + name + "': '" + value + "' is not a number");
+          if (value.empty() || *end)
+            throw Error("script argument '--" + name + "': '" + value + "' is not a number");
           if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
           else lua_pushnumber(L, v);
         } else if (t == LUA_TBOOLEAN) {

@@ -45,7 +45,8 @@ int engine_set_priority(lua_State* L) {
   const lua_Integer id = luaL_checkinteger(L, 2);
   const lua_Integer p = luaL_checkinteger(L, 3);
   const bool shared = lua_toboolean(L, 4);
-  return guarded(L, [&] { return LuaWorkload::from(L).lua_set_priority(L, engine, SeqId(id), int(p), shared); });
+  return guarded(L,
+                 [&] { return LuaWorkload::from(L).lua_set_priority(L, engine, SeqId(id), int(p), shared); });
 }
 
 int engine_index(lua_State* L) {  // fields and methods

@@ -2,18 +2,18 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <optional>
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <optional>
 
+#include "cli/lua/lua_util.hpp"
 #include "cli/progress.hpp"
+#include "core/error.hpp"
+#include "core/runtime.hpp"
 #include "exec/experiment.hpp"
 #include "exec/validation.hpp"
 #include "sim/profiles.hpp"
-#include "cli/lua/lua_util.hpp"
-#include "core/error.hpp"
-#include "core/runtime.hpp"
 
 namespace duet::lua {
 
@@ -71,7 +71,8 @@ struct Experiment {
 
 // A model name, or a config.json path as given or relative to the repository.
 ModelSpec model_of(const std::string& name, const std::string& source_dir) {
-  if (name.ends_with(".json") && !std::filesystem::exists(name) && std::filesystem::exists(source_dir + "/" + name))
+  if (name.ends_with(".json") && !std::filesystem::exists(name) &&
+      std::filesystem::exists(source_dir + "/" + name))
     return resolve_model(source_dir + "/" + name);
   return resolve_model(name);
 }
@@ -142,7 +143,8 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     ex.arbiter_fn.ref = luaL_ref(L, LUA_REGISTRYINDEX);
   } else {
     if (arb == LUA_TSTRING) ex.arbiter = arbiter_kind_from_name(lua_tostring(L, -1));
-    else if (arb != LUA_TNIL) t.fail("arbiter", "expected a name (alternate, priority, oldest) or a function");
+    else if (arb != LUA_TNIL)
+      t.fail("arbiter", "expected a name (alternate, priority, oldest) or a function");
     lua_pop(L, 1);
   }
   if (t.push("arbiter_priority") == LUA_TTABLE) {
@@ -224,8 +226,9 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       lua_pop(L, 1);
       // A NaN breaks the waiting queue's order, and the sequences it loses are never run.
       if (!number || !std::isfinite(key))
-        throw Error("engines." + engine + ".policy.order returned " + (number ? std::to_string(key) : "a non-number") +
-                    " for sequence " + std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
+        throw Error("engines." + engine + ".policy.order returned " +
+                    (number ? std::to_string(key) : "a non-number") + " for sequence " +
+                    std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
                     "; it must return a finite number");
       return key;
     };
@@ -316,10 +319,14 @@ namespace {
 
 const char* arbiter_name(ArbiterKind kind) {
   switch (kind) {
-    case ArbiterKind::Alternate: return "alternate";
-    case ArbiterKind::Priority: return "priority";
-    case ArbiterKind::OldestReady: return "oldest";
-    case ArbiterKind::Callback: return "callback";
+    case ArbiterKind::Alternate:
+      return "alternate";
+    case ArbiterKind::Priority:
+      return "priority";
+    case ArbiterKind::OldestReady:
+      return "oldest";
+    case ArbiterKind::Callback:
+      return "callback";
   }
   return "alternate";
 }
@@ -338,7 +345,8 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
   spec.command_line = d.command_line;
   spec.record = ex.record;
   for (std::size_t i = 0; i < ex.engines.size(); ++i)
-    spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i], make_policy(L, *ex.policies[i], ex.engines[i].name)});
+    spec.engines.push_back({ex.engines[i], ex.cost_models[i], ex.load_formats[i],
+                            make_policy(L, *ex.policies[i], ex.engines[i].name)});
   return spec;
 }
 
@@ -350,7 +358,8 @@ struct LuaRun {
 LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec) {
   std::vector<EngineVocab> vocabs;
   const std::vector<Vocabulary> v = vocabularies(spec);
-  for (std::size_t i = 0; i < v.size(); ++i) vocabs.push_back({spec.engines[i].config.name, v[i].vocab_size, v[i].step_id, v[i].eos_id});
+  for (std::size_t i = 0; i < v.size(); ++i)
+    vocabs.push_back({spec.engines[i].config.name, v[i].vocab_size, v[i].step_id, v[i].eos_id});
   lua_getfield(L, index, "workload");
   LuaWorkload workload(L, -1, vocabs, ex.workload);
   lua_pop(L, 1);
@@ -400,10 +409,12 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
   sim.backend = "sim";
   sim.cost_device = device_key(v.backend, ex.gpu);
   for (EngineSetup& e : sim.engines) {
-    const std::string path = v.profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, e.config.model) : v.profile;
+    const std::string path =
+        v.profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, e.config.model) : v.profile;
     if (!std::filesystem::exists(path))
       throw Error("validate: no profile of " + e.config.model.name + " on " + sim.cost_device + " (" + path +
-                  "); measure one with `duet profile --backend " + v.backend + " --model ...` or pass --profile");
+                  "); measure one with `duet profile --backend " + v.backend +
+                  " --model ...` or pass --profile");
     e.cost_model = "profile:" + path;
   }
   std::optional<LuaRun> predicted;
@@ -523,7 +534,8 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     set_number(L, "prompt_tokens", double(e.prompt_tokens));
     set_number(L, "generated_tokens", double(e.generated_tokens));
     set_number(L, "generated_tokens_per_s", e.generated_tokens_per_s);
-    set_number(L, "prompt_tokens_per_s", r.summary.makespan_s > 0 ? double(e.prompt_tokens) / r.summary.makespan_s : 0);
+    set_number(L, "prompt_tokens_per_s",
+               r.summary.makespan_s > 0 ? double(e.prompt_tokens) / r.summary.makespan_s : 0);
     set_number(L, "requests_per_s", e.requests_per_s);
     set_number(L, "prefix_hit_rate", e.prefix_hit_rate);
     set_number(L, "peak_kv_utilisation", e.peak_kv_utilisation);
@@ -540,7 +552,8 @@ void push_result(lua_State* L, const ExperimentResult& r) {
       if (rec.name != e.name) continue;
       set_number(L, "total_blocks", rec.total_blocks);
       // Tokens the engine actually computed (prefix hits and forked KV are not recomputed).
-      const double prefill = i < r.computed_prefill_tokens.size() ? double(r.computed_prefill_tokens[i]) : 0.0;
+      const double prefill =
+          i < r.computed_prefill_tokens.size() ? double(r.computed_prefill_tokens[i]) : 0.0;
       set_number(L, "prefill_tokens", prefill);
       set_number(L, "prefill_tokens_per_s", r.summary.makespan_s > 0 ? prefill / r.summary.makespan_s : 0);
     }

@@ -17,12 +17,22 @@ namespace {
 void push_json(lua_State* L, const nlohmann::json& j) {
   luaL_checkstack(L, 4, "JSON nesting too deep");
   switch (j.type()) {
-    case nlohmann::json::value_t::null: lua_pushnil(L); break;
-    case nlohmann::json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
+    case nlohmann::json::value_t::null:
+      lua_pushnil(L);
+      break;
+    case nlohmann::json::value_t::boolean:
+      lua_pushboolean(L, j.get<bool>());
+      break;
     case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: lua_pushinteger(L, j.get<lua_Integer>()); break;
-    case nlohmann::json::value_t::number_float: lua_pushnumber(L, j.get<double>()); break;
-    case nlohmann::json::value_t::string: lua_pushstring(L, j.get_ref<const std::string&>().c_str()); break;
+    case nlohmann::json::value_t::number_unsigned:
+      lua_pushinteger(L, j.get<lua_Integer>());
+      break;
+    case nlohmann::json::value_t::number_float:
+      lua_pushnumber(L, j.get<double>());
+      break;
+    case nlohmann::json::value_t::string:
+      lua_pushstring(L, j.get_ref<const std::string&>().c_str());
+      break;
     case nlohmann::json::value_t::array: {
       lua_createtable(L, int(j.size()), 0);
       lua_Integer i = 0;
@@ -40,7 +50,8 @@ void push_json(lua_State* L, const nlohmann::json& j) {
       }
       break;
     }
-    default: lua_pushnil(L);
+    default:
+      lua_pushnil(L);
   }
 }
 

@@ -18,7 +18,8 @@ TokenList* test_token_list(lua_State* L, int index) {
   return static_cast<TokenList*>(luaL_testudata(L, index, kTokenListMeta));
 }
 
-std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1, TokenId avoid2) {
+std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1,
+                                      TokenId avoid2) {
   std::vector<TokenId> out(std::size_t(std::max(0, n)));
   for (int i = 0; i < n; ++i) {
     TokenId t = TokenId(mix64(key * 0x9e3779b97f4a7c15ULL + std::uint64_t(i)) % std::uint64_t(vocab_size));
@@ -43,7 +44,8 @@ int token_list_len(lua_State* L) {
 int token_list_get(lua_State* L) {  // list:get(i), 1-based
   auto* list = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
   const lua_Integer i = luaL_checkinteger(L, 2);
-  if (i < 1 || i > lua_Integer(list->ids.size())) return luaL_error(L, "TokenList index %d out of range", int(i));
+  if (i < 1 || i > lua_Integer(list->ids.size()))
+    return luaL_error(L, "TokenList index %d out of range", int(i));
   lua_pushinteger(L, list->ids[std::size_t(i - 1)]);
   return 1;
 }

@@ -21,6 +21,7 @@ void register_types(lua_State* L);
 
 // Tokens that stand for text the simulator never sees: a deterministic function of (key, i),
 // never one of the `avoid` ids.
-std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1, TokenId avoid2);
+std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1,
+                                      TokenId avoid2);
 
 }  // namespace duet::lua

@@ -43,8 +43,9 @@ void count_hook(lua_State* L, lua_Debug* ar) {
   lua_getinfo(L, "nSl", ar);
   const std::string what = ar->name ? std::string("function '") + ar->name + "'"
                                     : "the function defined at line " + std::to_string(ar->linedefined);
-  luaL_error(L, "%s:%d: %s ran %I Lua instructions without returning to duet (an endless loop?); "
-                "raise the limit with --lua-instruction-limit",
+  luaL_error(L,
+             "%s:%d: %s ran %I Lua instructions without returning to duet (an endless loop?); "
+             "raise the limit with --lua-instruction-limit",
              ar->short_src, ar->currentline, what.c_str(), (LUAI_UACINT)b->used);
 }
 
@@ -114,7 +115,8 @@ std::optional<double> TableReader::number(const char* key) {
   std::optional<double> v;
   if (t == LUA_TNUMBER) v = lua_tonumber(L_, -1);
   lua_pop(L_, 1);
-  if (t != LUA_TNIL && t != LUA_TNUMBER) fail(key, std::string("expected a number, got ") + lua_typename(L_, t));
+  if (t != LUA_TNIL && t != LUA_TNUMBER)
+    fail(key, std::string("expected a number, got ") + lua_typename(L_, t));
   if (v && !std::isfinite(*v)) fail(key, "expected a finite number");
   return v;
 }
@@ -145,7 +147,8 @@ std::optional<std::string> TableReader::string(const char* key) {
   std::optional<std::string> v;
   if (t == LUA_TSTRING) v = lua_tostring(L_, -1);
   lua_pop(L_, 1);
-  if (t != LUA_TNIL && t != LUA_TSTRING) fail(key, std::string("expected a string, got ") + lua_typename(L_, t));
+  if (t != LUA_TNIL && t != LUA_TSTRING)
+    fail(key, std::string("expected a string, got ") + lua_typename(L_, t));
   return v;
 }
 
@@ -154,7 +157,8 @@ std::optional<bool> TableReader::boolean(const char* key) {
   std::optional<bool> v;
   if (t == LUA_TBOOLEAN) v = lua_toboolean(L_, -1) != 0;
   lua_pop(L_, 1);
-  if (t != LUA_TNIL && t != LUA_TBOOLEAN) fail(key, std::string("expected true or false, got ") + lua_typename(L_, t));
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+    fail(key, std::string("expected true or false, got ") + lua_typename(L_, t));
   return v;
 }
 
@@ -163,7 +167,8 @@ void TableReader::finish() {
   while (lua_next(L_, index_) != 0) {
     lua_pop(L_, 1);  // the value; the key stays for lua_next
     const bool string_key = lua_type(L_, -1) == LUA_TSTRING;
-    const std::string key = string_key ? lua_tostring(L_, -1) : std::string("[") + luaL_typename(L_, -1) + " key]";
+    const std::string key =
+        string_key ? lua_tostring(L_, -1) : std::string("[") + luaL_typename(L_, -1) + " key]";
     if (!string_key || !asked_.count(key)) {
       std::string valid;
       for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;

@@ -16,11 +16,16 @@ constexpr const char* kWorkloadKey = "duet.workload";
 
 const char* finish_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Scored: return "scored";
-    case FinishReason::Aborted: return "aborted";
-    case FinishReason::None: break;
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Scored:
+      return "scored";
+    case FinishReason::Aborted:
+      return "aborted";
+    case FinishReason::None:
+      break;
   }
   return "none";
 }
@@ -35,14 +40,17 @@ int ref_field(lua_State* L, int index, const char* key, int type, const char* wh
 
 }  // namespace
 
-LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines, LuaWorkloadOptions options)
+LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
+                         LuaWorkloadOptions options)
     : L_(L), engines_(std::move(engines)), opt_(options) {
   index = lua_absindex(L, index);
   lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
   const bool nested = !lua_isnil(L, -1);
   lua_pop(L, 1);
-  if (nested) throw Error("duet.run: cannot run inside another run's workload (call it from the script's top level)");
-  if (!lua_istable(L, index)) throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
+  if (nested)
+    throw Error("duet.run: cannot run inside another run's workload (call it from the script's top level)");
+  if (!lua_istable(L, index))
+    throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   problems_ref_ = ref_field(L, index, "problems", LUA_TTABLE, "an array of problems");
@@ -79,8 +87,9 @@ void LuaWorkload::start(Runtime& rt) {
 
 void LuaWorkload::fill() {
   const std::size_t in_flight = tasks_.size();
-  const bool refill = opt_.batching == ProblemBatching::Fixed ? in_flight == 0
-                                                              : in_flight < std::size_t(std::max(1, opt_.min_batch));
+  const bool refill = opt_.batching == ProblemBatching::Fixed
+                          ? in_flight == 0
+                          : in_flight < std::size_t(std::max(1, opt_.min_batch));
   if (!refill) return;
   while (tasks_.size() < std::size_t(opt_.concurrency) && next_problem_ < total_) launch(next_problem_++);
 }
@@ -130,7 +139,8 @@ void LuaWorkload::resume(Task& task, int nargs) {
   if (status != LUA_OK) {
     const char* msg = lua_tostring(task.co, -1);
     luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
-    std::string full = std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
+    std::string full =
+        std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
     lua_pop(L_, 1);
     throw Error(full);
   }
@@ -170,7 +180,8 @@ void LuaWorkload::complete(Task& task) {
 
 LuaWorkload::Task& LuaWorkload::task_of(lua_State* co) {
   auto it = tasks_.find(co);
-  if (it == tasks_.end()) throw Error(where(co) + "engines can only be used from a workload's solve() coroutine");
+  if (it == tasks_.end())
+    throw Error(where(co) + "engines can only be used from a workload's solve() coroutine");
   return *it->second;
 }
 
@@ -182,8 +193,8 @@ void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
   task.live.erase(seq.id);
   task.generated += seq.kind == SeqKind::Generate ? seq.num_output_tokens() : 0;
   if (seq.keep_kv) task.kept.emplace_back(engine, seq.id);
-  task.finished.emplace(seq.id, Finished{engine, seq.num_prompt_tokens, seq.num_output_tokens(), seq.num_tokens(),
-                                         seq.finish_reason, seq.scores});
+  task.finished.emplace(seq.id, Finished{engine, seq.num_prompt_tokens, seq.num_output_tokens(),
+                                         seq.num_tokens(), seq.finish_reason, seq.scores});
   if (!task.suspended) return;
   for (SeqId id : task.awaiting)
     if (!task.finished.count(id)) return;
@@ -266,7 +277,8 @@ int LuaWorkload::lua_await(lua_State* co) {
         add(id);
       }
     } else {
-      if (!lua_isinteger(co, a)) throw Error(where(co) + "duet.await: expected sequence ids or a list of them");
+      if (!lua_isinteger(co, a))
+        throw Error(where(co) + "duet.await: expected sequence ids or a list of them");
       add(lua_tointeger(co, a));
     }
   }
@@ -329,7 +341,8 @@ std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const Engi
   for (lua_Integer k = 1; k <= n; ++k) {
     lua_rawgeti(co, -1, k);
     if (lua_isinteger(co, -1)) out.push_back(TokenId(lua_tointeger(co, -1)));
-    else if (lua_type(co, -1) == LUA_TSTRING) out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
+    else if (lua_type(co, -1) == LUA_TSTRING)
+      out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
     lua_pop(co, 1);
   }
   lua_pop(co, 1);
@@ -386,7 +399,8 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
     const int t = spec.push("stop_with");
     if (t == LUA_TNUMBER) s.script.stop_token = TokenId(lua_tointeger(co, -1));
     else if (t == LUA_TSTRING) s.script.stop_token = token_name(spec, "stop_with", lua_tostring(co, -1), v);
-    else s.script.stop_token = s.sampling.stop_token_ids.empty() ? v.eos_id : s.sampling.stop_token_ids.front();
+    else
+      s.script.stop_token = s.sampling.stop_token_ids.empty() ? v.eos_id : s.sampling.stop_token_ids.front();
     lua_pop(co, 1);
   }
   s.script.scores = read_number_list<float>(co, spec, "scores");
@@ -428,8 +442,9 @@ int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
 
 int LuaWorkload::lua_tokens(lua_State* co, int engine, SeqId id, int from) {
   const Sequence* s = rt_->engine(engine).find(id);
-  if (!s) throw Error(where(co) + engines_[std::size_t(engine)].name + ":tokens: sequence " + std::to_string(id) +
-                      " is gone (finished sequences are released unless submitted with keep = true)");
+  if (!s)
+    throw Error(where(co) + engines_[std::size_t(engine)].name + ":tokens: sequence " + std::to_string(id) +
+                " is gone (finished sequences are released unless submitted with keep = true)");
   from = std::clamp(from, 0, s->num_tokens());
   push_token_list(co, std::vector<TokenId>(s->tokens.begin() + from, s->tokens.end()));
   return 1;

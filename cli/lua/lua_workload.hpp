@@ -27,9 +27,9 @@ struct EngineVocab {
 enum class ProblemBatching { Continuous, Fixed };
 
 struct LuaWorkloadOptions {
-  int concurrency = 64;            // problems in flight
+  int concurrency = 64;  // problems in flight
   ProblemBatching batching = ProblemBatching::Continuous;
-  int min_batch = 1;               // continuous: refill when fewer than this are in flight
+  int min_batch = 1;  // continuous: refill when fewer than this are in flight
   std::uint64_t seed = 0;
 };
 
@@ -96,7 +96,7 @@ class LuaWorkload final : public Workload {
   std::size_t total_ = 0;
   std::size_t next_problem_ = 0;
   std::unordered_map<lua_State*, std::unique_ptr<Task>> tasks_;
-  std::unordered_map<SeqId, Task*> owner_;  // live sequence -> its task
+  std::unordered_map<SeqId, Task*> owner_;                  // live sequence -> its task
   std::unordered_map<std::uint64_t, lua_State*> sleepers_;  // wake-up tag -> sleeping coroutine
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;

@@ -30,8 +30,10 @@ class ScriptedExecutor : public Executor {
     r.duration_s = 0.5;
     for (const BatchItem& it : batch.items) {
       const Sequence& s = *it.seq;
-      r.tokens.push_back(it.want == Want::Sample ? (s.num_output_tokens() == stop_after ? stop_token : 100 + s.num_output_tokens())
-                                                 : kNoToken);
+      r.tokens.push_back(
+          it.want == Want::Sample
+              ? (s.num_output_tokens() == stop_after ? stop_token : 100 + s.num_output_tokens())
+              : kNoToken);
       for (int p : positions_to_score(it)) r.scores.push_back(0.25f * float(p));
     }
     return r;
@@ -72,7 +74,8 @@ TEST(Engine, StepIsScheduleExecutePostprocess) {
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0], &s);
   EXPECT_EQ(s.finish_reason, FinishReason::Length);
-  EXPECT_EQ(std::vector<TokenId>(s.tokens.begin() + 6, s.tokens.end()), (std::vector<TokenId>{100, 101, 102}));
+  EXPECT_EQ(std::vector<TokenId>(s.tokens.begin() + 6, s.tokens.end()),
+            (std::vector<TokenId>{100, 101, 102}));
   EXPECT_EQ(r.exec.steps, 3);
   EXPECT_DOUBLE_EQ(s.arrival_time, 1.0);
   EXPECT_DOUBLE_EQ(s.first_scheduled_time, 1.0);
@@ -154,7 +157,6 @@ TEST(Engine, ReleaseOfALiveSequenceAbortsIt) {
   EXPECT_FALSE(r.engine.has_work());
   EXPECT_EQ(r.engine.find(1), nullptr);
 }
-
 
 // Steps until the engine has no work, or until a step schedules nothing (the engine could not go
 // on by itself). Returns the batches.
@@ -319,7 +321,7 @@ TEST(Engine, ATreeOfKeptSequencesAndForksFinishesOnASmallPool) {
 // same tree whatever order its sequences finish in.
 struct NodePlan {
   int children = 0;
-  int append = 0;       // tokens a child appends to its parent's (a root: its prompt length)
+  int append = 0;  // tokens a child appends to its parent's (a root: its prompt length)
   int max_tokens = 1;
   bool release_early = false;  // right after forking its children, not when they have finished
   int priority = kDefaultPriority;
@@ -350,7 +352,7 @@ struct TreeCase {
 
 struct TreeRun {
   std::map<std::string, std::vector<TokenId>> tokens;  // by path
-  std::int64_t computed = 0;                            // tokens computed, prefill and decode
+  std::int64_t computed = 0;                           // tokens computed, prefill and decode
   std::int64_t releases = 0;
   std::string error;
 };
@@ -359,7 +361,8 @@ struct TreeRun {
 int longest(const TreeCase& c, const std::string& path, int depth, int len) {
   const NodePlan n = plan_node(c.seed, path, depth, c.max_depth);
   int best = len + n.append + n.max_tokens;
-  for (int k = 0; k < n.children; ++k) best = std::max(best, longest(c, path + "." + std::to_string(k), depth + 1, best));
+  for (int k = 0; k < n.children; ++k)
+    best = std::max(best, longest(c, path + "." + std::to_string(k), depth + 1, best));
   return best;
 }
 
@@ -376,8 +379,10 @@ TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) 
     paged = p.get();
     kv = std::move(p);
   }
-  Engine engine("tree", {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
-                         .max_model_len = max_model_len},
+  Engine engine("tree",
+                {.max_num_seqs = c.max_num_seqs,
+                 .max_num_batched_tokens = c.max_num_batched_tokens,
+                 .max_model_len = max_model_len},
                 std::move(kv), exec);
   std::map<SeqId, std::string> path;
   std::map<SeqId, int> depth, open_children;
@@ -447,7 +452,9 @@ TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) 
           for (BlockId b : s->kv.blocks) ++holders[b];
       for (BlockId b = 0; b < paged->pool().num_blocks(); ++b)
         if (paged->pool().block(b).ref_count != (holders.count(b) ? holders[b] : 0))
-          return out.error = "block " + std::to_string(b) + " ref_count is off after step " + std::to_string(steps), out;
+          return out.error =
+                     "block " + std::to_string(b) + " ref_count is off after step " + std::to_string(steps),
+                 out;
       try {
         paged->pool().check_consistency();
       } catch (const std::exception& e) {
@@ -483,8 +490,9 @@ TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLonges
     const int per_seq = (len + c.block_size - 1) / c.block_size;
     const int blocks = c.naive ? per_seq * between(1, 3) : between(per_seq, 3 * per_seq);
     const std::string what = "seed " + std::to_string(seed) + (c.naive ? " naive" : " paged") + ", caching " +
-                             std::to_string(c.caching) + ", block_size " + std::to_string(c.block_size) + ", " +
-                             std::to_string(blocks) + " blocks (longest " + std::to_string(len) + " tokens)";
+                             std::to_string(c.caching) + ", block_size " + std::to_string(c.block_size) +
+                             ", " + std::to_string(blocks) + " blocks (longest " + std::to_string(len) +
+                             " tokens)";
     const TreeRun small = grow_tree(c, len, blocks, true);
     ASSERT_EQ(small.error, "") << what;
     const TreeRun large = grow_tree(c, len, per_seq * 200, false);

@@ -69,7 +69,8 @@ TEST(GpuSpec, UnknownNameThrowsWithTheBuiltInList) {
     EXPECT_NE(msg.find("rtx-4090"), std::string::npos) << msg;
     const auto names = builtin_gpu_names();
     ASSERT_FALSE(names.empty());
-    for (const auto& n : names) EXPECT_NE(msg.find(n), std::string::npos) << "missing " << n << " in: " << msg;
+    for (const auto& n : names)
+      EXPECT_NE(msg.find(n), std::string::npos) << "missing " << n << " in: " << msg;
   }
 }
 

@@ -29,22 +29,22 @@ namespace duet {
 namespace {
 
 // Ends the enclosing check function with a message; the test adds the seed and operation index.
-#define KV_CHECK(cond, msg)       \
-  do {                            \
-    if (!(cond)) {                \
-      std::ostringstream kv_os_;  \
-      kv_os_ << msg;              \
-      return kv_os_.str();        \
-    }                             \
+#define KV_CHECK(cond, msg)      \
+  do {                           \
+    if (!(cond)) {               \
+      std::ostringstream kv_os_; \
+      kv_os_ << msg;             \
+      return kv_os_.str();       \
+    }                            \
   } while (0)
 
 // Every block hashes to the same value, so every cached block lands in one collision chain and
 // the pool has to tell blocks apart by their parent and stored tokens alone.
 BlockHash constant_hash(BlockHash, std::span<const TokenId>, std::uint32_t) { return 0xC0111DEULL; }
 
-constexpr TokenId kVocab = 4;            // tokens 0..3: equal blocks (and so hits) are common
-constexpr std::size_t kMaxLive = 12;     // sequences holding blocks
-constexpr std::size_t kMaxPreempted = 8; // preempted sequences waiting to be readmitted
+constexpr TokenId kVocab = 4;             // tokens 0..3: equal blocks (and so hits) are common
+constexpr std::size_t kMaxLive = 12;      // sequences holding blocks
+constexpr std::size_t kMaxPreempted = 8;  // preempted sequences waiting to be readmitted
 
 // An independent fingerprint of a token prefix (FNV-1a), so that "this cached block stands for
 // exactly this prefix" can be checked on every operation without comparing whole prefixes.
@@ -107,7 +107,8 @@ class KvModel {
         state_(std::size_t(c.num_blocks)),
         holders_(std::size_t(c.num_blocks), 0) {
     // A few shared prompt prefixes: most prompts start with one of them, so prefix hits happen.
-    for (int p = 0; p < 4; ++p) prefixes_.push_back(random_tokens(int(below(std::uint64_t(max_len_ / 2) + 1))));
+    for (int p = 0; p < 4; ++p)
+      prefixes_.push_back(random_tokens(int(below(std::uint64_t(max_len_ / 2) + 1))));
   }
 
   // One random applicable operation, then every invariant. Empty when all hold.
@@ -133,8 +134,10 @@ class KvModel {
     Effect none;
     if (std::string err = apply(none); !err.empty()) return err;
     if (std::string err = check_all(); !err.empty()) return err;
-    KV_CHECK(kv_.pool().num_free() == kv_.pool().num_blocks(), "blocks still in use after freeing every sequence");
-    KV_CHECK(kv_.usage().filled_tokens == 0, "filled_tokens " << kv_.usage().filled_tokens << " with nothing held");
+    KV_CHECK(kv_.pool().num_free() == kv_.pool().num_blocks(),
+             "blocks still in use after freeing every sequence");
+    KV_CHECK(kv_.usage().filled_tokens == 0,
+             "filled_tokens " << kv_.usage().filled_tokens << " with nothing held");
     return "";
   }
 
@@ -227,7 +230,8 @@ class KvModel {
           // A PRM scoring request: the logits at its score positions are needed, so a prefix hit
           // must stop before the first of them.
           s->kind = SeqKind::Score;
-          for (int k = between(1, 2); k > 0; --k) s->score_positions.push_back(between(0, s->num_tokens() - 1));
+          for (int k = between(1, 2); k > 0; --k)
+            s->score_positions.push_back(between(0, s->num_tokens() - 1));
           std::sort(s->score_positions.begin(), s->score_positions.end());
         }
         bool admitted = false;
@@ -236,12 +240,14 @@ class KvModel {
         return "";
       }
       case Op::Prefill: {  // the next chunk of a sequence whose tokens are not all computed
-        const std::size_t i = pick_where(live_, [](const Sequence& s) { return s.num_computed_tokens < s.num_tokens(); }, found);
+        const std::size_t i = pick_where(
+            live_, [](const Sequence& s) { return s.num_computed_tokens < s.num_tokens(); }, found);
         if (!found) return "";
         applied = true;
         Sequence& s = *live_[i];
         // A sequence that holds blocks never looks up the cache.
-        KV_CHECK(kv_.lookup_prefix(s) == 0, "lookup_prefix of sequence " << s.id << " that holds blocks returned a hit");
+        KV_CHECK(kv_.lookup_prefix(s) == 0,
+                 "lookup_prefix of sequence " << s.id << " that holds blocks returned a hit");
         const int remaining = s.num_tokens() - s.num_computed_tokens;
         const int n = coin(50) ? remaining : between(1, remaining);
         std::string err;
@@ -249,9 +255,12 @@ class KvModel {
         return err;
       }
       case Op::Append: {  // a decode step: one generated token, one more slot
-        const std::size_t i = pick_where(live_, [&](const Sequence& s) {
-          return s.num_computed_tokens == s.num_tokens() && s.num_tokens() < max_len_;
-        }, found);
+        const std::size_t i = pick_where(
+            live_,
+            [&](const Sequence& s) {
+              return s.num_computed_tokens == s.num_tokens() && s.num_tokens() < max_len_;
+            },
+            found);
         if (!found) return "";
         applied = true;
         Sequence& s = *live_[i];
@@ -280,7 +289,8 @@ class KvModel {
         const std::size_t i = below(live_.size());
         const std::vector<BlockId> table = live_[i]->kv.blocks;
         kv_.free(*live_[i]);
-        KV_CHECK(live_[i]->kv.blocks.empty() && live_[i]->kv.num_slots == 0, "free left a block table behind");
+        KV_CHECK(live_[i]->kv.blocks.empty() && live_[i]->kv.num_slots == 0,
+                 "free left a block table behind");
         live_.erase(live_.begin() + std::ptrdiff_t(i));
         return check_freed_tail_first(table);
       }
@@ -310,8 +320,8 @@ class KvModel {
         for (BlockId b : s.kv.blocks) {
           const Block& blk = kv_.pool().block(b);
           KV_CHECK(!(shared || blk.ref_count == 1) || blk.priority == priority,
-                   "set_priority(" << priority << ", shared " << shared << ") left block " << b << " at priority "
-                                   << int(blk.priority));
+                   "set_priority(" << priority << ", shared " << shared << ") left block " << b
+                                   << " at priority " << int(blk.priority));
         }
         return "";
       }
@@ -338,14 +348,16 @@ class KvModel {
   // are needed; this test never hands scores out, so every position is still to be scored).
   static int max_hit(const Sequence& s) {
     int limit = s.num_tokens() - 1;
-    if (s.kind == SeqKind::Score && !s.score_positions.empty()) limit = std::min(limit, s.score_positions.front());
+    if (s.kind == SeqKind::Score && !s.score_positions.empty())
+      limit = std::min(limit, s.score_positions.front());
     return limit;
   }
 
   std::string try_admit(Sequence& s, bool whole, Effect& e, bool& admitted) {
     const int hit = kv_.lookup_prefix(s);
     KV_CHECK(hit >= 0 && hit % bs_ == 0, "lookup_prefix returned " << hit << ", not whole blocks");
-    KV_CHECK(hit <= s.num_tokens() - 1, "lookup_prefix counted the last token: " << hit << " of " << s.num_tokens());
+    KV_CHECK(hit <= s.num_tokens() - 1,
+             "lookup_prefix counted the last token: " << hit << " of " << s.num_tokens());
     KV_CHECK(hit <= max_hit(s), "lookup_prefix hit " << hit << " tokens of Score sequence " << s.id
                                                      << ", past score position " << max_hit(s));
     KV_CHECK(caching_ || hit == 0, "lookup_prefix hit " << hit << " tokens with prefix caching off");
@@ -389,8 +401,8 @@ class KvModel {
       const int hit = kv_.lookup_prefix(p);
       ++stats_.own_hit_checks;
       KV_CHECK(hit >= expect, "sequence " << p.id << " preempted holding " << own
-                                          << " chained cached blocks finds only " << hit << " tokens (expected >= "
-                                          << expect << ")");
+                                          << " chained cached blocks finds only " << hit
+                                          << " tokens (expected >= " << expect << ")");
     }
     return "";
   }
@@ -408,8 +420,9 @@ class KvModel {
       const BlockId b = table[i];
       const Block& blk = kv_.pool().block(b);
       if (blk.ref_count != 0 || !blk.cached) continue;
-      KV_CHECK(pos[std::size_t(b)] > last_pos[blk.priority],
-               "free did not release tail first: block " << b << " (index " << i << ") is evicted after a later one");
+      KV_CHECK(pos[std::size_t(b)] > last_pos[blk.priority], "free did not release tail first: block "
+                                                                 << b << " (index " << i
+                                                                 << ") is evicted after a later one");
       last_pos[blk.priority] = pos[std::size_t(b)];
     }
     return "";
@@ -459,16 +472,19 @@ class KvModel {
       ++stats_.copies;
       KV_CHECK(c.src != c.dst, "block copy " << c.src << " -> " << c.dst << " onto itself");
       KV_CHECK(e.writer != nullptr, "a block copy was queued by an operation that allocated nothing");
-      KV_CHECK(holders_[std::size_t(c.dst)] == 1 && pool.block(c.dst).ref_count == 1,
-               "copy destination " << c.dst << " is held by " << holders_[std::size_t(c.dst)] << " sequences");
-      KV_CHECK(std::find(e.writer->kv.blocks.begin(), e.writer->kv.blocks.end(), c.dst) != e.writer->kv.blocks.end(),
+      KV_CHECK(
+          holders_[std::size_t(c.dst)] == 1 && pool.block(c.dst).ref_count == 1,
+          "copy destination " << c.dst << " is held by " << holders_[std::size_t(c.dst)] << " sequences");
+      KV_CHECK(std::find(e.writer->kv.blocks.begin(), e.writer->kv.blocks.end(), c.dst) !=
+                   e.writer->kv.blocks.end(),
                "copy destination " << c.dst << " is not in the writing sequence's table");
       content_[std::size_t(c.dst)] = content_[std::size_t(c.src)];
     }
     if (e.writer) {
       const Sequence& s = *e.writer;
       for (int slot = e.write_begin; slot < e.write_end; ++slot)
-        content_[std::size_t(s.kv.blocks[std::size_t(slot / bs_)])][std::size_t(slot % bs_)] = s.tokens[std::size_t(slot)];
+        content_[std::size_t(s.kv.blocks[std::size_t(slot / bs_)])][std::size_t(slot % bs_)] =
+            s.tokens[std::size_t(slot)];
     }
 
     for (BlockId b = 0; b < pool.num_blocks(); ++b) {
@@ -481,10 +497,12 @@ class KvModel {
       }
       if (blk.cached && (!was.cached || blk.generation != was.generation)) {
         // Newly cached: only the writing sequence can have done it, from its own tokens.
-        KV_CHECK(e.writer != nullptr, "block " << b << " became cached in an operation that allocated nothing");
+        KV_CHECK(e.writer != nullptr,
+                 "block " << b << " became cached in an operation that allocated nothing");
         const auto& table = e.writer->kv.blocks;
         const auto it = std::find(table.begin(), table.end(), b);
-        KV_CHECK(it != table.end(), "block " << b << " became cached but the writing sequence does not hold it");
+        KV_CHECK(it != table.end(),
+                 "block " << b << " became cached but the writing sequence does not hold it");
         const std::size_t len = std::size_t(it - table.begin() + 1) * std::size_t(bs_);
         KV_CHECK(len <= e.writer->tokens.size(), "block " << b << " cached before its tokens are known");
         CachedPrefix& entry = cached_[b];
@@ -510,8 +528,9 @@ class KvModel {
       const auto it = cached_.find(b);
       KV_CHECK(it != cached_.end(), "prefix hit returned block " << b << " that is not cached");
       const std::vector<TokenId> want(s.tokens.begin(), s.tokens.begin() + std::ptrdiff_t((i + 1) * bs_));
-      KV_CHECK(it->second.tokens == want, "prefix hit of sequence " << s.id << " returned block " << b << " at index "
-                                                                     << i << ", cached for a different prefix");
+      KV_CHECK(it->second.tokens == want, "prefix hit of sequence " << s.id << " returned block " << b
+                                                                    << " at index " << i
+                                                                    << ", cached for a different prefix");
     }
     return "";
   }
@@ -525,10 +544,12 @@ class KvModel {
     for (const auto& sp : live_) {
       const Sequence& s = *sp;
       const KvState& kv = s.kv;
-      KV_CHECK(kv.num_slots == s.num_computed_tokens,
-               "sequence " << s.id << " covers " << kv.num_slots << " slots but computed " << s.num_computed_tokens);
-      KV_CHECK(int(kv.blocks.size()) == (kv.num_slots + bs_ - 1) / bs_,
-               "sequence " << s.id << " holds " << kv.blocks.size() << " blocks for " << kv.num_slots << " slots");
+      KV_CHECK(kv.num_slots == s.num_computed_tokens, "sequence " << s.id << " covers " << kv.num_slots
+                                                                  << " slots but computed "
+                                                                  << s.num_computed_tokens);
+      KV_CHECK(
+          int(kv.blocks.size()) == (kv.num_slots + bs_ - 1) / bs_,
+          "sequence " << s.id << " holds " << kv.blocks.size() << " blocks for " << kv.num_slots << " slots");
       const int full = std::min(kv.num_slots, s.num_tokens()) / bs_;
       KV_CHECK(kv.num_cached_blocks == (caching_ ? full : 0),
                "sequence " << s.id << " has num_cached_blocks " << kv.num_cached_blocks << ", expected "
@@ -553,7 +574,8 @@ class KvModel {
         if (pool.block(b).cached) {
           const auto it = cached_.find(b);
           KV_CHECK(it != cached_.end(), "cached block " << b << " unknown to the model");
-          KV_CHECK(slots_here == bs_ && it->second.tokens.size() == (i + 1) * std::size_t(bs_) && it->second.fp == fp,
+          KV_CHECK(slots_here == bs_ && it->second.tokens.size() == (i + 1) * std::size_t(bs_) &&
+                       it->second.fp == fp,
                    "sequence " << s.id << " holds block " << b << " at index " << i
                                << ", which is cached for a different prefix");
         }
@@ -564,10 +586,13 @@ class KvModel {
         const Block& lb = pool.block(last.id);
         if (lb.cached && lb.generation == last.generation) {
           const auto it = cached_.find(last.id);
-          KV_CHECK(it != cached_.end() &&
-                       it->second.tokens ==
-                           std::vector<TokenId>(s.tokens.begin(), s.tokens.begin() + std::ptrdiff_t(kv.num_cached_blocks * bs_)),
-                   "last_cached of sequence " << s.id << " (block " << last.id << ") stands for a different prefix");
+          KV_CHECK(
+              it != cached_.end() &&
+                  it->second.tokens ==
+                      std::vector<TokenId>(s.tokens.begin(),
+                                           s.tokens.begin() + std::ptrdiff_t(kv.num_cached_blocks * bs_)),
+              "last_cached of sequence " << s.id << " (block " << last.id
+                                         << ") stands for a different prefix");
         }
       }
     }
@@ -583,20 +608,24 @@ class KvModel {
     std::int64_t filled = 0;
     for (BlockId b = 0; b < nb; ++b) {
       const Block& blk = pool.block(b);
-      KV_CHECK(blk.ref_count == holders_[std::size_t(b)],
-               "block " << b << " has ref_count " << blk.ref_count << " but " << holders_[std::size_t(b)] << " holders");
+      KV_CHECK(blk.ref_count == holders_[std::size_t(b)], "block " << b << " has ref_count " << blk.ref_count
+                                                                   << " but " << holders_[std::size_t(b)]
+                                                                   << " holders");
       if (blk.ref_count > 0) {
         ++used;
         filled += fill[std::size_t(b)];
       }
       cached += blk.cached;
     }
-    KV_CHECK(pool.num_free() + used == nb, "num_free " << pool.num_free() << " + used " << used << " != " << nb);
+    KV_CHECK(pool.num_free() + used == nb,
+             "num_free " << pool.num_free() << " + used " << used << " != " << nb);
     const KvUsage u = kv_.usage();
-    KV_CHECK(u.total_blocks == nb && u.used_blocks == used && u.cached_blocks == cached && u.block_size == bs_,
-             "usage() reports " << u.used_blocks << " used / " << u.cached_blocks << " cached, expected " << used << " / "
-                                << cached);
-    KV_CHECK(u.filled_tokens == filled, "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
+    KV_CHECK(
+        u.total_blocks == nb && u.used_blocks == used && u.cached_blocks == cached && u.block_size == bs_,
+        "usage() reports " << u.used_blocks << " used / " << u.cached_blocks << " cached, expected " << used
+                           << " / " << cached);
+    KV_CHECK(u.filled_tokens == filled,
+             "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
 
     // The eviction order: every free block once, nothing else; priorities ascending; blocks
     // holding nothing worth keeping ahead of every cached one.
@@ -615,7 +644,8 @@ class KvModel {
       KV_CHECK(blk.cached || !cached_seen, "uncached free block " << b << " queued behind a cached one");
       cached_seen |= blk.cached;
     }
-    KV_CHECK(int(order.size()) == nb - used, "eviction order has " << order.size() << " blocks, " << nb - used << " free");
+    KV_CHECK(int(order.size()) == nb - used,
+             "eviction order has " << order.size() << " blocks, " << nb - used << " free");
     try {
       pool.check_consistency();
     } catch (const std::exception& ex) {
@@ -625,12 +655,14 @@ class KvModel {
     // Cached blocks store the last block of the prefix the model says they stand for, and the
     // parent link (while live) names the block of the prefix one block shorter. By induction
     // along the links this is the walk from each block back to the root.
-    KV_CHECK(int(cached_.size()) == cached, "model knows " << cached_.size() << " cached blocks, pool " << cached);
+    KV_CHECK(int(cached_.size()) == cached,
+             "model knows " << cached_.size() << " cached blocks, pool " << cached);
     for (const auto& [b, entry] : cached_) {
       const Block& blk = pool.block(b);
       KV_CHECK(blk.cached, "block " << b << " in the model is not cached");
       const std::size_t len = entry.tokens.size();
-      KV_CHECK(len >= std::size_t(bs_) && len % std::size_t(bs_) == 0, "cached prefix of block " << b << " has length " << len);
+      KV_CHECK(len >= std::size_t(bs_) && len % std::size_t(bs_) == 0,
+               "cached prefix of block " << b << " has length " << len);
       const auto stored = pool.stored_tokens(b);
       KV_CHECK(std::equal(stored.begin(), stored.end(), entry.tokens.end() - bs_),
                "block " << b << " stores tokens other than the last block of its prefix");
@@ -638,7 +670,8 @@ class KvModel {
                "cached block " << b << " holds KV other than its stored tokens (written after caching?)");
       const BlockRef parent = blk.parent;
       if (parent.id == kNoBlock) {
-        KV_CHECK(len == std::size_t(bs_), "root block " << b << " stands for a prefix of " << len << " tokens");
+        KV_CHECK(len == std::size_t(bs_),
+                 "root block " << b << " stands for a prefix of " << len << " tokens");
       } else {
         KV_CHECK(len > std::size_t(bs_), "block " << b << " stands for a one-block prefix but has a parent");
         const Block& pb = pool.block(parent.id);
@@ -652,11 +685,13 @@ class KvModel {
     }
 
     const KvCounters k = kv_.counters();
-    KV_CHECK(k.cow_copies == copies_taken_, "cow_copies " << k.cow_copies << " but " << copies_taken_ << " copies taken");
+    KV_CHECK(k.cow_copies == copies_taken_,
+             "cow_copies " << k.cow_copies << " but " << copies_taken_ << " copies taken");
     KV_CHECK(k.query_tokens == expected_query_tokens_ && k.hit_tokens == expected_hit_tokens_,
-             "query/hit tokens " << k.query_tokens << "/" << k.hit_tokens << ", expected " << expected_query_tokens_ << "/"
-                                 << expected_hit_tokens_);
-    KV_CHECK(k.evictions == evictions_seen_, "evictions " << k.evictions << " but " << evictions_seen_ << " seen");
+             "query/hit tokens " << k.query_tokens << "/" << k.hit_tokens << ", expected "
+                                 << expected_query_tokens_ << "/" << expected_hit_tokens_);
+    KV_CHECK(k.evictions == evictions_seen_,
+             "evictions " << k.evictions << " but " << evictions_seen_ << " seen");
     return "";
   }
 
@@ -689,14 +724,15 @@ TEST_P(KvProperty, RandomOperationsKeepInvariants) {
   KvModel model(c);
   for (int i = 0; i < c.num_ops; ++i) {
     const std::string err = model.step();
-    ASSERT_TRUE(err.empty()) << c.name << ": seed " << c.seed << ", operation " << i << " (" << model.op_name()
-                             << "): " << err;
+    ASSERT_TRUE(err.empty()) << c.name << ": seed " << c.seed << ", operation " << i << " ("
+                             << model.op_name() << "): " << err;
   }
   const std::string err = model.release_all();
   ASSERT_TRUE(err.empty()) << c.name << ": seed " << c.seed << ", releasing everything: " << err;
 
   const KvStats& st = model.stats();
-  for (int op = 0; op < kNumOps; ++op) EXPECT_GT(st.ops[op], 0) << "operation " << kOpNames[op] << " never ran";
+  for (int op = 0; op < kNumOps; ++op)
+    EXPECT_GT(st.ops[op], 0) << "operation " << kOpNames[op] << " never ran";
   EXPECT_GT(st.failed_allocations, 0) << "the pool never ran out: the case does not test refusals";
   if (c.prefix_caching) {
     // Shared prefixes must really hit (with the constant hash too: lookup still finds blocks by
@@ -712,8 +748,9 @@ TEST_P(KvProperty, RandomOperationsKeepInvariants) {
     EXPECT_GT(st.copies, 0) << "no copy-on-write happened";
   }
   std::cout << "[ stats    ] " << c.name << ": " << c.num_ops << " ops, " << st.admissions << " admissions ("
-            << st.hit_admissions << " with hits, " << st.hit_tokens << " hit tokens), " << st.failed_allocations
-            << " refused allocations, " << st.copies << " copies, " << st.evictions << " evictions\n";
+            << st.hit_admissions << " with hits, " << st.hit_tokens << " hit tokens), "
+            << st.failed_allocations << " refused allocations, " << st.copies << " copies, " << st.evictions
+            << " evictions\n";
 }
 
 // Block sizes 1, 4 and 16; pools from 8 to 512 blocks; prefix caching on and off; two cases with

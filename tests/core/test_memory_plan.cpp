@@ -7,17 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
 #include "core/memory_plan.hpp"
 #include "core/model_spec.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
 
-using test_support::error_of;
 using test_support::contains;
+using test_support::error_of;
 
 constexpr std::int64_t kMiB = 1024LL * 1024;
 constexpr std::int64_t kGiB = 1024 * kMiB;
@@ -96,8 +96,8 @@ TEST_F(MemoryPlanH100, SingleEngineByUtilisation) {
 }
 
 TEST_F(MemoryPlanH100, TwoEnginesShareTheGpu) {
-  const MemoryPlan plan = plan_memory(h100, {by_utilisation("llm", "llama-3.2-1b", 0.3),
-                                             by_utilisation("prm", "llama-3.1-8b", 0.6)});
+  const MemoryPlan plan = plan_memory(
+      h100, {by_utilisation("llm", "llama-3.2-1b", 0.3), by_utilisation("prm", "llama-3.1-8b", 0.6)});
   ASSERT_EQ(plan.engines.size(), 2u);
   const EngineMemory& llm = plan.engine("llm");
   const EngineMemory& prm = plan.engine("prm");
@@ -186,7 +186,8 @@ TEST_F(MemoryPlanH100, WeightsThatDoNotFitAreAnError) {
 TEST_F(MemoryPlanH100, RoomForLessThanOneBlockIsAnError) {
   // A budget one byte short of weights + activations + overhead + one block.
   EngineMemoryRequest r = by_budget("llm", "llama-3.2-1b", 0);
-  const std::int64_t fixed = r.model.weight_bytes() + activation_bytes(r.model, r.max_num_batched_tokens, r.max_num_seqs) +
+  const std::int64_t fixed = r.model.weight_bytes() +
+                             activation_bytes(r.model, r.max_num_batched_tokens, r.max_num_seqs) +
                              r.runtime_overhead_bytes;
   const std::int64_t one_block = 16 * r.model.kv_bytes_per_token();
   r.budget_bytes = fixed + one_block - 1;
@@ -199,14 +200,16 @@ TEST_F(MemoryPlanH100, RoomForLessThanOneBlockIsAnError) {
 TEST_F(MemoryPlanH100, BudgetsAboveTheGpuAreAnError) {
   // 0.5 + 0.6 of the GPU: each fits alone, together they do not.
   const std::string msg = error_of([&] {
-    plan_memory(h100, {by_utilisation("llm", "llama-3.2-1b", 0.5), by_utilisation("prm", "llama-3.1-8b", 0.6)});
+    plan_memory(h100,
+                {by_utilisation("llm", "llama-3.2-1b", 0.5), by_utilisation("prm", "llama-3.1-8b", 0.6)});
   });
   EXPECT_TRUE(contains(msg, "llm")) << msg;
   EXPECT_TRUE(contains(msg, "prm")) << msg;
   EXPECT_TRUE(contains(msg, "exceed")) << msg;
 
   // The same with explicit bytes: a single budget larger than the GPU.
-  const std::string msg2 = error_of([&] { plan_memory(h100, {by_budget("llm", "llama-3.2-1b", 100 * kGiB)}); });
+  const std::string msg2 =
+      error_of([&] { plan_memory(h100, {by_budget("llm", "llama-3.2-1b", 100 * kGiB)}); });
   EXPECT_TRUE(contains(msg2, "exceed")) << msg2;
 }
 

@@ -9,18 +9,18 @@
 #include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
-#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "core/model_spec.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
 
-using test_support::error_of;
 using test_support::contains;
+using test_support::error_of;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -76,7 +76,7 @@ TEST(ModelSpec, AliasesResolveToTheSameShape) {
 
 TEST(ModelSpec, KvBytesPerToken) {
   // K and V, per layer, per KV head, head_dim values of 2 bytes (bf16).
-  EXPECT_EQ(model_by_name("llama-3.2-1b").kv_bytes_per_token(), 2 * 16 * 8 * 64 * 2);  // 32768
+  EXPECT_EQ(model_by_name("llama-3.2-1b").kv_bytes_per_token(), 2 * 16 * 8 * 64 * 2);   // 32768
   EXPECT_EQ(model_by_name("llama-3.1-8b").kv_bytes_per_token(), 2 * 32 * 8 * 128 * 2);  // 131072
   EXPECT_EQ(model_by_name("llama-3.2-1b").kv_bytes_per_token(), 32768);
   EXPECT_EQ(model_by_name("llama-3.1-8b").kv_bytes_per_token(), 131072);
@@ -247,9 +247,8 @@ class ModelSpecHfConfig : public ::testing::Test {
   void SetUp() override {
     static std::atomic<int> counter{0};
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir_ = fs::temp_directory_path() /
-           ("duet_test_model_spec_" + std::to_string(::getpid()) + "_" + std::to_string(now) + "_" +
-            std::to_string(counter++));
+    dir_ = fs::temp_directory_path() / ("duet_test_model_spec_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(now) + "_" + std::to_string(counter++));
     ASSERT_TRUE(fs::create_directories(dir_)) << dir_;
   }
   void TearDown() override {
@@ -366,7 +365,8 @@ TEST_F(ModelSpecHfConfig, MissingFileNamesFile) {
 }
 
 TEST_F(ModelSpecHfConfig, NonLlamaArchitectureNamesFileAndField) {
-  const std::string path = write_edited([](json& j) { j["architectures"] = json::array({"GPT2LMHeadModel"}); });
+  const std::string path =
+      write_edited([](json& j) { j["architectures"] = json::array({"GPT2LMHeadModel"}); });
   const std::string msg = error_of([&] { from_hf_config(path); });
   EXPECT_TRUE(contains(msg, path)) << msg;
   EXPECT_TRUE(contains(msg, "architectures")) << msg;
@@ -435,7 +435,8 @@ TEST(ModelSpec, AbsurdDimensionsAreAnErrorNamingTheField) {
     m.validate();
     FAIL() << "validate accepted hidden_size 2e9";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("hidden_size 2000000000 is beyond 1048576"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hidden_size 2000000000 is beyond 1048576"), std::string::npos)
+        << e.what();
   }
   ModelSpec layers = model_by_name("llama-3.1-8b");
   layers.num_layers = 1'000'000;

@@ -37,7 +37,8 @@ Arbiter arbiter_of(ArbiterKind kind, std::vector<int> priority = {}) {
 
 struct TwoEngines {
   explicit TwoEngines(Arbiter arbiter = {}, int blocks = 64)
-      : llm_exec(1.0), prm_exec(0.25),
+      : llm_exec(1.0),
+        prm_exec(0.25),
         llm("llm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
             std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 4, true}), llm_exec),
         prm("prm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
@@ -126,9 +127,9 @@ TEST(Runtime, ARequestThatArrivesDuringABlockingStepKeepsItsArrivalTime) {
   rt.add_engine(engine, "m");
   Script w;
   w.on_start = [](Runtime& rt) {
-    rt.submit(0, gen(1, 4, 3));             // steps at 0, 1, 2
-    rt.submit_at(0.5, 0, gen(2, 4, 1));     // arrives while the first step runs
-    rt.wake_at(0.7, 0);                     // a trace replay's wake-up, due during that step too
+    rt.submit(0, gen(1, 4, 3));          // steps at 0, 1, 2
+    rt.submit_at(0.5, 0, gen(2, 4, 1));  // arrives while the first step runs
+    rt.wake_at(0.7, 0);                  // a trace replay's wake-up, due during that step too
   };
   w.wakeup = [](Runtime& rt, std::uint64_t) { rt.submit_arrived(0, gen(3, 4, 1), 0.7); };
   rt.run(w);
@@ -330,7 +331,8 @@ struct Collect : RecordSink {
 void two_engine_load(Runtime& rt) {
   Script w;
   w.on_start = [](Runtime& r) {
-    for (SeqId id = 1; id <= 40; ++id) r.submit_at(0.1 * double(id), int(id % 2), gen(id, 3 + int(id % 7), 1 + int(id % 5)));
+    for (SeqId id = 1; id <= 40; ++id)
+      r.submit_at(0.1 * double(id), int(id % 2), gen(id, 3 + int(id % 7), 1 + int(id % 5)));
   };
   rt.run(w);
 }
@@ -362,7 +364,8 @@ TEST(Runtime, RecordingLevelsKeepTheSameSummary) {
       EXPECT_EQ(got.engines[e].requests, want.engines[e].requests);
       EXPECT_EQ(got.engines[e].ttft_s.p99, want.engines[e].ttft_s.p99);
       EXPECT_EQ(got.engines[e].busy_s, want.engines[e].busy_s);
-      EXPECT_EQ(t.rt.tally(int(e)).computed_prefill_tokens(), full.rt.tally(int(e)).computed_prefill_tokens());
+      EXPECT_EQ(t.rt.tally(int(e)).computed_prefill_tokens(),
+                full.rt.tally(int(e)).computed_prefill_tokens());
       const std::size_t steps = level == RecordLevel::Steps ? full.rt.records()[e].steps.size() : 0;
       const std::size_t requests = level != RecordLevel::Summary ? full.rt.records()[e].requests.size() : 0;
       EXPECT_EQ(sink.got[e].steps.size(), steps);

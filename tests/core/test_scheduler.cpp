@@ -74,7 +74,11 @@ TEST(Scheduler, ChunksALongPromptAcrossSteps) {
 }
 
 TEST(Scheduler, WithoutChunkedPrefillALongPromptWaitsForAWholeBudget) {
-  Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 100, .enable_chunked_prefill = false, .max_model_len = 100}, 100);
+  Rig r({.max_num_seqs = 4,
+         .max_num_batched_tokens = 100,
+         .enable_chunked_prefill = false,
+         .max_model_len = 100},
+        100);
   Sequence& a = r.add(60, 3);
   Sequence& b = r.add(60, 3, 1000);
   Batch first = r.step();
@@ -162,8 +166,9 @@ TEST(Scheduler, ImpossibleConfigsAreErrors) {
   KvCacheManager kv(KvCacheConfig{4, 16, true});
   EXPECT_THROW(Scheduler({.max_num_seqs = 0}, kv), Error);
   EXPECT_THROW(Scheduler({.max_num_batched_tokens = -1}, kv), Error);
-  EXPECT_THROW(Scheduler({.max_num_batched_tokens = 512, .enable_chunked_prefill = false, .max_model_len = 1024}, kv),
-               Error);
+  EXPECT_THROW(
+      Scheduler({.max_num_batched_tokens = 512, .enable_chunked_prefill = false, .max_model_len = 1024}, kv),
+      Error);
 }
 
 TEST(Scheduler, OrderKeyPolicyReordersTheWaitingQueue) {
@@ -213,7 +218,6 @@ TEST(Scheduler, VictimPolicyChoosesWhomToPreempt) {
   EXPECT_EQ(a.status, SeqStatus::Running);
   EXPECT_EQ(c.status, SeqStatus::Running);
 }
-
 
 // Kept KV is a cache: a running sequence that needs room takes it before anything is preempted,
 // and a pool with room leaves it alone.

@@ -24,19 +24,19 @@ namespace duet {
 namespace {
 
 // Ends the enclosing check function with a message; the caller adds the seed and step index.
-#define SCHED_CHECK(cond, msg)       \
-  do {                               \
-    if (!(cond)) {                   \
-      std::ostringstream sched_os_;  \
-      sched_os_ << msg;              \
-      return sched_os_.str();        \
-    }                                \
+#define SCHED_CHECK(cond, msg)      \
+  do {                              \
+    if (!(cond)) {                  \
+      std::ostringstream sched_os_; \
+      sched_os_ << msg;             \
+      return sched_os_.str();       \
+    }                               \
   } while (0)
 
-constexpr TokenId kVocab = 4;         // small, so that prompts share blocks and preempted
-                                      // sequences resume from the prefix cache
-constexpr TokenId kStopToken = 3;     // the stop token of sequences without ignore_eos
-constexpr int kMaxModelLen = 128;     // prompts up to 100 tokens plus up to 20 generated
+constexpr TokenId kVocab = 4;      // small, so that prompts share blocks and preempted
+                                   // sequences resume from the prefix cache
+constexpr TokenId kStopToken = 3;  // the stop token of sequences without ignore_eos
+constexpr int kMaxModelLen = 128;  // prompts up to 100 tokens plus up to 20 generated
 constexpr int kMaxPrompt = 100;
 constexpr int kMaxNewTokens = 20;
 
@@ -57,8 +57,8 @@ std::string describe(const SchedCase& c) {
   std::ostringstream os;
   os << "seed " << c.seed << " (" << (c.allocator == Allocator::Paged ? "paged" : "naive") << ", block_size "
      << c.block_size << ", " << c.num_blocks << " blocks, caching " << c.prefix_caching << ", max_num_seqs "
-     << c.config.max_num_seqs << ", max_num_batched_tokens " << c.config.max_num_batched_tokens << ", chunked "
-     << c.config.enable_chunked_prefill << ", " << c.num_seqs << " sequences)";
+     << c.config.max_num_seqs << ", max_num_batched_tokens " << c.config.max_num_batched_tokens
+     << ", chunked " << c.config.enable_chunked_prefill << ", " << c.num_seqs << " sequences)";
   return os.str();
 }
 
@@ -76,7 +76,8 @@ std::string str(const std::vector<T>& v) {
 std::vector<int> due_positions(const BatchItem& item) {
   std::vector<int> due;
   const Sequence& s = *item.seq;
-  for (std::size_t k = std::min(s.scores.size(), s.score_positions.size()); k < s.score_positions.size(); ++k) {
+  for (std::size_t k = std::min(s.scores.size(), s.score_positions.size()); k < s.score_positions.size();
+       ++k) {
     const int p = s.score_positions[k];
     if (p >= item.context_len && p < item.context_len + item.num_new_tokens) due.push_back(p);
   }
@@ -121,9 +122,8 @@ class SchedulerRun {
   explicit SchedulerRun(const SchedCase& c) : c_(c), rng_(c.seed), executor_(rng_) {
     std::unique_ptr<KvAllocator> kv;
     if (c.allocator == Allocator::Paged) {
-      auto paged = std::make_unique<KvCacheManager>(KvCacheConfig{.num_blocks = c.num_blocks,
-                                                                  .block_size = c.block_size,
-                                                                  .enable_prefix_caching = c.prefix_caching});
+      auto paged = std::make_unique<KvCacheManager>(KvCacheConfig{
+          .num_blocks = c.num_blocks, .block_size = c.block_size, .enable_prefix_caching = c.prefix_caching});
       paged_ = paged.get();
       kv = std::move(paged);
     } else {
@@ -161,8 +161,9 @@ class SchedulerRun {
       // Progress: running_[0] (or the admitted head) computes at least one token every step and
       // is never a victim while others run, so no step is empty and the run needs at most one
       // step per token that has to be computed.
-      SCHED_CHECK(!out.batch.empty(), where << "empty batch while work is pending (" << engine_->scheduler().num_waiting()
-                                            << " waiting, " << engine_->scheduler().num_running() << " running)");
+      SCHED_CHECK(!out.batch.empty(), where << "empty batch while work is pending ("
+                                            << engine_->scheduler().num_waiting() << " waiting, "
+                                            << engine_->scheduler().num_running() << " running)");
       SCHED_CHECK(stats_.steps <= step_cap_, where << "more steps than tokens to compute: no progress");
       if (std::string err = after_step(out); !err.empty()) return where + err;
     }
@@ -246,7 +247,8 @@ class SchedulerRun {
     const Scheduler& sched = engine_->scheduler();
     const int bs = engine_->kv().block_size();
     SCHED_CHECK(b.num_tokens() <= cfg.max_num_batched_tokens,
-                "batch of " << b.num_tokens() << " tokens over max_num_batched_tokens " << cfg.max_num_batched_tokens);
+                "batch of " << b.num_tokens() << " tokens over max_num_batched_tokens "
+                            << cfg.max_num_batched_tokens);
     SCHED_CHECK(sched.num_running() <= std::size_t(cfg.max_num_seqs),
                 sched.num_running() << " running sequences over max_num_seqs " << cfg.max_num_seqs);
     int prefill = 0, decode = 0;
@@ -263,11 +265,12 @@ class SchedulerRun {
                   "sequence " << s.id << " scheduled for [" << item.context_len << ", " << end << ") of "
                               << s.num_tokens() << " tokens");
       SCHED_CHECK(item.context_len == s.num_computed_tokens,
-                  "sequence " << s.id << ": context_len " << item.context_len << " but " << s.num_computed_tokens
-                              << " computed");
+                  "sequence " << s.id << ": context_len " << item.context_len << " but "
+                              << s.num_computed_tokens << " computed");
       if (was.status == SeqStatus::Running) {
-        SCHED_CHECK(item.context_len == was.computed, "running sequence " << s.id << " resumes at " << item.context_len
-                                                                          << " after computing " << was.computed);
+        SCHED_CHECK(item.context_len == was.computed, "running sequence "
+                                                          << s.id << " resumes at " << item.context_len
+                                                          << " after computing " << was.computed);
       } else {
         // An admission starts after its prefix hit: whole blocks, never the last token.
         admitted = true;
@@ -282,7 +285,8 @@ class SchedulerRun {
                   "sequence " << s.id << " has " << s.kv.blocks.size() << " blocks (" << s.kv.num_slots
                               << " slots) for " << end << " tokens");
       if (!cfg.enable_chunked_prefill)
-        SCHED_CHECK(end == s.num_tokens(), "chunked prefill is off but sequence " << s.id << " got a partial chunk");
+        SCHED_CHECK(end == s.num_tokens(),
+                    "chunked prefill is off but sequence " << s.id << " got a partial chunk");
       // What the executor must produce for it.
       if (s.kind == SeqKind::Generate) {
         SCHED_CHECK((item.want == Want::Sample) == (end == s.num_tokens()) && item.want != Want::Score,
@@ -296,29 +300,32 @@ class SchedulerRun {
         // (or anything else) that skipped one would leave it unscored for good.
         const std::size_t scored = std::min(s.scores.size(), s.score_positions.size());
         SCHED_CHECK(scored == s.score_positions.size() || s.score_positions[scored] >= item.context_len,
-                    "score sequence " << s.id << " resumes at " << item.context_len << " past unscored position "
-                                      << s.score_positions[scored] << " (prefix hit " << s.num_cached_prompt_tokens
-                                      << ")");
+                    "score sequence " << s.id << " resumes at " << item.context_len
+                                      << " past unscored position " << s.score_positions[scored]
+                                      << " (prefix hit " << s.num_cached_prompt_tokens << ")");
       }
       // First admissions follow arrival order (FCFS); a re-admission after preemption may not.
       if (std::isnan(first_scheduled_[s.id])) {
         SCHED_CHECK(s.num_preemptions == 0, "sequence " << s.id << " preempted before it was ever scheduled");
         SCHED_CHECK(std::int64_t(s.arrival_order) > last_first_admitted_,
-                    "sequence " << s.id << " (arrival " << s.arrival_order << ") first scheduled after arrival "
-                                << last_first_admitted_);
+                    "sequence " << s.id << " (arrival " << s.arrival_order
+                                << ") first scheduled after arrival " << last_first_admitted_);
         last_first_admitted_ = std::int64_t(s.arrival_order);
         first_scheduled_[s.id] = double(stats_.steps);
       }
     }
     SCHED_CHECK(prefill == b.num_prefill_tokens && decode == b.num_decode_tokens,
-                "batch token counts " << b.num_prefill_tokens << "+" << b.num_decode_tokens << " but items add up to "
-                                      << prefill << "+" << decode);
+                "batch token counts " << b.num_prefill_tokens << "+" << b.num_decode_tokens
+                                      << " but items add up to " << prefill << "+" << decode);
     std::sort(ids.begin(), ids.end());
-    SCHED_CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end(), "a sequence appears twice in the batch");
+    SCHED_CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
+                "a sequence appears twice in the batch");
 
     for (const Sequence* p : b.preempted) {
-      SCHED_CHECK(!std::binary_search(ids.begin(), ids.end(), p->id), "preempted sequence " << p->id << " is in the batch");
-      SCHED_CHECK(before_[p->id].status == SeqStatus::Running, "preempted sequence " << p->id << " was not running");
+      SCHED_CHECK(!std::binary_search(ids.begin(), ids.end(), p->id),
+                  "preempted sequence " << p->id << " is in the batch");
+      SCHED_CHECK(before_[p->id].status == SeqStatus::Running,
+                  "preempted sequence " << p->id << " was not running");
       SCHED_CHECK(p->status == SeqStatus::Waiting && p->num_computed_tokens == 0 && p->kv.blocks.empty(),
                   "preempted sequence " << p->id << " keeps its state");
     }
@@ -347,19 +354,21 @@ class SchedulerRun {
       int used = 0;
       for (BlockId b = 0; b < nb; ++b) {
         SCHED_CHECK(pool.block(b).ref_count == holders[std::size_t(b)],
-                    "block " << b << " has ref_count " << pool.block(b).ref_count << " but " << holders[std::size_t(b)]
-                             << " holders");
+                    "block " << b << " has ref_count " << pool.block(b).ref_count << " but "
+                             << holders[std::size_t(b)] << " holders");
         if (holders[std::size_t(b)] > 0) {
           ++used;
           filled += fill[std::size_t(b)];
         }
       }
       SCHED_CHECK(pool.num_free() + used == nb && u.used_blocks == used,
-                  "num_free " << pool.num_free() << ", usage " << u.used_blocks << ", counted " << used << " of " << nb);
+                  "num_free " << pool.num_free() << ", usage " << u.used_blocks << ", counted " << used
+                              << " of " << nb);
       const std::vector<BlockId> order = pool.eviction_order();
       std::vector<char> seen(std::size_t(nb), 0);
       for (BlockId b : order) {
-        SCHED_CHECK(!seen[std::size_t(b)] && holders[std::size_t(b)] == 0, "eviction order lists block " << b << " wrongly");
+        SCHED_CHECK(!seen[std::size_t(b)] && holders[std::size_t(b)] == 0,
+                    "eviction order lists block " << b << " wrongly");
         seen[std::size_t(b)] = 1;
       }
       SCHED_CHECK(int(order.size()) == nb - used, "eviction order misses free blocks");
@@ -377,7 +386,8 @@ class SchedulerRun {
           SCHED_CHECK(s->kv.blocks.empty(), "sequence " << s->id << " has blocks but no region");
           continue;
         }
-        SCHED_CHECK(!region_taken[std::size_t(s->kv.naive_region)], "region " << s->kv.naive_region << " given twice");
+        SCHED_CHECK(!region_taken[std::size_t(s->kv.naive_region)],
+                    "region " << s->kv.naive_region << " given twice");
         region_taken[std::size_t(s->kv.naive_region)] = 1;
         ++regions;
         for (std::size_t i = 0; i < s->kv.blocks.size(); ++i)
@@ -387,9 +397,11 @@ class SchedulerRun {
       }
       SCHED_CHECK(naive_->num_regions() - naive_->free_regions() == regions &&
                       u.used_blocks == regions * naive_->blocks_per_region(),
-                  regions << " regions held but the allocator counts " << naive_->num_regions() - naive_->free_regions());
+                  regions << " regions held but the allocator counts "
+                          << naive_->num_regions() - naive_->free_regions());
     }
-    SCHED_CHECK(u.filled_tokens == filled, "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
+    SCHED_CHECK(u.filled_tokens == filled,
+                "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
     return "";
   }
 
@@ -399,12 +411,15 @@ class SchedulerRun {
       SCHED_CHECK(s->finished() && s->kv.blocks.empty(), "finished sequence " << s->id << " keeps its KV");
       if (e.kind == SeqKind::Generate) {
         const int n = s->num_output_tokens();
-        SCHED_CHECK(s->num_computed_tokens == s->num_tokens() - 1, "sequence " << s->id << " finished uncomputed");
+        SCHED_CHECK(s->num_computed_tokens == s->num_tokens() - 1,
+                    "sequence " << s->id << " finished uncomputed");
         if (e.ignore_eos) {
           SCHED_CHECK(s->finish_reason == FinishReason::Length && n == e.max_tokens,
-                      "sequence " << s->id << " with ignore_eos finished with " << n << " of " << e.max_tokens << " tokens");
+                      "sequence " << s->id << " with ignore_eos finished with " << n << " of " << e.max_tokens
+                                  << " tokens");
         } else {
-          const bool stopped = s->finish_reason == FinishReason::Stop && s->tokens.back() == kStopToken && n <= e.max_tokens;
+          const bool stopped =
+              s->finish_reason == FinishReason::Stop && s->tokens.back() == kStopToken && n <= e.max_tokens;
           const bool length = s->finish_reason == FinishReason::Length && n == e.max_tokens;
           SCHED_CHECK(stopped || length, "sequence " << s->id << " finished wrongly with " << n << " tokens");
           // No stop token before the last one.
@@ -416,11 +431,12 @@ class SchedulerRun {
                     "score sequence " << s->id << " finished wrongly");
         std::vector<float> want(e.score_positions.begin(), e.score_positions.end());
         // One score per position, in position order, however often it was preempted or hit.
-        SCHED_CHECK(s->scores == want, "score sequence " << s->id << " got " << s->scores.size() << " scores for "
-                                                         << want.size() << " positions (" << str(want) << " <- "
-                                                         << str(s->scores) << "; " << s->num_tokens()
-                                                         << " tokens, prefix hit " << s->num_cached_prompt_tokens
-                                                         << ", preempted " << s->num_preemptions << " times)");
+        SCHED_CHECK(s->scores == want, "score sequence " << s->id << " got " << s->scores.size()
+                                                         << " scores for " << want.size() << " positions ("
+                                                         << str(want) << " <- " << str(s->scores) << "; "
+                                                         << s->num_tokens() << " tokens, prefix hit "
+                                                         << s->num_cached_prompt_tokens << ", preempted "
+                                                         << s->num_preemptions << " times)");
       }
       std::erase(live_, s);
       engine_->release(s->id);  // at once, as Runtime::handle does
@@ -438,8 +454,8 @@ class SchedulerRun {
     }
     const Scheduler& sched = engine_->scheduler();
     SCHED_CHECK(sched.num_waiting() == waiting && sched.num_running() == running,
-                "scheduler counts " << sched.num_waiting() << " waiting / " << sched.num_running() << " running, sequences "
-                                    << waiting << " / " << running);
+                "scheduler counts " << sched.num_waiting() << " waiting / " << sched.num_running()
+                                    << " running, sequences " << waiting << " / " << running);
     return check_kv();
   }
 
@@ -450,10 +466,10 @@ class SchedulerRun {
   KvCacheManager* paged_ = nullptr;
   NaiveAllocator* naive_ = nullptr;
   std::vector<std::vector<TokenId>> prefixes_;
-  std::vector<Sequence*> live_;  // added, not yet finished (owned by the engine)
-  std::vector<Expect> expect_;   // by id (ids are arrival indices)
-  std::vector<Before> before_;   // by id
-  std::vector<double> first_scheduled_;  // step of the first scheduling, by id
+  std::vector<Sequence*> live_;            // added, not yet finished (owned by the engine)
+  std::vector<Expect> expect_;             // by id (ids are arrival indices)
+  std::vector<Before> before_;             // by id
+  std::vector<double> first_scheduled_;    // step of the first scheduling, by id
   std::int64_t last_first_admitted_ = -1;  // arrival_order of the latest first admission
   int arrived_ = 0;
   std::int64_t step_cap_ = 0;
@@ -471,7 +487,8 @@ SchedCase random_case(std::uint64_t seed) {
   c.config.max_model_len = kMaxModelLen;
   c.config.max_num_seqs = between(1, 32);
   c.config.enable_chunked_prefill = between(0, 99) < 85;
-  c.config.max_num_batched_tokens = c.config.enable_chunked_prefill ? between(1, 256) : between(kMaxModelLen, 256);
+  c.config.max_num_batched_tokens =
+      c.config.enable_chunked_prefill ? between(1, 256) : between(kMaxModelLen, 256);
   const int sizes[] = {1, 4, 16};
   c.block_size = sizes[between(0, 2)];
   const int per_seq = (kMaxModelLen + c.block_size - 1) / c.block_size;
@@ -507,8 +524,8 @@ TEST(SchedulerProperty, RandomConfigurations) {
     ASSERT_NO_FATAL_FAILURE(run_case(random_case(seed), total));
   EXPECT_GT(total.preemptions, 0) << "the pools never ran short";
   EXPECT_GT(total.hit_tokens, 0) << "no prefix hit in any run";
-  std::cout << "[ stats    ] " << runs << " runs, " << total.steps << " steps, " << total.finished << " sequences, "
-            << total.preemptions << " preemptions, " << total.hit_tokens << " hit tokens\n";
+  std::cout << "[ stats    ] " << runs << " runs, " << total.steps << " steps, " << total.finished
+            << " sequences, " << total.preemptions << " preemptions, " << total.hit_tokens << " hit tokens\n";
 }
 
 // Paged pools of exactly one max_model_len sequence, with and without prefix caching, so that
@@ -532,7 +549,8 @@ TEST(SchedulerProperty, NaiveAllocatorSmallPool) {
     SchedCase c = random_case(seed);
     c.allocator = Allocator::Naive;
     c.prefix_caching = false;
-    c.num_blocks = 2 * ((kMaxModelLen + c.block_size - 1) / c.block_size) + 1;  // two regions and a spare block
+    c.num_blocks =
+        2 * ((kMaxModelLen + c.block_size - 1) / c.block_size) + 1;  // two regions and a spare block
     c.config.max_num_seqs = 8;
     ASSERT_NO_FATAL_FAILURE(run_case(c, total));
   }
@@ -589,14 +607,16 @@ Sequence score_sequence(SeqId id, std::vector<TokenId> tokens, std::vector<int> 
 TEST(SchedulerProperty, ScoreSequenceScoredInsidePrefixHit) {
   std::mt19937_64 rng(1);
   ScriptedExecutor executor(rng);
-  Engine engine("score", SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 64},
+  Engine engine("score",
+                SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 64},
                 std::make_unique<KvCacheManager>(KvCacheConfig{.num_blocks = 8, .block_size = 4}), executor);
   for (SeqId id : {1, 2}) {
     Sequence& s = engine.add(score_sequence(id, {0, 1, 2, 3, 0, 1, 2, 3, 0}, {3, 8}), 0.0);
     for (int step = 0; engine.has_work() && step < 10; ++step) engine.step(0.0);
     ASSERT_TRUE(s.finished());
     EXPECT_EQ(s.scores, (std::vector<float>{3, 8}))
-        << "sequence " << id << " (prefix hit " << s.num_cached_prompt_tokens << " tokens) got " << str(s.scores);
+        << "sequence " << id << " (prefix hit " << s.num_cached_prompt_tokens << " tokens) got "
+        << str(s.scores);
   }
 }
 
@@ -637,7 +657,8 @@ TEST(SchedulerProperty, PreemptedScoreSequenceScoresEachPositionOnce) {
 TEST(SchedulerProperty, ReleaseRightAfterFinishing) {
   std::mt19937_64 rng(1);
   ScriptedExecutor executor(rng);
-  Engine engine("release", SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 64},
+  Engine engine("release",
+                SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 64},
                 std::make_unique<KvCacheManager>(KvCacheConfig{.num_blocks = 8, .block_size = 4}), executor);
   for (SeqId id : {1, 2}) {
     Sequence s;

@@ -9,7 +9,8 @@
 namespace duet {
 namespace {
 
-std::unique_ptr<BuiltEngine> sim(const GpuSpec& gpu, const EngineConfig& c, const EngineMemory& m, std::uint32_t id) {
+std::unique_ptr<BuiltEngine> sim(const GpuSpec& gpu, const EngineConfig& c, const EngineMemory& m,
+                                 std::uint32_t id) {
   BackendOptions b;
   b.cost_model = "roofline";
   return make_engine(b, gpu, c, m, id);

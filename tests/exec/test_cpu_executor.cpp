@@ -5,8 +5,8 @@
 //
 // Tolerance: |logit - reference| <= 1e-4 * max(1, max |reference logit| of the row). The float32
 // executor differs from the double reference by rounding only (observed ~1e-6 on this model).
-#include "tests/support/test_support.hpp"
 #include "exec/cpu_executor.hpp"
+#include "tests/support/test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -76,9 +76,9 @@ LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
   w.spec = m;
   w.embed_tokens = random_tensor({m.vocab_size, h}, -1.0, 1.0, u);
   for (int l = 0; l < m.num_layers; ++l)
-    w.layers.push_back({norm_weight(h, u), linear(q, h, u), linear(kv, h, u), linear(kv, h, u), linear(h, q, u),
-                        norm_weight(h, u), linear(m.intermediate_size, h, u), linear(m.intermediate_size, h, u),
-                        linear(h, m.intermediate_size, u)});
+    w.layers.push_back({norm_weight(h, u), linear(q, h, u), linear(kv, h, u), linear(kv, h, u),
+                        linear(h, q, u), norm_weight(h, u), linear(m.intermediate_size, h, u),
+                        linear(m.intermediate_size, h, u), linear(h, m.intermediate_size, u)});
   w.final_norm = norm_weight(h, u);
   w.lm_head = linear(m.vocab_size, h, u);
   return w;
@@ -118,7 +118,8 @@ Eigen::MatrixXd ref_attention(const Eigen::MatrixXd& q, const Eigen::MatrixXd& k
     for (int h = 0; h < m.num_heads; ++h) {
       const int c = (h / group) * d;
       Eigen::VectorXd s(t + 1);
-      for (Eigen::Index j = 0; j <= t; ++j) s(j) = q.row(t).segment(h * d, d).dot(k.row(j).segment(c, d)) / std::sqrt(double(d));
+      for (Eigen::Index j = 0; j <= t; ++j)
+        s(j) = q.row(t).segment(h * d, d).dot(k.row(j).segment(c, d)) / std::sqrt(double(d));
       s = (s.array() - s.maxCoeff()).exp();
       s /= s.sum();
       for (Eigen::Index j = 0; j <= t; ++j) out.row(t).segment(h * d, d) += s(j) * v.row(j).segment(c, d);
@@ -175,7 +176,8 @@ struct Rig {
         const ItemLogits& l = exec.last_logits().at(i);
         for (std::size_t k = 0; k < l.positions.size(); ++k) {
           const auto row = l.logits.row(Eigen::Index(k));
-          rows.push_back({o.batch.items[i].seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
+          rows.push_back(
+              {o.batch.items[i].seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
         }
       }
       mixed_steps += decode && prefill;
@@ -191,10 +193,12 @@ struct Rig {
     std::set<BlockId> written;
     for (const BatchItem& it : batch.items)
       for (int p = it.context_len; p < it.context_len + it.num_new_tokens; p += kBlockSize)
-        if (std::size_t(p / kBlockSize) < it.seq->kv.blocks.size()) written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
+        if (std::size_t(p / kBlockSize) < it.seq->kv.blocks.size())
+          written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
     int hits = 0;
     for (const BatchItem& it : batch.items)
-      for (int b = 0; b < it.context_len / kBlockSize; ++b) hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
+      for (int b = 0; b < it.context_len / kBlockSize; ++b)
+        hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
     return hits;
   }
 
@@ -225,7 +229,9 @@ std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab = 256) {
 using test_support::concat;
 using test_support::sampling;
 
-std::vector<TokenId> outputs(const Sequence& s) { return {s.tokens.begin() + s.num_prompt_tokens, s.tokens.end()}; }
+std::vector<TokenId> outputs(const Sequence& s) {
+  return {s.tokens.begin() + s.num_prompt_tokens, s.tokens.end()};
+}
 
 // Every recorded row equals the full recompute of its sequence (its final tokens: a causal model's
 // logits at position p depend on tokens 0..p only). Returns the reference per sequence.
@@ -241,9 +247,11 @@ std::map<SeqId, Eigen::MatrixXd> expect_rows_match_reference(Rig& rig) {
     }
     const Eigen::RowVectorXd want = ref[r.id].row(r.position);
     const double scale = std::max(1.0, want.cwiseAbs().maxCoeff());
-    const double err = (Eigen::Map<const Eigen::RowVectorXf>(r.logits.data(), Eigen::Index(r.logits.size())).cast<double>() - want)
-                           .cwiseAbs()
-                           .maxCoeff();
+    const double err =
+        (Eigen::Map<const Eigen::RowVectorXf>(r.logits.data(), Eigen::Index(r.logits.size())).cast<double>() -
+         want)
+            .cwiseAbs()
+            .maxCoeff();
     worst = std::max(worst, err / scale);
     EXPECT_LE(err, kRelTol * scale) << "sequence " << r.id << " position " << r.position;
   }
@@ -287,12 +295,15 @@ void check_shared_prefix_generation(const ModelSpec& spec) {
 
   // The sampled sequence does not depend on its batch: alone, it draws the same tokens.
   Rig alone(spec, 64, 64);
-  Sequence& b2 = alone.add(2, std::vector<TokenId>(b.tokens.begin(), b.tokens.begin() + b.num_prompt_tokens), 6, b.sampling);
+  Sequence& b2 = alone.add(2, std::vector<TokenId>(b.tokens.begin(), b.tokens.begin() + b.num_prompt_tokens),
+                           6, b.sampling);
   alone.run();
   EXPECT_EQ(outputs(b2), outputs(b));
 }
 
-TEST(CpuExecutor, ChunkedPrefixCachedGenerationMatchesFullRecompute) { check_shared_prefix_generation(tiny_spec()); }
+TEST(CpuExecutor, ChunkedPrefixCachedGenerationMatchesFullRecompute) {
+  check_shared_prefix_generation(tiny_spec());
+}
 
 TEST(CpuExecutor, Llama3RopeScalingMatchesFullRecompute) { check_shared_prefix_generation(tiny_spec(true)); }
 
@@ -322,8 +333,9 @@ TEST(CpuExecutor, ForkedBeamsMatchIndependentSequences) {
     if (beam.sampling.temperature == 0.0f) expect_greedy(beam, ref[id]);
     // The same tokens as the beam's whole prompt served on its own, from an empty cache.
     Rig alone(tiny_spec(), 64, 64);
-    const Sequence& s = alone.add(id, std::vector<TokenId>(beam.tokens.begin(), beam.tokens.begin() + beam.num_prompt_tokens),
-                                  4, beam.sampling);
+    const Sequence& s =
+        alone.add(id, std::vector<TokenId>(beam.tokens.begin(), beam.tokens.begin() + beam.num_prompt_tokens),
+                  4, beam.sampling);
     alone.run();
     EXPECT_EQ(outputs(s), outputs(beam)) << "beam " << id;
   }
@@ -402,7 +414,8 @@ TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
   const std::vector<TokenId> solution = random_tokens(20, 5);
   Sequence& a = score_request(1, solution, {5, 11, 19});
   // Shares the first 14 tokens: a prefix hit up to its first score position.
-  Sequence& b = score_request(2, concat({solution.begin(), solution.begin() + 14}, random_tokens(6, 6)), {13, 17, 19});
+  Sequence& b =
+      score_request(2, concat({solution.begin(), solution.begin() + 14}, random_tokens(6, 6)), {13, 17, 19});
   rig.run();
   EXPECT_GT(b.num_cached_prompt_tokens, 0);
   auto ref = expect_rows_match_reference(rig);
@@ -471,7 +484,8 @@ TEST(CpuExecutor, CopiesRunBeforeTheForwardPassInEveryLayer) {
   for (int layer = 0; layer < L.num_layers; ++layer)
     for (int kv = 0; kv < 2; ++kv)
       for (std::int64_t e = 0; e < L.block_elems(); ++e)
-        ASSERT_EQ(pool[std::size_t(L.offset(layer, kv, 5, 0, 0) + e)], pool[std::size_t(L.offset(layer, kv, 2, 0, 0) + e)]);
+        ASSERT_EQ(pool[std::size_t(L.offset(layer, kv, 5, 0, 0) + e)],
+                  pool[std::size_t(L.offset(layer, kv, 2, 0, 0) + e)]);
 }
 
 TEST(CpuExecutor, RejectsBadWeightsAndOptions) {

@@ -143,8 +143,10 @@ TEST(CpuOps, KvWriteAndBlockCopyFollowTheLayout) {
   for (int layer = 0; layer < 2; ++layer)
     for (int kv = 0; kv < 2; ++kv)
       for (std::int64_t e = 0; e < L.block_elems(); ++e) {
-        EXPECT_EQ(pool[std::size_t(L.offset(layer, kv, 0, 0, 0) + e)], pool[std::size_t(L.offset(layer, kv, 6, 0, 0) + e)]);
-        EXPECT_EQ(pool[std::size_t(L.offset(layer, kv, 1, 0, 0) + e)], pool[std::size_t(L.offset(layer, kv, 3, 0, 0) + e)]);
+        EXPECT_EQ(pool[std::size_t(L.offset(layer, kv, 0, 0, 0) + e)],
+                  pool[std::size_t(L.offset(layer, kv, 6, 0, 0) + e)]);
+        EXPECT_EQ(pool[std::size_t(L.offset(layer, kv, 1, 0, 0) + e)],
+                  pool[std::size_t(L.offset(layer, kv, 3, 0, 0) + e)]);
       }
   EXPECT_THROW(kv_write(pool, L, 0, table, 8, k, v), std::out_of_range) << "past the block table";
 }
@@ -161,7 +163,8 @@ void check_attention_against_naive_loop(int num_heads, int num_kv_heads) {
   const std::vector<float> values = uniform(std::size_t(nk * num_kv_heads * d), 11);
   const std::size_t width = std::size_t(num_kv_heads * d);
   for (int p = 0; p < nk; ++p)
-    kv_write(pool, L, 1, table, p, std::span(keys).subspan(p * width, width), std::span(values).subspan(p * width, width));
+    kv_write(pool, L, 1, table, p, std::span(keys).subspan(p * width, width),
+             std::span(values).subspan(p * width, width));
   const std::vector<float> qv = uniform(std::size_t(nq * num_heads * d), 12, -2.0f, 2.0f);
   const MatrixRM q = Eigen::Map<const MatrixRM>(qv.data(), nq, num_heads * d);
 
@@ -203,7 +206,8 @@ TEST(CpuOps, TopPWithATinyPIsGreedy) {
     for (int i = 0; i < 20; ++i)
       ASSERT_EQ(sample_top_p(logits, 0.7f, 1e-6f, sample_uniform(seed, std::uint64_t(i))), 17);
   }
-  EXPECT_EQ(sample_token(std::vector<float>{1, 5, 2}, SamplingParams{}, 3), 1) << "temperature 0 (the default): greedy";
+  EXPECT_EQ(sample_token(std::vector<float>{1, 5, 2}, SamplingParams{}, 3), 1)
+      << "temperature 0 (the default): greedy";
 }
 
 TEST(CpuOps, SamplingIsDeterministicPerSeedAndOutputIndex) {

@@ -60,7 +60,8 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
   b.name = "cpu";
   b.source_dir = DUET_SOURCE_DIR;
   std::size_t calls = 0;
-  const ProfileResult r = run_profile(b, gpu_by_name("h100"), c, small_limits(), [&](std::size_t, std::size_t) { ++calls; });
+  const ProfileResult r =
+      run_profile(b, gpu_by_name("h100"), c, small_limits(), [&](std::size_t, std::size_t) { ++calls; });
   EXPECT_EQ(calls, r.points.size());
   EXPECT_EQ(r.points.size(), profile_grid(small_limits()).size());
   for (const MeasuredPoint& m : r.points) {

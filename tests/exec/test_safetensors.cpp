@@ -20,15 +20,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "exec/safetensors.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
 
-using test_support::error_of;
 using test_support::contains;
+using test_support::error_of;
 using test_support::TempDir;
 
 namespace fs = std::filesystem;
@@ -108,13 +108,16 @@ TEST(Safetensors, WrittenFileLoadsBackBitExactForEveryDtype) {
   EXPECT_EQ(b->shape, (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(view_bytes(*b), bf16);
   const std::vector<float> b_floats = to_float_vector(*b);
-  for (std::size_t i = 0; i < bf16_values.size(); ++i) EXPECT_EQ(float_bits(b_floats[i]), float_bits(bf16_values[i]));
+  for (std::size_t i = 0; i < bf16_values.size(); ++i)
+    EXPECT_EQ(float_bits(b_floats[i]), float_bits(bf16_values[i]));
   EXPECT_EQ(view_bytes(*file.find("h")), f16);
-  EXPECT_EQ(to_float_vector(*file.find("h")), (std::vector<float>{1.0f, -2.0f, 0x1p-24f, 65504.0f,
-                                                                   std::numeric_limits<float>::infinity(), -0.0f}));
+  EXPECT_EQ(
+      to_float_vector(*file.find("h")),
+      (std::vector<float>{1.0f, -2.0f, 0x1p-24f, 65504.0f, std::numeric_limits<float>::infinity(), -0.0f}));
   EXPECT_EQ(view_bytes(*file.find("f")), f32);
   const std::vector<float> f_floats = to_float_vector(*file.find("f"));
-  for (std::size_t i = 0; i < f32_values.size(); ++i) EXPECT_EQ(float_bits(f_floats[i]), float_bits(f32_values[i]));
+  for (std::size_t i = 0; i < f32_values.size(); ++i)
+    EXPECT_EQ(float_bits(f_floats[i]), float_bits(f32_values[i]));
   EXPECT_EQ(file.find("scalar")->numel(), 1);
   EXPECT_EQ(to_float_vector(*file.find("scalar")), std::vector<float>{1.0f});
   EXPECT_EQ(file.find("empty")->numel(), 0);
@@ -160,9 +163,9 @@ TEST(Safetensors, ViewsSurviveMovingTheFile) {
 
 TEST(Safetensors, Bf16RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3f80);               // tie, 0x3f80 is even
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82);     // tie, 0x3f81 is odd
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);    // just above the tie
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3f80);             // tie, 0x3f80 is even
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82);   // tie, 0x3f81 is odd
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // just above the tie
   EXPECT_EQ(float_to_bf16(-(1.0f + 0x1p-8f + 0x1p-20f)), 0xbf81);
   EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
   EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
@@ -176,10 +179,8 @@ TEST(Safetensors, Bf16RoundsToNearestEven) {
 TEST(Safetensors, Bf16EveryValueRoundTrips) {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
     const float f = bf16_to_float(std::uint16_t(b));
-    if (std::isnan(f))
-      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f)))) << b;
-    else
-      ASSERT_EQ(float_to_bf16(f), b) << b;
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f)))) << b;
+    else ASSERT_EQ(float_to_bf16(f), b) << b;
   }
 }
 
@@ -188,7 +189,8 @@ std::uint16_t reference_bf16(float x) {
   const std::uint32_t bits = float_bits(x);
   const std::uint16_t down = std::uint16_t(bits >> 16);  // toward zero
   const double lo = std::fabs(double(bf16_to_float(down)));
-  const double hi = (down & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128) : std::fabs(double(bf16_to_float(down + 1)));
+  const double hi =
+      (down & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128) : std::fabs(double(bf16_to_float(down + 1)));
   const double ax = std::fabs(double(x));
   if (ax - lo < hi - ax || (ax - lo == hi - ax && (down & 1) == 0)) return down;
   return std::uint16_t(down + 1);
@@ -223,7 +225,7 @@ TEST(Safetensors, F16SpecialValues) {
   EXPECT_EQ(float_to_f16(65519.0f), 0x7bff);
   EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);  // the tie with 65536 goes to inf (even)
   EXPECT_EQ(float_to_f16(1e10f), 0x7c00);
-  EXPECT_EQ(float_to_f16(0x1p-25f), 0x0000);   // tie between 0 and the smallest subnormal
+  EXPECT_EQ(float_to_f16(0x1p-25f), 0x0000);    // tie between 0 and the smallest subnormal
   EXPECT_EQ(float_to_f16(0x1.8p-24f), 0x0002);  // tie between 1 and 2 units: even
   EXPECT_EQ(float_to_f16(0x1.0p-25f + 0x1p-40f), 0x0001);
   EXPECT_EQ(float_to_f16(0x1.ffcp-15f), 0x0400);  // tie above the largest subnormal carries
@@ -235,10 +237,8 @@ TEST(Safetensors, F16SpecialValues) {
 TEST(Safetensors, F16EveryValueRoundTrips) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     const float f = f16_to_float(std::uint16_t(h));
-    if (std::isnan(f))
-      EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(f)))) << h;
-    else
-      ASSERT_EQ(float_to_f16(f), h) << h;
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(f)))) << h;
+    else ASSERT_EQ(float_to_f16(f), h) << h;
   }
 }
 
@@ -286,7 +286,9 @@ std::string open_error(const TempDir& dir, const std::string& header, const std:
   return message;
 }
 
-std::string entry(const std::string& name, const std::string& body) { return "{\"" + name + "\": {" + body + "}}"; }
+std::string entry(const std::string& name, const std::string& body) {
+  return "{\"" + name + "\": {" + body + "}}";
+}
 
 TEST(Safetensors, RejectsBadFramingWithTheFileName) {
   TempDir dir;
@@ -297,7 +299,8 @@ TEST(Safetensors, RejectsBadFramingWithTheFileName) {
   EXPECT_TRUE(contains(error_of([&] { SafetensorsFile::open((dir / "empty.safetensors").string()); }),
                        "0 bytes is too short"));
   EXPECT_TRUE(contains(open_error(dir, "{}", {}, 1), "not valid JSON"));
-  EXPECT_TRUE(contains(open_error(dir, "{}", {}, 1000), "header length 1000 runs past the end of the file (10 bytes)"));
+  EXPECT_TRUE(contains(open_error(dir, "{}", {}, 1000),
+                       "header length 1000 runs past the end of the file (10 bytes)"));
   EXPECT_TRUE(contains(open_error(dir, "{}", {}, 200'000'000), "beyond the 100 MB limit"));
   EXPECT_TRUE(contains(open_error(dir, "{}", {}, ~std::uint64_t(0)), "beyond the 100 MB limit"));
   EXPECT_TRUE(contains(open_error(dir, "{\"a\": "), "not valid JSON"));
@@ -319,20 +322,28 @@ TEST(Safetensors, RejectsBadEntriesNamingTheTensor) {
   EXPECT_TRUE(contains(err(R"("shape": [2], "data_offsets": [0, 8])"), t + "missing \"dtype\""));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "data_offsets": [0, 8])"), t + "missing \"shape\""));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2])"), t + "missing \"data_offsets\""));
-  EXPECT_TRUE(contains(err(R"("dtype": 4, "shape": [2], "data_offsets": [0, 8])"), "\"dtype\" must be a string"));
-  EXPECT_TRUE(contains(err(R"("dtype": "I64", "shape": [1], "data_offsets": [0, 8])"), t + "unsupported dtype 'I64'"));
-  EXPECT_TRUE(contains(err(R"("dtype": "bf16", "shape": [4], "data_offsets": [0, 8])"), "unsupported dtype 'bf16'"));
-  EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": 2, "data_offsets": [0, 8])"), "\"shape\" must be an array"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": 4, "shape": [2], "data_offsets": [0, 8])"), "\"dtype\" must be a string"));
+  EXPECT_TRUE(contains(err(R"("dtype": "I64", "shape": [1], "data_offsets": [0, 8])"),
+                       t + "unsupported dtype 'I64'"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "bf16", "shape": [4], "data_offsets": [0, 8])"), "unsupported dtype 'bf16'"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "F32", "shape": 2, "data_offsets": [0, 8])"), "\"shape\" must be an array"));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [-2], "data_offsets": [0, 8])"),
                        t + "shape dimension must not be negative, got -2"));
-  EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2.0], "data_offsets": [0, 8])"), "must be an integer"));
-  EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": ["2"], "data_offsets": [0, 8])"), "must be an integer"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "F32", "shape": [2.0], "data_offsets": [0, 8])"), "must be an integer"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "F32", "shape": ["2"], "data_offsets": [0, 8])"), "must be an integer"));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 8])"),
                        "shape dimension 18446744073709551615 is too large"));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": [0])"),
                        "\"data_offsets\" must be an array [begin, end]"));
-  EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": {"a": 1})"), "\"data_offsets\" must"));
-  EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": [0, -8])"), "must not be negative"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": {"a": 1})"), "\"data_offsets\" must"));
+  EXPECT_TRUE(
+      contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": [0, -8])"), "must not be negative"));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": [8, 0])"),
                        t + "data_offsets [8, 0] begin after end"));
   EXPECT_TRUE(contains(err(R"("dtype": "F32", "shape": [2], "data_offsets": [12, 20])"),
@@ -347,11 +358,13 @@ TEST(Safetensors, RejectsBadEntriesNamingTheTensor) {
 
 TEST(Safetensors, SizeMismatchMessageNamesFileTensorOffsetsAndShape) {
   TempDir dir;
-  const std::string header = entry("model.norm.weight", R"("dtype": "BF16", "shape": [2048], "data_offsets": [0, 10])");
+  const std::string header =
+      entry("model.norm.weight", R"("dtype": "BF16", "shape": [2048], "data_offsets": [0, 10])");
   const std::string message = open_error(dir, header, std::vector<std::byte>(10));
-  EXPECT_EQ(message, (dir / "bad.safetensors").string() +
-                         ": tensor 'model.norm.weight': data_offsets [0, 10] hold 10 bytes, shape [2048] of BF16 "
-                         "needs 4096");
+  EXPECT_EQ(message,
+            (dir / "bad.safetensors").string() +
+                ": tensor 'model.norm.weight': data_offsets [0, 10] hold 10 bytes, shape [2048] of BF16 "
+                "needs 4096");
 }
 
 TEST(Safetensors, RejectsOverlapsDuplicatesAndBadMetadata) {
@@ -371,10 +384,11 @@ TEST(Safetensors, RejectsOverlapsDuplicatesAndBadMetadata) {
                        "\"__metadata__\" value of 'format' must be a string"));
   EXPECT_TRUE(contains(open_error(dir, R"({"__metadata__": [1]})"), "\"__metadata__\" must be an object"));
   // Zero-size tensors overlap nothing, adjacent tensors are fine, holes and trailing bytes too.
-  write_bytes(dir / "ok.safetensors", raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+  write_bytes(dir / "ok.safetensors",
+              raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                                                    "z": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
                                                    "b": {"dtype": "F16", "shape": [2], "data_offsets": [10, 14]}})",
-                                               data));
+                       data));
   EXPECT_EQ(SafetensorsFile::open((dir / "ok.safetensors").string()).size(), 3u);
 }
 
@@ -382,13 +396,22 @@ TEST(Safetensors, WriterRejectsBadInput) {
   TempDir dir;
   const std::string path = (dir / "w.safetensors").string();
   const auto bytes = floats_to_bytes(std::vector<float>{1, 2}, DType::F32);
-  EXPECT_TRUE(contains(error_of([&] { write_safetensors(path, {{"a", DType::F32, {3}, bytes}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         write_safetensors(path, {{"a", DType::F32, {3}, bytes}});
+                       }),
                        "tensor 'a': 8 bytes given, shape [3] of F32 needs 12"));
-  EXPECT_TRUE(contains(error_of([&] { write_safetensors(path, {{"a", DType::F32, {2}, bytes}, {"a", DType::F32, {2}, bytes}}); }),
-                       "tensor 'a': written twice"));
-  EXPECT_TRUE(contains(error_of([&] { write_safetensors(path, {{"__metadata__", DType::F32, {2}, bytes}}); }),
+  EXPECT_TRUE(
+      contains(error_of([&] {
+                 write_safetensors(path, {{"a", DType::F32, {2}, bytes}, {"a", DType::F32, {2}, bytes}});
+               }),
+               "tensor 'a': written twice"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         write_safetensors(path, {{"__metadata__", DType::F32, {2}, bytes}});
+                       }),
                        "reserved"));
-  EXPECT_TRUE(contains(error_of([&] { write_safetensors(path, {{"a", DType::F32, {-2}, bytes}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         write_safetensors(path, {{"a", DType::F32, {-2}, bytes}});
+                       }),
                        "negative dimension"));
   EXPECT_TRUE(contains(error_of([&] { write_safetensors((dir / "no/such/dir/x").string(), {}); }),
                        "cannot open for writing"));
@@ -406,7 +429,8 @@ struct ShardFixture {
       buffers.push_back(floats_to_bytes(v, i % 2 ? DType::BF16 : DType::F32));
     }
     for (int i = 0; i < 6; ++i)
-      tensors.push_back({"t" + std::to_string(i), i % 2 ? DType::BF16 : DType::F32, {4, 4}, buffers[std::size_t(i)]});
+      tensors.push_back(
+          {"t" + std::to_string(i), i % 2 ? DType::BF16 : DType::F32, {4, 4}, buffers[std::size_t(i)]});
   }
 };
 
@@ -417,7 +441,8 @@ TEST(Safetensors, ShardedIndexRoundTrip) {
   const auto shards = write_safetensors_sharded((dir / "ckpt").string(), fx.tensors, 100, {{"format", "pt"}});
   ASSERT_EQ(shards.size(), 3u);
   EXPECT_EQ(fs::path(shards[1]).filename(), "model-00002-of-00003.safetensors");
-  for (const std::string& path : {(dir / "ckpt").string(), (dir / "ckpt/model.safetensors.index.json").string()}) {
+  for (const std::string& path :
+       {(dir / "ckpt").string(), (dir / "ckpt/model.safetensors.index.json").string()}) {
     const Checkpoint ckpt = Checkpoint::open(path);
     EXPECT_EQ(ckpt.files().size(), 3u);
     EXPECT_EQ(ckpt.names(), (std::vector<std::string>{"t0", "t1", "t2", "t3", "t4", "t5"}));
@@ -449,11 +474,13 @@ TEST(Safetensors, CheckpointOpensSingleFilesAndDirectories) {
     EXPECT_EQ(ckpt.names().size(), 6u);
     EXPECT_EQ(view_bytes(*ckpt.find("t5")), fx.buffers[5]);
   }
-  EXPECT_EQ(Checkpoint::open((dir / "single").string()).describe(), (dir / "single/model.safetensors").string());
+  EXPECT_EQ(Checkpoint::open((dir / "single").string()).describe(),
+            (dir / "single/model.safetensors").string());
   fs::create_directories(dir / "void");
   EXPECT_TRUE(contains(error_of([&] { Checkpoint::open((dir / "void").string()); }),
                        "neither model.safetensors.index.json nor model.safetensors"));
-  EXPECT_TRUE(contains(error_of([&] { Checkpoint::open((dir / "nothing").string()); }), "no such checkpoint"));
+  EXPECT_TRUE(
+      contains(error_of([&] { Checkpoint::open((dir / "nothing").string()); }), "no such checkpoint"));
 }
 
 TEST(Safetensors, CheckpointIndexErrorsNameIndexAndShard) {
@@ -467,8 +494,10 @@ TEST(Safetensors, CheckpointIndexErrorsNameIndexAndShard) {
 
   fs::rename(shards[1], shards[1] + ".moved");
   std::string message = error_of([&] { Checkpoint::open(ckpt); });
-  EXPECT_TRUE(contains(message, index + ": shard 'model-00002-of-00003.safetensors' (listed for tensor 't2') is "
-                                        "missing: no file " + shards[1]))
+  EXPECT_TRUE(contains(message, index +
+                                    ": shard 'model-00002-of-00003.safetensors' (listed for tensor 't2') is "
+                                    "missing: no file " +
+                                    shards[1]))
       << message;
   fs::rename(shards[1] + ".moved", shards[1]);
 
@@ -476,8 +505,10 @@ TEST(Safetensors, CheckpointIndexErrorsNameIndexAndShard) {
   lacking["weight_map"]["t9"] = "model-00003-of-00003.safetensors";
   write_index(lacking);
   message = error_of([&] { Checkpoint::open(ckpt); });
-  EXPECT_TRUE(contains(message, index + ": tensor 't9' is mapped to shard 'model-00003-of-00003.safetensors', "
-                                        "which lacks it (" + shards[2] + ")"))
+  EXPECT_TRUE(contains(message, index +
+                                    ": tensor 't9' is mapped to shard 'model-00003-of-00003.safetensors', "
+                                    "which lacks it (" +
+                                    shards[2] + ")"))
       << message;
 
   // A shard that also holds a tensor the index places elsewhere.
@@ -493,7 +524,8 @@ TEST(Safetensors, CheckpointIndexErrorsNameIndexAndShard) {
   write_index(json{{"metadata", json::object()}});
   EXPECT_TRUE(contains(error_of([&] { Checkpoint::open(ckpt); }), index + ": missing object \"weight_map\""));
   write_index(json{{"weight_map", {{"t0", 5}}}});
-  EXPECT_TRUE(contains(error_of([&] { Checkpoint::open(ckpt); }), "entry for tensor 't0' must be a shard file name"));
+  EXPECT_TRUE(
+      contains(error_of([&] { Checkpoint::open(ckpt); }), "entry for tensor 't0' must be a shard file name"));
   std::ofstream(index) << "{not json";
   EXPECT_TRUE(contains(error_of([&] { Checkpoint::open(ckpt); }), index + ": not valid JSON"));
 }
@@ -548,7 +580,10 @@ bool opens(const TempDir& dir, const std::vector<std::byte>& bytes) {
   const bool opened = opens(path);
   fs::remove(path);
   // A copy whose capacity is its size, so that ASan flags even a one-byte overread.
-  EXPECT_EQ(opens_with([&] { return SafetensorsFile::from_bytes("memory", {bytes.begin(), bytes.end()}); }), opened);
+  EXPECT_EQ(opens_with([&] {
+              return SafetensorsFile::from_bytes("memory", {bytes.begin(), bytes.end()});
+            }),
+            opened);
   return opened;
 }
 
@@ -604,31 +639,62 @@ TEST(Safetensors, FuzzFlippedHeaderBytes) {
   EXPECT_LT(opened, 2000);
 }
 
-const std::vector<std::string> kTokens = {
-    "{", "}", "[", "]", ":", ",", "\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
-    "\"BF16\"", "\"F16\"", "\"F32\"", "\"w\"", "0", "1", "8", "-1", "18446744073709551616", "1e308", "2.5",
-    "true", "null", " ", "\\u0000", "\\", "\"\\ud800\"", "\xff", "\xc3\xa9", "\n"};
+const std::vector<std::string> kTokens = {"{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ":",
+                                          ",",
+                                          "\"",
+                                          "\"dtype\"",
+                                          "\"shape\"",
+                                          "\"data_offsets\"",
+                                          "\"__metadata__\"",
+                                          "\"BF16\"",
+                                          "\"F16\"",
+                                          "\"F32\"",
+                                          "\"w\"",
+                                          "0",
+                                          "1",
+                                          "8",
+                                          "-1",
+                                          "18446744073709551616",
+                                          "1e308",
+                                          "2.5",
+                                          "true",
+                                          "null",
+                                          " ",
+                                          "\\u0000",
+                                          "\\",
+                                          "\"\\ud800\"",
+                                          "\xff",
+                                          "\xc3\xa9",
+                                          "\n"};
 
 std::string random_garbage(std::mt19937_64& rng) {
   std::string s;
   const int n = int(rng() % 60);
   for (int i = 0; i < n; ++i) {
-    if (rng() % 8 == 0)
-      s += char(rng() % 256);
-    else
-      s += kTokens[rng() % kTokens.size()];
+    if (rng() % 8 == 0) s += char(rng() % 256);
+    else s += kTokens[rng() % kTokens.size()];
   }
   return s;
 }
 
 json random_value(std::mt19937_64& rng, int depth) {
   switch (rng() % (depth > 2 ? 6 : 8)) {
-    case 0: return nullptr;
-    case 1: return rng() % 2 == 0;
-    case 2: return std::int64_t(rng() % 41) - 20;
-    case 3: return rng();  // often beyond int64
-    case 4: return double(rng() % 1000) / 7.0;
-    case 5: return std::string(1 + rng() % 4, char('a' + rng() % 26));
+    case 0:
+      return nullptr;
+    case 1:
+      return rng() % 2 == 0;
+    case 2:
+      return std::int64_t(rng() % 41) - 20;
+    case 3:
+      return rng();  // often beyond int64
+    case 4:
+      return double(rng() % 1000) / 7.0;
+    case 5:
+      return std::string(1 + rng() % 4, char('a' + rng() % 26));
     case 6: {
       json a = json::array();
       for (int i = int(rng() % 4); i > 0; --i) a.push_back(random_value(rng, depth + 1));
@@ -636,7 +702,8 @@ json random_value(std::mt19937_64& rng, int depth) {
     }
     default: {
       json o = json::object();
-      for (int i = int(rng() % 3); i > 0; --i) o[std::string(1, char('a' + rng() % 4))] = random_value(rng, depth + 1);
+      for (int i = int(rng() % 3); i > 0; --i)
+        o[std::string(1, char('a' + rng() % 4))] = random_value(rng, depth + 1);
       return o;
     }
   }

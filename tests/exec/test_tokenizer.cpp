@@ -120,8 +120,12 @@ TEST_F(TokenizerTest, RoundTripsWhitespaceAndUnseenCharacters) {
 }
 
 TEST_F(TokenizerTest, InvalidUtf8EncodesAsReplacementCharacter) {
-  const std::vector<TokenId> ids = tok().encode("a\xff" "b");
-  EXPECT_EQ(tok().decode(ids), "a\xef\xbf\xbd" "b");
+  const std::vector<TokenId> ids = tok().encode(
+      "a\xff"
+      "b");
+  EXPECT_EQ(tok().decode(ids),
+            "a\xef\xbf\xbd"
+            "b");
 }
 
 TEST_F(TokenizerTest, StepSeparatorIsOneToken) {

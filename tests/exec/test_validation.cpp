@@ -64,7 +64,8 @@ TEST(Validation, ErrorsAreComputedAsHandWorkedValues) {
   EXPECT_NEAR(c.step_error_p90, 0.5, 1e-12);
   EXPECT_NEAR(c.step_error_max_abs, 0.5, 1e-12);
 
-  const ValidationPoint slow = compare_runs("slow", "problems/s", 12, outcome({1, 2, 3}, 6), outcome({1, 2, 3}, 8), true);
+  const ValidationPoint slow =
+      compare_runs("slow", "problems/s", 12, outcome({1, 2, 3}, 6), outcome({1, 2, 3}, 8), true);
   EXPECT_NEAR(slow.throughput_error, 8.0 / 6.0 - 1.0, 1e-12) << "predicted 2/s, measured 1.5/s";
   EXPECT_DOUBLE_EQ(relative_error(0, 0), 0.0);
   EXPECT_DOUBLE_EQ(relative_error(3, 2), 0.5);
@@ -74,11 +75,13 @@ TEST(Validation, DifferentBatchesAreAClearError) {
   ExperimentOutcome a = outcome({1, 2, 3}, 6), b = outcome({1, 2, 3}, 6);
   EXPECT_NO_THROW(check_identical_batches(a.records, b.records));
   b.records[0].steps[1].decode_tokens = 3;
-  EXPECT_TRUE(contains(error_of([&] { check_identical_batches(a.records, b.records); }),
-                       "token streams differ between the simulator and the real engine: engine 'llm' step 2 has "
-                       "decode_tokens 2.000000 predicted, 3.000000 measured"));
+  EXPECT_TRUE(
+      contains(error_of([&] { check_identical_batches(a.records, b.records); }),
+               "token streams differ between the simulator and the real engine: engine 'llm' step 2 has "
+               "decode_tokens 2.000000 predicted, 3.000000 measured"));
   b = outcome({1, 2}, 6);
-  EXPECT_TRUE(contains(error_of([&] { check_identical_batches(a.records, b.records); }), "ran 3 steps predicted, 2 measured"));
+  EXPECT_TRUE(contains(error_of([&] { check_identical_batches(a.records, b.records); }),
+                       "ran 3 steps predicted, 2 measured"));
 }
 
 TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
@@ -91,7 +94,8 @@ TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
     file.close();
   }
   const std::vector<std::string> runs = list_runs(dir.file("v.h5"));
-  EXPECT_EQ(runs, (std::vector<std::string>{"/validate/points/0000/measured", "/validate/points/0000/predicted"}));
+  EXPECT_EQ(runs,
+            (std::vector<std::string>{"/validate/points/0000/measured", "/validate/points/0000/predicted"}));
   EXPECT_EQ(read_run(dir.file("v.h5"), "/validate/points/0000/measured").engines[0].steps.size(), 3u);
   const RunMetadata a = read_attributes(dir.file("v.h5"), "/validate/points/0000");
   auto number = [&](const std::string& key) {

@@ -12,16 +12,16 @@
 #include <utility>
 #include <vector>
 
-#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/weights.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
 
-using test_support::error_of;
 using test_support::contains;
+using test_support::error_of;
 using test_support::TempDir;
 
 namespace fs = std::filesystem;
@@ -143,7 +143,8 @@ TEST(Weights, SaveLoadRoundTripBf16Tied) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(true), 2);
   save_llama_weights(w, dir.file("model.safetensors"), DType::BF16);
-  const LlamaWeights loaded = load_llama_weights(w.spec, dir.path().string());  // the directory's model.safetensors
+  const LlamaWeights loaded =
+      load_llama_weights(w.spec, dir.path().string());  // the directory's model.safetensors
   expect_equal_weights(loaded, rounded_to_bf16(w));
   EXPECT_EQ(loaded.lm_head.data, loaded.embed_tokens.data);
   const SafetensorsFile file = SafetensorsFile::open(dir.file("model.safetensors"));
@@ -198,8 +199,9 @@ TEST(Weights, MissingTensorIsNamedWithTheFile) {
   // In a sharded checkpoint the message names the checkpoint and its index.
   write_safetensors_sharded(dir.file("sharded"), raw.tensors, 64 * 1024);
   EXPECT_TRUE(contains(error_of([&] { load_llama_weights(w.spec, dir.file("sharded")); }),
-                       "missing tensor 'model.layers.1.mlp.up_proj.weight' in checkpoint " + dir.file("sharded") +
-                           " (index " + dir.file("sharded/model.safetensors.index.json") + ")"));
+                       "missing tensor 'model.layers.1.mlp.up_proj.weight' in checkpoint " +
+                           dir.file("sharded") + " (index " +
+                           dir.file("sharded/model.safetensors.index.json") + ")"));
 }
 
 TEST(Weights, WrongShapeNamesTheShardAndBothShapes) {
@@ -212,11 +214,14 @@ TEST(Weights, WrongShapeNamesTheShardAndBothShapes) {
   const std::string shard = ckpt.file_of("model.layers.0.mlp.gate_proj.weight");
   EXPECT_TRUE(contains(shard, "model-0000")) << shard;
   EXPECT_EQ(error_of([&] { load_llama_weights(narrower, dir.file("ckpt")); }),
-            shard + ": tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], model 'tiny' expects [96, 64]");
+            shard +
+                ": tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], model 'tiny' expects "
+                "[96, 64]");
   ModelSpec bigger_vocab = tiny_spec(false);
   bigger_vocab.vocab_size = 300;
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(bigger_vocab, dir.file("ckpt")); }),
-                       "tensor 'model.embed_tokens.weight' has shape [256, 64], model 'tiny' expects [300, 64]"));
+  EXPECT_TRUE(
+      contains(error_of([&] { load_llama_weights(bigger_vocab, dir.file("ckpt")); }),
+               "tensor 'model.embed_tokens.weight' has shape [256, 64], model 'tiny' expects [300, 64]"));
 }
 
 TEST(Weights, MissingShardNamesTheIndexAndTheShard) {
@@ -236,15 +241,16 @@ TEST(Weights, ExtraTensorsAreIgnoredButExtraLayersAreNot) {
   TempDir dir;
   const LlamaWeights w = dummy_llama_weights(tiny_spec(false), 9);
   // Older exports carry RoPE buffers; PRMs may carry a value head.
-  const RawCheckpoint extras = raw_tensors(
-      w, "", {{"model.layers.0.self_attn.rotary_emb.inv_freq", {8}}, {"score.weight", {1, 64}}});
+  const RawCheckpoint extras =
+      raw_tensors(w, "", {{"model.layers.0.self_attn.rotary_emb.inv_freq", {8}}, {"score.weight", {1, 64}}});
   write_safetensors(dir.file("extras.safetensors"), extras.tensors);
   expect_equal_weights(load_llama_weights(w.spec, dir.file("extras.safetensors")), w);
   const RawCheckpoint deeper = raw_tensors(w, "", {{"model.layers.2.input_layernorm.weight", {64}}});
   write_safetensors(dir.file("deeper.safetensors"), deeper.tensors);
   EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir.file("deeper.safetensors")); }),
             dir.file("deeper.safetensors") +
-                ": tensor 'model.layers.2.input_layernorm.weight' belongs to layer 2, but model 'tiny' has 2 layers "
+                ": tensor 'model.layers.2.input_layernorm.weight' belongs to layer 2, but model 'tiny' has 2 "
+                "layers "
                 "(num_hidden_layers)");
 }
 
@@ -253,7 +259,8 @@ TEST(Weights, InvalidSpecOrMissingPathIsAnError) {
   ModelSpec bad = tiny_spec(false);
   bad.num_kv_heads = 3;
   EXPECT_TRUE(contains(error_of([&] { dummy_llama_weights(bad, 0); }), "num_key_value_heads"));
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(tiny_spec(false), dir.file("absent")); }), "absent"));
+  EXPECT_TRUE(
+      contains(error_of([&] { load_llama_weights(tiny_spec(false), dir.file("absent")); }), "absent"));
 }
 
 TEST(Weights, SaveRejectsTensorsThatDoNotMatchTheSpec) {
@@ -292,7 +299,8 @@ TEST(Weights, DummyWeightsHaveTheRealShapesAndSensibleScales) {
       EXPECT_LE(hi, 1.05) << name;
       EXPECT_NEAR(mean, 1.0, 0.01) << name;
     } else {
-      const double a = t->kind == LlamaTensorSpec::Kind::Embedding ? 0.1 : 1.0 / std::sqrt(double(t->shape[1]));
+      const double a =
+          t->kind == LlamaTensorSpec::Kind::Embedding ? 0.1 : 1.0 / std::sqrt(double(t->shape[1]));
       EXPECT_GE(lo, -a) << name;
       EXPECT_LE(hi, a) << name;
       EXPECT_GT(hi - lo, 1.9 * a) << name;  // the whole range is used
@@ -308,7 +316,8 @@ TEST(Weights, DummyWeightsAreDeterministicAndSeedDependent) {
   const LlamaWeights b = dummy_llama_weights(spec, 124);
   const auto ta = all_tensors(a);
   const auto tb = all_tensors(b);
-  for (std::size_t i = 0; i < ta.size(); ++i) EXPECT_NE(ta[i].second->data, tb[i].second->data) << ta[i].first;
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    EXPECT_NE(ta[i].second->data, tb[i].second->data) << ta[i].first;
   // Tensors of the same shape differ too: each has its own stream.
   EXPECT_NE(a.layers[0].gate_proj.data, a.layers[0].up_proj.data);
   EXPECT_NE(a.layers[0].q_proj.data, a.layers[1].q_proj.data);
@@ -321,12 +330,13 @@ TEST(Weights, DummyWeightsAreDeterministicAndSeedDependent) {
 TEST(Weights, DummyWeightsArePinnedAcrossPlatforms) {
   // Values from the raw mt19937_64 stream with exact integer-to-double steps: the same on every
   // platform and compiler. A change here changes every dummy-weight experiment.
-  const LlamaTensorSpec q{"model.layers.0.self_attn.q_proj.weight", {4, 4}, LlamaTensorSpec::Kind::Projection};
+  const LlamaTensorSpec q{
+      "model.layers.0.self_attn.q_proj.weight", {4, 4}, LlamaTensorSpec::Kind::Projection};
   const std::vector<float> got = dummy_tensor(q, 0).data;
-  const std::vector<float> expected = {
-      0x1.bc2626p-3f,  -0x1.37e194p-5f, 0x1.9eeb94p-2f, -0x1.141a94p-3f,  -0x1.ebd2c6p-2f, 0x1.038aa8p-4f,
-      -0x1.c170d4p-2f, 0x1.934b84p-4f,  0x1.b81e6p-2f,  -0x1.565636p-3f,  0x1.1d7692p-4f,  -0x1.b9c646p-5f,
-      0x1.49ea34p-2f,  -0x1.cac306p-10f, -0x1.d3dee4p-3f, -0x1.4c2d52p-2f};
+  const std::vector<float> expected = {0x1.bc2626p-3f,  -0x1.37e194p-5f,  0x1.9eeb94p-2f,  -0x1.141a94p-3f,
+                                       -0x1.ebd2c6p-2f, 0x1.038aa8p-4f,   -0x1.c170d4p-2f, 0x1.934b84p-4f,
+                                       0x1.b81e6p-2f,   -0x1.565636p-3f,  0x1.1d7692p-4f,  -0x1.b9c646p-5f,
+                                       0x1.49ea34p-2f,  -0x1.cac306p-10f, -0x1.d3dee4p-3f, -0x1.4c2d52p-2f};
   EXPECT_EQ(got, expected);
 }
 

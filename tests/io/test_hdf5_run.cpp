@@ -31,15 +31,15 @@ std::uint64_t bits(double x) { return std::bit_cast<std::uint64_t>(x); }
 auto fields(const StepRecord& s) {
   return std::tuple(bits(s.start_s), bits(s.duration_s), bits(s.cpu_s), s.prefill_tokens, s.decode_tokens,
                     s.num_seqs, s.decode_seqs, s.decode_context_tokens, bits(s.prefill_attention_keys),
-                    s.num_running, s.num_waiting, s.kv_blocks_used, s.kv_blocks_free,
-                    s.kv_blocks_cached, s.kv_filled_tokens, s.prefix_query_tokens, s.prefix_hit_tokens,
-                    s.evictions, s.preemptions, s.cow_copies);
+                    s.num_running, s.num_waiting, s.kv_blocks_used, s.kv_blocks_free, s.kv_blocks_cached,
+                    s.kv_filled_tokens, s.prefix_query_tokens, s.prefix_hit_tokens, s.evictions,
+                    s.preemptions, s.cow_copies);
 }
 
 auto fields(const RequestRecord& r) {
   return std::tuple(r.seq_id, r.owner, r.kind, r.finish_reason, bits(r.arrival_s), bits(r.first_scheduled_s),
-                    bits(r.first_token_s), bits(r.finish_s), r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                    r.preemptions);
+                    bits(r.first_token_s), bits(r.finish_s), r.prompt_tokens, r.output_tokens,
+                    r.cached_tokens, r.preemptions);
 }
 
 auto fields(const ProblemRecord& p) {
@@ -51,8 +51,8 @@ auto fields(const Percentiles& p) { return std::tuple(bits(p.mean), bits(p.p50),
 
 auto fields(const EngineSummary& s) {
   return std::tuple(s.name, s.model, s.steps, s.requests, s.prompt_tokens, s.generated_tokens,
-                    bits(s.generated_tokens_per_s), bits(s.requests_per_s), fields(s.ttft_s), fields(s.tpot_s),
-                    fields(s.e2e_s), bits(s.prefix_hit_rate), bits(s.peak_kv_utilisation),
+                    bits(s.generated_tokens_per_s), bits(s.requests_per_s), fields(s.ttft_s),
+                    fields(s.tpot_s), fields(s.e2e_s), bits(s.prefix_hit_rate), bits(s.peak_kv_utilisation),
                     bits(s.mean_kv_utilisation), s.preemptions, s.evictions, s.cow_copies, bits(s.busy_s));
 }
 
@@ -62,7 +62,8 @@ void expect_same_rows(const std::vector<Row>& want, const std::vector<Row>& got)
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(fields(want[i]), fields(got[i])) << "row " << i;
 }
 
-void expect_same_run(const std::vector<EngineRecords>& records, const RunSummary& summary, const RunData& got) {
+void expect_same_run(const std::vector<EngineRecords>& records, const RunSummary& summary,
+                     const RunData& got) {
   ASSERT_EQ(records.size(), got.engines.size());
   for (std::size_t e = 0; e < records.size(); ++e) {
     SCOPED_TRACE(records[e].name);
@@ -91,19 +92,41 @@ EngineRecords synthetic_engine(const std::string& name, std::size_t steps, std::
   auto i64 = [&] { return std::int64_t(rng() >> 24) - (std::int64_t(1) << 39); };
   for (std::size_t i = 0; i < steps; ++i) {
     StepRecord& s = r.steps.emplace_back();
-    s.start_s = real(); s.duration_s = real(); s.cpu_s = real();
-    s.prefill_tokens = i32(); s.decode_tokens = i32(); s.num_seqs = i32(); s.decode_seqs = i32();
-    s.decode_context_tokens = i64(); s.prefill_attention_keys = real();
-    s.num_running = i32(); s.num_waiting = i32();
-    s.kv_blocks_used = i32(); s.kv_blocks_free = i32(); s.kv_blocks_cached = i32();
-    s.kv_filled_tokens = i64(); s.prefix_query_tokens = i64(); s.prefix_hit_tokens = i64();
-    s.evictions = i32(); s.preemptions = i32(); s.cow_copies = i32();
+    s.start_s = real();
+    s.duration_s = real();
+    s.cpu_s = real();
+    s.prefill_tokens = i32();
+    s.decode_tokens = i32();
+    s.num_seqs = i32();
+    s.decode_seqs = i32();
+    s.decode_context_tokens = i64();
+    s.prefill_attention_keys = real();
+    s.num_running = i32();
+    s.num_waiting = i32();
+    s.kv_blocks_used = i32();
+    s.kv_blocks_free = i32();
+    s.kv_blocks_cached = i32();
+    s.kv_filled_tokens = i64();
+    s.prefix_query_tokens = i64();
+    s.prefix_hit_tokens = i64();
+    s.evictions = i32();
+    s.preemptions = i32();
+    s.cow_copies = i32();
   }
   for (std::size_t i = 0; i < requests; ++i) {
     RequestRecord& q = r.requests.emplace_back();
-    q.seq_id = rng(); q.owner = rng(); q.kind = std::uint8_t(rng()); q.finish_reason = std::uint8_t(rng());
-    q.arrival_s = real(); q.first_scheduled_s = real(); q.first_token_s = real(); q.finish_s = real();
-    q.prompt_tokens = i32(); q.output_tokens = i32(); q.cached_tokens = i32(); q.preemptions = i32();
+    q.seq_id = rng();
+    q.owner = rng();
+    q.kind = std::uint8_t(rng());
+    q.finish_reason = std::uint8_t(rng());
+    q.arrival_s = real();
+    q.first_scheduled_s = real();
+    q.first_token_s = real();
+    q.finish_s = real();
+    q.prompt_tokens = i32();
+    q.output_tokens = i32();
+    q.cached_tokens = i32();
+    q.preemptions = i32();
   }
   if (steps > 0) {
     StepRecord& s = r.steps[0];
@@ -179,7 +202,8 @@ TEST_F(Hdf5Run, TwoEnginesRoundTripExactly) {
 }
 
 TEST_F(Hdf5Run, EnginesKeepTheirWrittenOrder) {
-  std::vector<EngineRecords> records = {synthetic_engine("zeta", 3, 3, 1), synthetic_engine("alpha", 3, 3, 2)};
+  std::vector<EngineRecords> records = {synthetic_engine("zeta", 3, 3, 1),
+                                        synthetic_engine("alpha", 3, 3, 2)};
   const RunSummary summary = summary_of(records, 1.0, 1.0);
   RunFileWriter(file("order.h5")).write_run("/", {}, records, summary);
   expect_same_run(records, summary, read_run(file("order.h5")));
@@ -189,9 +213,12 @@ TEST_F(Hdf5Run, MetadataRoundTripsInOrder) {
   const std::string script(100'000, 'x');  // past the 64 KiB object-header limit
   RunMetadata metadata;
   metadata.text = {{"backend", "sim"}, {"model", "Llama-3.2-1B"}, {"lua_script", script},
-                   {"empty", ""}, {"utf8", "Grüße, ∑ ✓"}, {"config_json", R"({"a":[1,2],"b":"c"})"}};
-  metadata.numbers = {{"gpu_memory_utilization", 0.9}, {"max_num_seqs", 256}, {"zero", -0.0},
-                      {"huge", 1e300}, {"nan", std::numeric_limits<double>::quiet_NaN()}};
+                   {"empty", ""},      {"utf8", "Grüße, ∑ ✓"},    {"config_json", R"({"a":[1,2],"b":"c"})"}};
+  metadata.numbers = {{"gpu_memory_utilization", 0.9},
+                      {"max_num_seqs", 256},
+                      {"zero", -0.0},
+                      {"huge", 1e300},
+                      {"nan", std::numeric_limits<double>::quiet_NaN()}};
   const std::vector<EngineRecords> records = {synthetic_engine("llm", 5, 5, 3)};
   RunFileWriter(file("meta.h5")).write_run("/", metadata, records, summary_of(records, 2, 1));
   const RunData run = read_run(file("meta.h5"));
@@ -229,7 +256,8 @@ TEST_F(Hdf5Run, SweepPointsAreSeparateRuns) {
 }
 
 TEST_F(Hdf5Run, EmptyTablesRoundTrip) {
-  const std::vector<EngineRecords> records = {{"llm", "m", 100, 16, {}, {}}, synthetic_engine("prm", 0, 4, 5)};
+  const std::vector<EngineRecords> records = {{"llm", "m", 100, 16, {}, {}},
+                                              synthetic_engine("prm", 0, 4, 5)};
   const RunSummary summary = summary_of(records, 0, 0);
   RunFileWriter(file("empty.h5")).write_run("/", {}, records, summary);
   expect_same_run(records, summary, read_run(file("empty.h5")));
@@ -292,7 +320,7 @@ TEST_F(Hdf5Run, TablesAreChunkedCompressedAndExtendible) {
   const H5::DataSet requests = h5.openDataSet("/engines/llm/requests");
   const auto request_units = nlohmann::json::parse(text_attr(requests, "units"));
   const std::vector<std::string> request_columns = {
-      "arrival_s", "cached_tokens", "finish_reason", "finish_s",   "first_scheduled_s", "first_token_s",
+      "arrival_s", "cached_tokens", "finish_reason", "finish_s",    "first_scheduled_s", "first_token_s",
       "kind",      "output_tokens", "owner",         "preemptions", "prompt_tokens",     "seq_id"};
   EXPECT_EQ(keys(request_units), request_columns);  // nlohmann::json sorts its keys
   const auto enums = nlohmann::json::parse(text_attr(requests, "enums"));
@@ -326,8 +354,9 @@ TEST_F(Hdf5Run, BadWritesChangeNothing) {
 std::vector<ProblemRecord> synthetic_problems(std::size_t n) {
   std::vector<ProblemRecord> problems(n);
   for (std::size_t i = 0; i < n; ++i)
-    problems[i] = {std::int64_t(i + 1), int(i % 5), int(i % 40), int(i % 3) - 1, 0.5 * double(i),
-                   double(i) + 1.0, std::int64_t(i * 17), std::int64_t(i * 301), 1.0 / double(i + 1)};
+    problems[i] = {std::int64_t(i + 1), int(i % 5),      int(i % 40),          int(i % 3) - 1,
+                   0.5 * double(i),     double(i) + 1.0, std::int64_t(i * 17), std::int64_t(i * 301),
+                   1.0 / double(i + 1)};
   return problems;
 }
 
@@ -338,8 +367,9 @@ hsize_t chunk_of(const H5::H5File& h5, const std::string& table) {
 }
 
 // The rows of each engine and the problems, streamed in an interleaved order as a run makes them.
-RunStream stream_all(RunFileWriter& writer, const RunMetadata& metadata, const std::vector<EngineRecords>& records,
-                     const std::vector<ProblemRecord>& problems, RecordLevel level = RecordLevel::Steps) {
+RunStream stream_all(RunFileWriter& writer, const RunMetadata& metadata,
+                     const std::vector<EngineRecords>& records, const std::vector<ProblemRecord>& problems,
+                     RecordLevel level = RecordLevel::Steps) {
   RunStream stream = writer.begin_run("/", metadata, records, level);
   std::size_t most = problems.size();
   for (const EngineRecords& r : records) most = std::max({most, r.steps.size(), r.requests.size()});
@@ -383,7 +413,8 @@ TEST_F(Hdf5Run, StreamedRunEqualsWrittenRun) {
                             "/engines/prm/requests", "/problems"}) {
     SCOPED_TRACE(table);
     EXPECT_EQ(chunk_of(written, table), chunk_of(streamed, table));
-    expect_layout(streamed.openDataSet(table), written.openDataSet(table).getSpace().getSimpleExtentNpoints());
+    expect_layout(streamed.openDataSet(table),
+                  written.openDataSet(table).getSpace().getSimpleExtentNpoints());
   }
 }
 
@@ -443,8 +474,11 @@ TEST_F(Hdf5Run, RecordLevelsLeaveTablesOut) {
       EXPECT_EQ(text_attr(h5.openGroup("/"), "record_level"), name);
     }
   }
-  expect_error([&] { RunFileWriter(file("r.h5")).write_run("/", {{{"record_level", "x"}}, {}}, records, summary); },
-               "'record_level'", "reserved");
+  expect_error(
+      [&] {
+        RunFileWriter(file("r.h5")).write_run("/", {{{"record_level", "x"}}, {}}, records, summary);
+      },
+      "'record_level'", "reserved");
 }
 
 // ---- Damaged files -----------------------------------------------------------------------------
@@ -528,9 +562,9 @@ TEST_F(Hdf5Run, WrongColumnsAreNamed) {
     // Replace prm's requests with a table of floats that lacks `owner` and has `bogus`.
     const H5::H5File h5(path, H5F_ACC_RDWR);
     ASSERT_GE(H5Ldelete(h5.getId(), "/engines/prm/requests", H5P_DEFAULT), 0);
-    const std::vector<std::string> names = {"seq_id",        "kind",          "finish_reason", "arrival_s",
-                                            "first_scheduled_s", "first_token_s", "finish_s", "prompt_tokens",
-                                            "output_tokens", "cached_tokens", "preemptions",   "bogus"};
+    const std::vector<std::string> names = {
+        "seq_id",   "kind",          "finish_reason", "arrival_s",     "first_scheduled_s", "first_token_s",
+        "finish_s", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions",       "bogus"};
     const H5::CompType row(sizeof(double) * names.size());
     for (std::size_t i = 0; i < names.size(); ++i)
       row.insertMember(names[i], i * sizeof(double), H5::PredType::NATIVE_DOUBLE);

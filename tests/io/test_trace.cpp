@@ -19,15 +19,15 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "tests/support/test_support.hpp"
 #include "core/error.hpp"
 #include "io/trace.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
 
-using test_support::error_of;
 using test_support::contains;
+using test_support::error_of;
 using test_support::TempDir;
 
 namespace fs = std::filesystem;
@@ -41,7 +41,8 @@ std::string write_text(const std::string& path, const std::string& content) {
 std::string write_gz(const std::string& path, const std::string& content) {
   gzFile gz = gzopen(path.c_str(), "wb");
   EXPECT_NE(gz, nullptr);
-  EXPECT_EQ(gzwrite(gz, content.data(), static_cast<unsigned>(content.size())), static_cast<int>(content.size()));
+  EXPECT_EQ(gzwrite(gz, content.data(), static_cast<unsigned>(content.size())),
+            static_cast<int>(content.size()));
   EXPECT_EQ(gzclose(gz), Z_OK);
   return path;
 }
@@ -85,8 +86,9 @@ TEST(TraceAzure, ReadsCrlfWithoutFinalNewline) {
 
 TEST(TraceAzure, ReadsLfBlankLinesAndShortFractions) {
   TempDir dir;
-  const std::string path = write_text(dir.file("a.csv"), kHeader + "\n2023-11-16 18:17:03,1,2\n\n"
-                                                                    "2023-11-16 18:17:04.5,3,4\n\n");
+  const std::string path = write_text(dir.file("a.csv"), kHeader +
+                                                             "\n2023-11-16 18:17:03,1,2\n\n"
+                                                             "2023-11-16 18:17:04.5,3,4\n\n");
   const Trace t = load_trace(path, TraceFormat::AzureCsv);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_DOUBLE_EQ(t.requests[1].arrival_s, 1.5);
@@ -95,10 +97,11 @@ TEST(TraceAzure, ReadsLfBlankLinesAndShortFractions) {
 
 TEST(TraceAzure, CountsDaysAcrossMidnightMonthAndLeapYear) {
   TempDir dir;
-  const std::string path = write_text(dir.file("a.csv"), kHeader + "\r\n2024-02-28 23:59:59.5000000,1,1\r\n"
-                                                                    "2024-02-29 00:00:00.5000000,1,1\r\n"
-                                                                    "2024-03-01 00:00:00.5000000,1,1\r\n"
-                                                                    "2025-01-01 00:00:00.5000000,1,1\r\n");
+  const std::string path = write_text(dir.file("a.csv"), kHeader +
+                                                             "\r\n2024-02-28 23:59:59.5000000,1,1\r\n"
+                                                             "2024-02-29 00:00:00.5000000,1,1\r\n"
+                                                             "2024-03-01 00:00:00.5000000,1,1\r\n"
+                                                             "2025-01-01 00:00:00.5000000,1,1\r\n");
   const Trace t = load_trace(path);
   ASSERT_EQ(t.requests.size(), 4u);
   EXPECT_DOUBLE_EQ(t.requests[1].arrival_s, 1.0);
@@ -119,11 +122,12 @@ TEST(TraceAzure, ReadsGzipByMagicBytesNotByName) {
 
 TEST(TraceAzure, RejectsAMissingOrUnknownHeader) {
   TempDir dir;
-  expect_error_at(write_text(dir.file("noheader.csv"), "2023-11-16 18:17:03.9799600,4808,10\r\n"), 1, "missing header",
-                  TraceFormat::AzureCsv);
-  expect_error_at(write_text(dir.file("unknown.csv"), "TIMESTAMP,Prompt,Output\r\n2023-11-16 18:17:03,1,1"), 1,
+  expect_error_at(write_text(dir.file("noheader.csv"), "2023-11-16 18:17:03.9799600,4808,10\r\n"), 1,
+                  "missing header", TraceFormat::AzureCsv);
+  expect_error_at(write_text(dir.file("unknown.csv"), "TIMESTAMP,Prompt,Output\r\n2023-11-16 18:17:03,1,1"),
+                  1, "unknown header");
+  expect_error_at(write_text(dir.file("late.csv"), "\r\n\r\nTIMESTAMP,ContextTokens\r\n"), 3,
                   "unknown header");
-  expect_error_at(write_text(dir.file("late.csv"), "\r\n\r\nTIMESTAMP,ContextTokens\r\n"), 3, "unknown header");
   expect_error_at(write_text(dir.file("only.csv"), kHeader + "\r\n"), 2, "no requests");
 }
 
@@ -160,10 +164,11 @@ TEST(TraceAzure, RejectsBadTimestamps) {
 
 TEST(TraceAzure, RejectsRowsOutOfArrivalOrder) {
   TempDir dir;
-  const std::string path = write_text(dir.file("order.csv"), kHeader +
-                                                                 "\r\n2023-11-16 18:17:03,1,1\r\n"
-                                                                 "2023-11-16 18:17:03,1,1\r\n"  // ties are fine
-                                                                 "2023-11-16 18:17:02.9999999,1,1\r\n");
+  const std::string path =
+      write_text(dir.file("order.csv"), kHeader +
+                                            "\r\n2023-11-16 18:17:03,1,1\r\n"
+                                            "2023-11-16 18:17:03,1,1\r\n"  // ties are fine
+                                            "2023-11-16 18:17:02.9999999,1,1\r\n");
   expect_error_at(path, 4, "arrival order");
 }
 
@@ -176,9 +181,9 @@ std::string mooncake_line(int ms, int input, int output, const std::string& ids)
 
 TEST(TraceMooncake, ReadsJsonLines) {
   TempDir dir;
-  const std::string path = write_text(dir.file("m.jsonl"), mooncake_line(0, 1000, 5, "0, 1") + "\n" +
-                                                               mooncake_line(0, 512, 6, "0") + "\n" +
-                                                               mooncake_line(1500, 1025, 7, "0, 1, 9") + "\n");
+  const std::string path = write_text(
+      dir.file("m.jsonl"), mooncake_line(0, 1000, 5, "0, 1") + "\n" + mooncake_line(0, 512, 6, "0") + "\n" +
+                               mooncake_line(1500, 1025, 7, "0, 1, 9") + "\n");
   const Trace t = load_trace(path);
   EXPECT_EQ(t.format, TraceFormat::MooncakeJsonl);
   EXPECT_EQ(t.hash_block_size, 512);
@@ -191,8 +196,9 @@ TEST(TraceMooncake, ReadsJsonLines) {
 
 TEST(TraceMooncake, ReadsGzipCrlfAndNoFinalNewline) {
   TempDir dir;
-  const std::string path = write_gz(dir.file("m.jsonl.gz"), "\r\n" + mooncake_line(3, 1, 1, "7") + "\r\n\r\n" +
-                                                                mooncake_line(3536999, 0, 2, ""));
+  const std::string path =
+      write_gz(dir.file("m.jsonl.gz"),
+               "\r\n" + mooncake_line(3, 1, 1, "7") + "\r\n\r\n" + mooncake_line(3536999, 0, 2, ""));
   const Trace t = load_trace(path, TraceFormat::MooncakeJsonl);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_DOUBLE_EQ(t.requests[0].arrival_s, 0.003);  // the file's own clock: not shifted to 0
@@ -205,7 +211,8 @@ TEST(TraceMooncake, RejectsInvalidJsonAndNonObjects) {
   const std::string ok = mooncake_line(0, 1, 1, "0") + "\n";
   expect_error_at(write_text(dir.file("bad.jsonl"), ok + "{\"timestamp\": 1,\n"), 2, "invalid JSON");
   expect_error_at(write_text(dir.file("arr.jsonl"), ok + ok + "[1, 2]\n"), 3, "expected a JSON object");
-  expect_error_at(write_text(dir.file("csv.jsonl"), kHeader + "\n"), 1, "invalid JSON", TraceFormat::MooncakeJsonl);
+  expect_error_at(write_text(dir.file("csv.jsonl"), kHeader + "\n"), 1, "invalid JSON",
+                  TraceFormat::MooncakeJsonl);
 }
 
 TEST(TraceMooncake, RejectsMissingFields) {
@@ -252,9 +259,9 @@ TEST(TraceMooncake, RejectsHashIdsOfTheWrongLength) {
 
 TEST(TraceMooncake, RejectsLinesOutOfArrivalOrder) {
   TempDir dir;
-  const std::string path = write_text(dir.file("o.jsonl"), mooncake_line(10, 1, 1, "0") + "\n" +
-                                                               mooncake_line(10, 1, 1, "0") + "\n" +
-                                                               mooncake_line(9, 1, 1, "0") + "\n");
+  const std::string path =
+      write_text(dir.file("o.jsonl"), mooncake_line(10, 1, 1, "0") + "\n" + mooncake_line(10, 1, 1, "0") +
+                                          "\n" + mooncake_line(9, 1, 1, "0") + "\n");
   expect_error_at(path, 3, "arrival order");
 }
 
@@ -360,15 +367,15 @@ TEST(TraceTokens, EqualHashIdsGiveEqualBlocks) {
     EXPECT_EQ(p[i].size(), static_cast<std::size_t>(t.requests[i].input_tokens));
     for (TokenId tok : p[i]) ASSERT_TRUE(tok >= 0 && tok < 128256);
   }
-  EXPECT_EQ(block_of(p[0], 0), block_of(p[1], 0));  // id 7
+  EXPECT_EQ(block_of(p[0], 0), block_of(p[1], 0));                                              // id 7
   EXPECT_EQ(block_of(p[0], 1), std::vector<TokenId>(p[1].begin() + 512, p[1].begin() + 1000));  // id 8, cut
   const std::vector<TokenId> tail9 = block_of(p[1], 2);  // id 9 cut to 476 tokens at the end of row 1
   ASSERT_EQ(tail9.size(), 476u);
   EXPECT_EQ(tail9, std::vector<TokenId>(p[5].begin(), p[5].begin() + 476));  // row 5 starts with id 9
-  EXPECT_NE(block_of(p[2], 1), block_of(p[1], 1));   // 4 vs 8
+  EXPECT_NE(block_of(p[2], 1), block_of(p[1], 1));                           // 4 vs 8
   EXPECT_NE(block_of(p[3], 0), std::vector<TokenId>(p[2].begin(), p[2].begin() + 100));  // 5 vs 7
-  EXPECT_EQ(p[1], trace_prompt_tokens(t, 1, 128256, 42));  // deterministic
-  EXPECT_NE(p[1], trace_prompt_tokens(t, 1, 128256, 43));  // the seed matters
+  EXPECT_EQ(p[1], trace_prompt_tokens(t, 1, 128256, 42));                                // deterministic
+  EXPECT_NE(p[1], trace_prompt_tokens(t, 1, 128256, 43));                                // the seed matters
   EXPECT_EQ(block_of(trace_prompt_tokens(t, 4, 128256, 42), 0), block_of(p[0], 0));
 }
 
@@ -424,7 +431,8 @@ Summary summarize(const Trace& t) {
 Trace timed_load(const std::string& path) {
   const auto start = std::chrono::steady_clock::now();
   Trace t = load_trace(path);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::printf("[ load     ] %s: %zu requests in %.1f ms\n", path.c_str(), t.requests.size(), ms);
   return t;
 }
@@ -505,10 +513,10 @@ TEST(TraceShipped, PromptTokensFollowTheMooncakeHashIds) {
 TEST(TraceShipped, CopiesMatchSharedData) {
   const fs::path shared = DUET_SHARED_DATA_DIR;
   if (!fs::exists(shared)) GTEST_SKIP() << "no shared data folder at " << shared;
-  for (const char* rel : {"azure_llm_2023/AzureLLMInferenceTrace_code.csv",
-                          "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "azure_llm_2023/LICENSE",
-                          "mooncake_fast25/conversation_trace.jsonl.gz", "mooncake_fast25/synthetic_trace.jsonl.gz",
-                          "mooncake_fast25/LICENSE-APACHE"}) {
+  for (const char* rel :
+       {"azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+        "azure_llm_2023/LICENSE", "mooncake_fast25/conversation_trace.jsonl.gz",
+        "mooncake_fast25/synthetic_trace.jsonl.gz", "mooncake_fast25/LICENSE-APACHE"}) {
     const std::string original = read_bytes((shared / rel).string());
     ASSERT_FALSE(original.empty()) << rel;
     EXPECT_EQ(read_bytes(shipped(rel)), original) << rel;

@@ -69,11 +69,14 @@ std::vector<T> download(const DeviceBuffer& buf, std::size_t n, const StreamHand
   for (std::size_t i = 0; i < got.size(); ++i)
     if (got[i] != want[i] && bad++ == 0) first = i;
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at " << first
-                                       << ": got 0x" << std::hex << got[first] << ", want 0x" << want[first];
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " elements differ; first at " << first << ": got 0x" << std::hex
+         << got[first] << ", want 0x" << want[first];
 }
 
-KvPoolShape shape_of(const KvLayout& l) { return {l.num_layers, l.num_blocks, l.num_kv_heads, l.block_size, l.head_dim}; }
+KvPoolShape shape_of(const KvLayout& l) {
+  return {l.num_layers, l.num_blocks, l.num_kv_heads, l.block_size, l.head_dim};
+}
 
 // --- an attention problem -------------------------------------------------------------------
 
@@ -185,7 +188,8 @@ std::vector<float> reference(const Problem& p) {
     MatrixRM q(n, p.width);
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < p.width; ++c) q(r, c) = p.q[std::size_t(first_row + r) * p.q_stride + c];
-    const MatrixRM o = paged_attention(p.pool, p.layout, p.layer, p.tables[i], q, p.seqs[i].context - n, p.num_heads);
+    const MatrixRM o =
+        paged_attention(p.pool, p.layout, p.layer, p.tables[i], q, p.seqs[i].context - n, p.num_heads);
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < p.width; ++c) out[std::size_t(first_row + r) * p.width + c] = o(r, c);
   }
@@ -195,7 +199,7 @@ std::vector<float> reference(const Problem& p) {
 enum class Kernel { Decode, Prefill };
 
 struct GpuResult {
-  std::vector<float> out;  // rows x width
+  std::vector<float> out;   // rows x width
   int padding_touched = 0;  // out padding columns that changed
 };
 
@@ -236,7 +240,8 @@ GpuResult run_gpu(const Problem& p, Kernel kernel, int num_splits = 1, int extra
   if (kernel == Kernel::Decode) {
     const std::size_t bytes = decode_workspace_bytes(b.num_seqs, p.num_heads, p.cfg.head_dim, num_splits);
     DeviceBuffer workspace(std::max<std::size_t>(bytes, 1));
-    paged_decode_attention(pool.as<bf16>(), shape, p.layer, b, num_splits, bytes ? workspace.get() : nullptr, s);
+    paged_decode_attention(pool.as<bf16>(), shape, p.layer, b, num_splits, bytes ? workspace.get() : nullptr,
+                           s);
     stream.synchronize();
   } else {
     paged_prefill_attention(pool.as<bf16>(), shape, p.layer, b, p.max_rows + extra_rows, s);
@@ -246,8 +251,10 @@ GpuResult run_gpu(const Problem& p, Kernel kernel, int num_splits = 1, int extra
   GpuResult r;
   r.out.resize(std::size_t(p.rows) * p.width);
   for (int row = 0; row < p.rows; ++row) {
-    for (int c = 0; c < p.width; ++c) r.out[std::size_t(row) * p.width + c] = from_bf16(raw[std::size_t(row) * p.out_stride + c]);
-    for (int c = p.width; c < p.out_stride; ++c) r.padding_touched += raw[std::size_t(row) * p.out_stride + c] != kSentinel;
+    for (int c = 0; c < p.width; ++c)
+      r.out[std::size_t(row) * p.width + c] = from_bf16(raw[std::size_t(row) * p.out_stride + c]);
+    for (int c = p.width; c < p.out_stride; ++c)
+      r.padding_touched += raw[std::size_t(row) * p.out_stride + c] != kSentinel;
   }
   return r;
 }
@@ -381,7 +388,8 @@ TEST(KvCacheWrite, ZeroRowsIsANoOp) {
 TEST(KvCacheCopyBlocks, EveryLayerKAndVBitExact) {
   std::string why;
   if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  for (const KvLayout layout : {KvLayout{3, 40, 2, 16, 64}, KvLayout{2, 17, 4, 32, 128}, KvLayout{2, 9, 3, 5, 12}}) {
+  for (const KvLayout layout :
+       {KvLayout{3, 40, 2, 16, 64}, KvLayout{2, 17, 4, 32, 128}, KvLayout{2, 9, 3, 5, 12}}) {
     SCOPED_TRACE("block_elems=" + std::to_string(layout.block_elems()));
     std::mt19937 rng(7 + layout.num_blocks);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -482,7 +490,7 @@ TEST(AttentionDecode, OtherGroupsHeadDimsAndStrides) {
 TEST(AttentionDecode, ChooseSplitsAndWorkspace) {
   std::string why;
   if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  EXPECT_EQ(choose_decode_splits(1, 8, 1023, 132), 1);  // short contexts: one pass
+  EXPECT_EQ(choose_decode_splits(1, 8, 1023, 132), 1);    // short contexts: one pass
   EXPECT_EQ(choose_decode_splits(256, 8, 8192, 132), 1);  // the batch already fills the GPU
   const int s = choose_decode_splits(2, 8, 8192, 132);
   EXPECT_GE(2 * 8 * s, 2 * 132);  // ~2 thread blocks per SM
@@ -517,8 +525,8 @@ TEST(AttentionPrefill, ChunksAfterCachedContext) {
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
     // Chunked prefill: `rows` new tokens after context - rows cached ones; several query tiles.
-    const Problem p = make_problem(cfg, {{100, 37}, {512, 64}, {333, 200}, {1100, 130}, {cfg.block_size + 1, 2}},
-                                   seed++);
+    const Problem p =
+        make_problem(cfg, {{100, 37}, {512, 64}, {333, 200}, {1100, 130}, {cfg.block_size + 1, 2}}, seed++);
     const GpuResult r = run_gpu(p, Kernel::Prefill, 1, /*extra_rows=*/13);
     EXPECT_TRUE(all_close(r.out, reference(p), p.width, cfg.head_dim, kPrefillAtol, kPrefillRtol));
   }
@@ -528,10 +536,12 @@ TEST(AttentionPrefill, MixedPrefillsAndDecodes) {
   std::string why;
   if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::uint32_t seed = 700;
-  const std::vector<SeqSpec> seqs = {{50, 50}, {129, 1}, {700, 128}, {16, 1}, {1, 1}, {33, 1}, {300, 45}, {1500, 1}};
+  const std::vector<SeqSpec> seqs = {{50, 50}, {129, 1}, {700, 128}, {16, 1},
+                                     {1, 1},   {33, 1},  {300, 45},  {1500, 1}};
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
-    const Problem p = make_problem(cfg, seqs, seed++, /*q_pad=*/2 * cfg.kv_heads * cfg.head_dim, /*out_pad=*/8);
+    const Problem p =
+        make_problem(cfg, seqs, seed++, /*q_pad=*/2 * cfg.kv_heads * cfg.head_dim, /*out_pad=*/8);
     const GpuResult r = run_gpu(p, Kernel::Prefill);
     EXPECT_TRUE(all_close(r.out, reference(p), p.width, cfg.head_dim, kPrefillAtol, kPrefillRtol));
     EXPECT_EQ(r.padding_touched, 0);
@@ -555,7 +565,7 @@ TEST(AttentionPrefill, OtherGroupsAndHeadDims) {
   // Generic instantiations (head_dim padded to 128 or 256, 72 not even a multiple of 16),
   // groups that do not divide the 64-row tile, a 16-head group, a block size that is not a
   // power of two (division instead of shift).
-  const std::vector<Config> configs = {{2, 3, 80, 16}, {1, 6, 72, 32},  {2, 2, 256, 16}, {3, 1, 32, 16},
+  const std::vector<Config> configs = {{2, 3, 80, 16},  {1, 6, 72, 32}, {2, 2, 256, 16}, {3, 1, 32, 16},
                                        {1, 16, 64, 16}, {2, 5, 96, 24}, {1, 2, 192, 16}};
   std::uint32_t seed = 900;
   for (const Config& cfg : configs) {
@@ -623,7 +633,8 @@ TEST(AttentionPrefill, RejectsBadShapes) {
   b.num_heads = 8;
   const KvPoolShape odd{1, 4, 4, 16, 60};  // head_dim not a multiple of 8
   EXPECT_THROW(paged_prefill_attention(nullptr, odd, 0, b, 1, nullptr), Error);
-  EXPECT_THROW(paged_decode_attention(nullptr, shape, 0, b, 2, nullptr, nullptr), Error);  // splits, no workspace
+  EXPECT_THROW(paged_decode_attention(nullptr, shape, 0, b, 2, nullptr, nullptr),
+               Error);  // splits, no workspace
 }
 
 }  // namespace

@@ -25,8 +25,8 @@
 //  - PRM scores: exactly (1e-5) the two-way softmax of the GPU's own row; within 0.03 of the CPU's.
 //  - KV pool, forced-script lockstep (identical token streams and block tables on both):
 //    max |gpu - cpu| <= 5% and RMS <= 1% of max(1, max |cpu value|).
-#include "tests/support/test_support.hpp"
 #include "exec/cuda_executor.hpp"
+#include "tests/support/test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -57,11 +57,10 @@
 namespace duet {
 namespace {
 
-#define DUET_REQUIRE_CUDA_DEVICE()                                \
-  do {                                                            \
-    std::string why_;                                             \
-    if (!kernels::device_available(&why_))                        \
-      GTEST_SKIP() << "no CUDA device: " << why_;                 \
+#define DUET_REQUIRE_CUDA_DEVICE()                                                     \
+  do {                                                                                 \
+    std::string why_;                                                                  \
+    if (!kernels::device_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
   } while (0)
 
 constexpr double kLogitMaxTol = 0.03;
@@ -106,8 +105,8 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
     LlamaWeights& w = *slot;
     round_tensor(w.embed_tokens);
     for (LlamaLayerWeights& l : w.layers)
-      for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
-                            &l.up_proj, &l.down_proj})
+      for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
+                            &l.gate_proj, &l.up_proj, &l.down_proj})
         round_tensor(*t);
     round_tensor(w.final_norm);
     round_tensor(w.lm_head);
@@ -162,7 +161,8 @@ std::unique_ptr<CudaExecutor> make_gpu(const LlamaWeights& w, const RigConfig& c
 std::unique_ptr<CpuExecutor> make_cpu(const LlamaWeights& w, const RigConfig& c) {
   return std::make_unique<CpuExecutor>(
       w, c.num_blocks, kBlockSize,
-      CpuExecutorOptions{.prm_plus_id = c.prm_plus_id, .prm_minus_id = c.prm_minus_id, .honour_scripts = c.honour_scripts});
+      CpuExecutorOptions{
+          .prm_plus_id = c.prm_plus_id, .prm_minus_id = c.prm_minus_id, .honour_scripts = c.honour_scripts});
 }
 
 template <typename Exec>
@@ -171,9 +171,12 @@ struct Rig {
       : weights(w),
         exec(std::move(e)),
         engine("llm",
-               {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
-                .enable_chunked_prefill = true, .max_model_len = c.max_model_len},
-               std::make_unique<KvCacheManager>(KvCacheConfig{c.num_blocks, kBlockSize, c.prefix_caching}), *exec) {}
+               {.max_num_seqs = c.max_num_seqs,
+                .max_num_batched_tokens = c.max_num_batched_tokens,
+                .enable_chunked_prefill = true,
+                .max_model_len = c.max_model_len},
+               std::make_unique<KvCacheManager>(KvCacheConfig{c.num_blocks, kBlockSize, c.prefix_caching}),
+               *exec) {}
 
   // Steps until idle, keeping every logits row the executor computed.
   void run() {
@@ -199,7 +202,8 @@ struct Rig {
       if constexpr (std::is_same_v<Exec, CudaExecutor>) {
         graph_steps += exec->last_used_graph();
         if (decode && !prefill)
-          (exec->last_used_graph() ? graph_decode_sizes : eager_decode_sizes).insert(int(o.batch.items.size()));
+          (exec->last_used_graph() ? graph_decode_sizes : eager_decode_sizes)
+              .insert(int(o.batch.items.size()));
       }
       EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
       EXPECT_GT(o.result.duration_s, 0.0);
@@ -214,7 +218,8 @@ struct Rig {
         written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
     int hits = 0;
     for (const BatchItem& it : batch.items)
-      for (int b = 0; b < it.context_len / kBlockSize; ++b) hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
+      for (int b = 0; b < it.context_len / kBlockSize; ++b)
+        hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
     return hits;
   }
 
@@ -250,11 +255,16 @@ using RowsByPosition = std::map<int, std::vector<float>>;
 
 // The CPU reference's logits of `tokens` at `positions`: one Score request through an Engine
 // over a CpuExecutor, without prefix caching, in one step.
-RowsByPosition cpu_rows(const LlamaWeights& w, const std::vector<TokenId>& tokens, const std::set<int>& positions) {
+RowsByPosition cpu_rows(const LlamaWeights& w, const std::vector<TokenId>& tokens,
+                        const std::set<int>& positions) {
   const int n = int(tokens.size());
   const int blocks = n / kBlockSize + 2;
   CpuExecutor exec(w, blocks, kBlockSize);
-  Engine engine("ref", {.max_num_seqs = 1, .max_num_batched_tokens = n, .enable_chunked_prefill = true, .max_model_len = n + 1},
+  Engine engine("ref",
+                {.max_num_seqs = 1,
+                 .max_num_batched_tokens = n,
+                 .enable_chunked_prefill = true,
+                 .max_model_len = n + 1},
                 std::make_unique<KvCacheManager>(KvCacheConfig{blocks, kBlockSize, false}), exec);
   Sequence s;
   s.id = 1;
@@ -296,7 +306,8 @@ Reference expect_rows_match_cpu(const GpuRig& rig, const char* what) {
     wanted[r.id].insert(r.position);
     ref.gpu[r.id][r.position] = r.logits;
   }
-  for (const auto& [id, positions] : wanted) ref.cpu[id] = cpu_rows(rig.weights, rig.seen.at(id).tokens, positions);
+  for (const auto& [id, positions] : wanted)
+    ref.cpu[id] = cpu_rows(rig.weights, rig.seen.at(id).tokens, positions);
   double worst_max = 0, worst_rms = 0;
   for (const Row& r : rig.rows) {
     const std::vector<float>& want = ref.cpu.at(r.id).at(r.position);
@@ -326,7 +337,8 @@ int expect_greedy(const Snapshot& s, SeqId id, const Reference& ref) {
     const TokenId token = s.tokens[std::size_t(p)];
     const auto g = ref.gpu.find(id);
     if (g != ref.gpu.end() && g->second.count(p - 1)) {
-      EXPECT_EQ(token, argmax_of(g->second.at(p - 1))) << "sequence " << id << " position " << p << ": not the GPU's argmax";
+      EXPECT_EQ(token, argmax_of(g->second.at(p - 1)))
+          << "sequence " << id << " position " << p << ": not the GPU's argmax";
     }
     const auto c = ref.cpu.find(id);
     if (c == ref.cpu.end() || !c->second.count(p - 1)) continue;
@@ -347,7 +359,8 @@ int expect_all_greedy(const GpuRig& rig, const Reference& ref) {
       near_ties += expect_greedy(s, id, ref);
       checked += int(s.tokens.size()) - s.num_prompt_tokens;
     }
-  std::printf("  [%d greedy tokens checked, %d near-ties where the CPU's argmax differs]\n", checked, near_ties);
+  std::printf("  [%d greedy tokens checked, %d near-ties where the CPU's argmax differs]\n", checked,
+              near_ties);
   return near_ties;
 }
 
@@ -374,7 +387,8 @@ int expect_same_or_near_tie(const GpuRig& ra, const GpuRig& rb, SeqId a, SeqId b
       return 0;
     }
     const double gap = std::fabs(double((*row)[std::size_t(ta[p])]) - double((*row)[std::size_t(tb[p])]));
-    EXPECT_LE(gap, kTieTol * row_scale(*row)) << what << ": tokens differ at position " << p << " without a near-tie";
+    EXPECT_LE(gap, kTieTol * row_scale(*row))
+        << what << ": tokens differ at position " << p << " without a near-tie";
     std::printf("  [%s: part at position %zu, a near-tie of %.2e]\n", what.c_str(), p, gap);
     return 1;
   }
@@ -429,9 +443,10 @@ void check_generation(const ModelSpec& spec) {
   // Requests 1 and 3 have the same prompt: the same greedy outputs, one of them from the cache.
   expect_same_or_near_tie(rig, rig, 1, 3, "requests 1 and 3");
   const CudaExecutorStats st = rig.exec->stats();
-  std::printf("  [%d steps: %d mixed, %d decode-only, %lld graph replays, %lld graphs captured, %d block copies]\n",
-              rig.steps, rig.mixed_steps, rig.decode_only_steps, (long long)st.graph_steps, (long long)st.graphs_captured,
-              rig.copies);
+  std::printf(
+      "  [%d steps: %d mixed, %d decode-only, %lld graph replays, %lld graphs captured, %d block copies]\n",
+      rig.steps, rig.mixed_steps, rig.decode_only_steps, (long long)st.graph_steps,
+      (long long)st.graphs_captured, rig.copies);
 }
 
 TEST(CudaExecutor, TinyModelMatchesCpuReference) {
@@ -481,7 +496,8 @@ TEST(CudaExecutor, BucketsPadAndLargeBatchesRunEagerly) {
   GpuRig rig(w, c, make_gpu(w, c));
   // 12 requests of different lengths finish at different times: decode batches of 12 (eager),
   // then 11, 10, ... down to 1 (padded to 8, 4, 2, 1).
-  for (int i = 0; i < 12; ++i) rig.add(SeqId(i + 1), random_tokens(3 + 2 * i, 100 + i, spec.vocab_size), 2 + i);
+  for (int i = 0; i < 12; ++i)
+    rig.add(SeqId(i + 1), random_tokens(3 + 2 * i, 100 + i, spec.vocab_size), 2 + i);
   rig.run();
   EXPECT_TRUE(rig.eager_decode_sizes.count(12)) << "12 > the largest bucket (8): eager";
   EXPECT_GE(rig.graph_decode_sizes.size(), 3u) << "several bucket sizes replayed";
@@ -587,7 +603,8 @@ TEST(CudaExecutor, ForcedScriptsLockstepWithCpuExecutor) {
   EXPECT_EQ(gpu.copies, cpu.copies);
   EXPECT_EQ(gpu.steps, cpu.steps);
   // The scripted tokens and scores are the script's.
-  EXPECT_EQ(gpu.seen.at(4).scores, (std::vector<float>{0.25f, 0.75f, scripted_score(*gpu.engine.find(4), 2, 29)}));
+  EXPECT_EQ(gpu.seen.at(4).scores,
+            (std::vector<float>{0.25f, 0.75f, scripted_score(*gpu.engine.find(4), 2, 29)}));
 
   // Logits, row for row (the forward pass still ran on the scripted tokens).
   ASSERT_EQ(gpu.rows.size(), cpu.rows.size());
@@ -614,8 +631,10 @@ TEST(CudaExecutor, ForcedScriptsLockstepWithCpuExecutor) {
     sq += e * e;
   }
   const double rms = std::sqrt(sq / double(g.size()));
-  std::printf("  [lockstep: %zu rows, worst logits error %.2e of scale; KV pool max error %.2e, RMS %.2e (scale %.2f)]\n",
-              gpu.rows.size(), worst, max_err, rms, scale);
+  std::printf(
+      "  [lockstep: %zu rows, worst logits error %.2e of scale; KV pool max error %.2e, RMS %.2e (scale "
+      "%.2f)]\n",
+      gpu.rows.size(), worst, max_err, rms, scale);
   EXPECT_LE(max_err, kKvMaxTol * scale);
   EXPECT_LE(rms, kKvRmsTol * scale);
 }
@@ -759,7 +778,8 @@ TEST(CudaExecutor, TimesAndCopyOnlySteps) {
   for (int layer = 0; layer < L.num_layers; ++layer)
     for (int kv = 0; kv < 2; ++kv)
       for (std::int64_t e = 0; e < L.block_elems(); ++e)
-        ASSERT_EQ(after[std::size_t(L.offset(layer, kv, 5, 0, 0) + e)], before[std::size_t(L.offset(layer, kv, 0, 0, 0) + e)]);
+        ASSERT_EQ(after[std::size_t(L.offset(layer, kv, 5, 0, 0) + e)],
+                  before[std::size_t(L.offset(layer, kv, 0, 0, 0) + e)]);
 }
 
 TEST(CudaExecutor, RejectsBadOptionsAndWeights) {
@@ -789,7 +809,11 @@ TEST(CudaExecutor, StreamedDummyWeightsEqualDummyLlamaWeights) {
   CudaExecutor from_weights(w, 16, kBlockSize, o);
   CudaExecutor streamed(spec, CudaExecutor::dummy_source(5), 16, kBlockSize, o);
   for (CudaExecutor* e : {&from_weights, &streamed}) {
-    Engine engine("llm", {.max_num_seqs = 2, .max_num_batched_tokens = 64, .enable_chunked_prefill = true, .max_model_len = 128},
+    Engine engine("llm",
+                  {.max_num_seqs = 2,
+                   .max_num_batched_tokens = 64,
+                   .enable_chunked_prefill = true,
+                   .max_model_len = 128},
                   std::make_unique<KvCacheManager>(KvCacheConfig{16, kBlockSize, true}), *e);
     Sequence s;
     s.id = 1;

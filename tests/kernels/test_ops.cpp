@@ -40,8 +40,8 @@ namespace {
 namespace dk = duet::kernels;
 using dk::bf16;
 
-#define DUET_REQUIRE_GPU()                                   \
-  std::string why;                                           \
+#define DUET_REQUIRE_GPU() \
+  std::string why;         \
   if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why
 
 // --- Helpers ------------------------------------------------------------------------------------
@@ -226,7 +226,8 @@ TEST_P(OpsHidden, EmbeddingGatherAndGatherRowsAreExact) {
   auto d_table = upload(table, s.get());
   auto d_tokens = upload(tokens, s.get());
   dk::DeviceBuffer d_out(std::size_t(rows) * hidden * 2);
-  dk::embedding_gather(d_table.as<bf16>(), d_tokens.as<std::int32_t>(), d_out.as<bf16>(), rows, hidden, s.get());
+  dk::embedding_gather(d_table.as<bf16>(), d_tokens.as<std::int32_t>(), d_out.as<bf16>(), rows, hidden,
+                       s.get());
   auto out = download<bf16>(d_out.get(), std::size_t(rows) * hidden, s);
   for (int r = 0; r < rows; ++r)
     ASSERT_TRUE(std::equal(out.begin() + std::size_t(r) * hidden, out.begin() + std::size_t(r + 1) * hidden,
@@ -291,7 +292,8 @@ TEST_P(OpsHidden, AddRmsNormMatchesCpu) {
   auto d_x = upload(x, s.get());
   auto d_w = upload(w, s.get());
   dk::DeviceBuffer d_out(x.size() * 2);
-  dk::add_rmsnorm(d_res.as<bf16>(), d_x.as<bf16>(), d_w.as<bf16>(), d_out.as<bf16>(), rows, hidden, eps, s.get());
+  dk::add_rmsnorm(d_res.as<bf16>(), d_x.as<bf16>(), d_w.as<bf16>(), d_out.as<bf16>(), rows, hidden, eps,
+                  s.get());
   auto res_out = download<bf16>(d_res.get(), x.size(), s);
   auto out = download<bf16>(d_out.get(), x.size(), s);
 
@@ -364,8 +366,8 @@ TEST_P(OpsRope, MatchesCpu) {
   auto d_qkv = upload(qkv, s.get());
   auto d_pos = upload(c.positions, s.get());
   auto d_inv = upload(inv_f, s.get());
-  dk::rope(d_qkv.as<bf16>(), d_qkv.as<bf16>() + heads * d, d_pos.as<std::int32_t>(), d_inv.as<float>(), rows, heads,
-           kv_heads, d, stride, stride, s.get());
+  dk::rope(d_qkv.as<bf16>(), d_qkv.as<bf16>() + heads * d, d_pos.as<std::int32_t>(), d_inv.as<float>(), rows,
+           heads, kv_heads, d, stride, stride, s.get());
   const auto out = download<bf16>(d_qkv.get(), qkv.size(), s);
 
   // Tolerance per element of pair i: the bf16 bound, plus the float32 angle's error. The kernel's
@@ -386,12 +388,13 @@ TEST_P(OpsRope, MatchesCpu) {
         const int pair = i % half;
         const double angle = double(c.positions[r]) * inv[pair];
         const double norm = std::hypot(double(in[pair]), double(in[pair + half]));
-        const double tol =
-            h < heads + kv_heads ? kBf16Rel * std::abs(ref[i]) + (0x1.0p-22 * angle + 1e-6) * norm + kBf16Abs : 0.0;
+        const double tol = h < heads + kv_heads
+                               ? kBf16Rel * std::abs(ref[i]) + (0x1.0p-22 * angle + 1e-6) * norm + kBf16Abs
+                               : 0.0;
         const double got = dk::from_bf16(out[base + i]);
         if (!(std::abs(got - ref[i]) <= tol) && ++bad <= 5)
-          ADD_FAILURE() << "row " << r << " head " << h << " i " << i << " pos " << c.positions[r] << ": got " << got
-                        << ", reference " << ref[i] << ", tolerance " << tol;
+          ADD_FAILURE() << "row " << r << " head " << h << " i " << i << " pos " << c.positions[r] << ": got "
+                        << got << ", reference " << ref[i] << ", tolerance " << tol;
       }
     }
   }
@@ -428,9 +431,9 @@ TEST(Ops, RopeScalingChangesOnlyLowFrequencies) {
 TEST(Ops, PrmScoresMatchCpu) {
   DUET_REQUIRE_GPU();
   const int vocab = 300, plus = 7, minus = 123;
-  const std::vector<std::pair<float, float>> cases = {{0, 0},     {1, 0},       {0, 1},     {30, -2},  {-2, 30},
-                                                      {88, 0},    {0, 88},      {104, 0},   {0, 104},  {1e30f, -1e30f},
-                                                      {-1e30f, 1e30f}, {1e38f, 1e38f}, {-5.5f, -5.25f}};
+  const std::vector<std::pair<float, float>> cases = {
+      {0, 0},   {1, 0},   {0, 1},          {30, -2},        {-2, 30},       {88, 0},        {0, 88},
+      {104, 0}, {0, 104}, {1e30f, -1e30f}, {-1e30f, 1e30f}, {1e38f, 1e38f}, {-5.5f, -5.25f}};
   const int rows = int(cases.size());
   std::vector<float> logits(std::size_t(rows) * vocab);
   std::mt19937_64 rng(9);
@@ -446,7 +449,8 @@ TEST(Ops, PrmScoresMatchCpu) {
   dk::prm_scores(d_logits.as<float>(), d_out.as<float>(), rows, vocab, plus, minus, s.get());
   const auto out = download<float>(d_out.get(), std::size_t(rows), s);
   for (int r = 0; r < rows; ++r) {
-    const float ref = duet::prm_score({logits.data() + std::size_t(r) * vocab, std::size_t(vocab)}, plus, minus);
+    const float ref =
+        duet::prm_score({logits.data() + std::size_t(r) * vocab, std::size_t(vocab)}, plus, minus);
     // float32 exp and one division against double: a few ulp, 2e-6 relative; 1e-37 absolute for
     // results in the subnormal range (e^-104).
     EXPECT_TRUE(std::isfinite(out[r])) << r;
@@ -500,7 +504,8 @@ TEST(Sampling, PhiloxKnownAnswers) {
   EXPECT_EQ(dk::philox_uniform(0, 0), double(w >> 11) * 0x1.0p-53);
   const std::uint64_t seed = 0x299f31d0a4093822ull, ctr = 0x85a308d3243f6a88ull;
   const dk::Philox4x32 x = dk::philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0, 0}}, 0xa4093822u, 0x299f31d0u);
-  EXPECT_EQ(dk::philox_uniform(seed, ctr), double(((std::uint64_t(x.v[1]) << 32) | x.v[0]) >> 11) * 0x1.0p-53);
+  EXPECT_EQ(dk::philox_uniform(seed, ctr),
+            double(((std::uint64_t(x.v[1]) << 32) | x.v[0]) >> 11) * 0x1.0p-53);
   for (std::uint64_t c = 0; c < 1000; ++c) {
     const double u = dk::philox_uniform(12345, c);
     ASSERT_GE(u, 0.0);
@@ -509,13 +514,15 @@ TEST(Sampling, PhiloxKnownAnswers) {
 }
 
 // Runs sample() on rows of logits with per-row params; returns the tokens.
-std::vector<std::int32_t> run_sample(const std::vector<float>& logits, const std::vector<dk::SampleParams>& params,
-                                     int vocab, const dk::StreamHandle& s) {
+std::vector<std::int32_t> run_sample(const std::vector<float>& logits,
+                                     const std::vector<dk::SampleParams>& params, int vocab,
+                                     const dk::StreamHandle& s) {
   const int rows = int(params.size());
   auto d_logits = upload(logits, s.get());
   auto d_params = upload(params, s.get());
   dk::DeviceBuffer d_out(std::size_t(rows) * 4);
-  dk::sample(d_logits.as<float>(), d_params.as<dk::SampleParams>(), d_out.as<std::int32_t>(), rows, vocab, s.get());
+  dk::sample(d_logits.as<float>(), d_params.as<dk::SampleParams>(), d_out.as<std::int32_t>(), rows, vocab,
+             s.get());
   return download<std::int32_t>(d_out.get(), std::size_t(rows), s);
 }
 
@@ -538,14 +545,14 @@ TEST(Sampling, GreedyIsArgmaxWithTies) {
   const int vocab = kLlamaVocab, rows = 8;
   auto l = random_logits(rows, vocab, 2.0f, 10);
   auto at = [&](int r, int i) -> float& { return l[std::size_t(r) * vocab + i]; };
-  at(1, 100) = at(1, 90000) = 50.0f;  // a tie: the lower id wins
+  at(1, 100) = at(1, 90000) = 50.0f;                 // a tie: the lower id wins
   for (int i = 0; i < vocab; ++i) at(2, i) = 1.25f;  // all equal: id 0
   for (int i = 0; i < vocab; ++i) at(3, i) = -std::numeric_limits<float>::infinity();  // none finite: id 0
-  at(4, 0) = std::numeric_limits<float>::quiet_NaN();  // NaN never wins
+  at(4, 0) = std::numeric_limits<float>::quiet_NaN();                                  // NaN never wins
   at(4, 5) = 60.0f;
   at(4, 6) = std::numeric_limits<float>::quiet_NaN();
   at(5, vocab - 1) = 70.0f;  // the last id
-  at(6, 77) = 70.0f;  // ties between different threads' elements
+  at(6, 77) = 70.0f;         // ties between different threads' elements
   at(6, 77 + 512) = 70.0f;
   at(6, 76) = 70.0f;
   std::vector<dk::SampleParams> params(rows);
@@ -651,7 +658,8 @@ Replay cpu_replay(std::span<const float> l, float temperature, float top_p, doub
       rp.kept = acc;
       // How far the nucleus decision is from flipping: top_p * total against this boundary and
       // the previous one.
-      rp.nucleus_margin = std::min(acc - double(top_p) * rp.total, double(top_p) * rp.total - rp.start[order[j]]);
+      rp.nucleus_margin =
+          std::min(acc - double(top_p) * rp.total, double(top_p) * rp.total - rp.start[order[j]]);
     }
   }
   // The sum in sorted order may round below the sum in id order, so top_p = 1 can end the loop
@@ -679,7 +687,8 @@ TEST(Sampling, SeededDrawMatchesCpuReplay) {
   const int vocab = kLlamaVocab, rows = 48;
   auto l = random_logits(rows, vocab, 2.5f, 12);
   for (int r = 0; r < rows; ++r)  // a peaked head over a long tail, as a language model's
-    for (int j = 0; j < 12; ++j) l[std::size_t(r) * vocab + std::size_t((r * 7919 + j * 10007) % vocab)] += 9.0f - j;
+    for (int j = 0; j < 12; ++j)
+      l[std::size_t(r) * vocab + std::size_t((r * 7919 + j * 10007) % vocab)] += 9.0f - j;
   std::vector<dk::SampleParams> params(rows);
   const float temps[] = {1.0f, 0.7f, 1.3f};
   const float top_ps[] = {1.0f, 0.9f, 0.5f, 0.95f};
@@ -712,7 +721,8 @@ TEST(Sampling, SeededDrawMatchesCpuReplay) {
     const auto row = row_of(l, r, vocab);
     const double u = dk::philox_uniform(params[r].seed, params[r].counter);
     const Replay rp = cpu_replay(row, params[r].temperature, params[r].top_p, u);
-    ASSERT_EQ(rp.token, duet::sample_top_p(row, params[r].temperature, params[r].top_p, u)) << "replay vs exec";
+    ASSERT_EQ(rp.token, duet::sample_top_p(row, params[r].temperature, params[r].top_p, u))
+        << "replay vs exec";
     const std::int32_t g = first[r];
     ASSERT_GE(g, 0);
     ASSERT_LT(g, vocab);
@@ -734,7 +744,8 @@ TEST(Sampling, SeparatedLogitsMatchCpuReplayExactly) {
   const int vocab = kLlamaVocab, rows = 64;
   std::vector<float> l(std::size_t(rows) * vocab, -40.0f);
   for (int r = 0; r < rows; ++r)
-    for (int j = 0; j < 16; ++j) l[std::size_t(r) * vocab + std::size_t((r * 131 + j * 8009) % vocab)] = 1.0f - 0.3f * j;
+    for (int j = 0; j < 16; ++j)
+      l[std::size_t(r) * vocab + std::size_t((r * 131 + j * 8009) % vocab)] = 1.0f - 0.3f * j;
   std::vector<dk::SampleParams> params(rows);
   for (int r = 0; r < rows; ++r) {
     params[r].temperature = r % 2 ? 0.8f : 1.0f;
@@ -765,8 +776,9 @@ TEST(Sampling, SeparatedLogitsMatchCpuReplayExactly) {
 // binomial: |f - p| <= 5 sqrt(p (1 - p) / N) + 1/N, a false alarm below 1e-5 for the whole test.
 TEST(Sampling, FrequenciesMatchSoftmax) {
   DUET_REQUIRE_GPU();
-  const std::vector<float> logits = {3.0f, 2.2f, 2.2f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -2.0f, -4.0f, -8.0f,
-                                     -std::numeric_limits<float>::infinity()};
+  const std::vector<float> logits = {3.0f,  2.2f,  2.2f,  1.0f,
+                                     0.5f,  0.0f,  -0.5f, -1.0f,
+                                     -2.0f, -4.0f, -8.0f, -std::numeric_limits<float>::infinity()};
   const int vocab = int(logits.size()), n = 200000;
   struct Case {
     float temperature, top_p;
@@ -817,7 +829,7 @@ TEST(Sampling, NonFiniteLogits) {
   auto l = random_logits(rows, vocab, 1.0f, 13);
   for (int i = 0; i < vocab; i += 3) l[i] = nan;  // row 0: NaNs are never drawn
   for (int i = 0; i < vocab; ++i) l[std::size_t(vocab) + i] = i % 2 ? -inf : nan;  // row 1: nothing finite
-  l[std::size_t(2) * vocab + 321] = inf;  // row 2: +inf is the argmax
+  l[std::size_t(2) * vocab + 321] = inf;                                    // row 2: +inf is the argmax
   for (int i = 0; i < vocab; i += 2) l[std::size_t(3) * vocab + i] = -inf;  // row 3: -inf is never drawn
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<dk::SampleParams> params(rows);
@@ -875,22 +887,24 @@ TEST_P(GemmTolerance, MatchesDoubleReference) {
       const std::size_t e = std::size_t(i) * n + j;
       const double r = ref(i, j), acc = 0x1.0p-16 * double(bound(i, j)) + 1e-30;
       if (!(std::abs(double(y32[e]) - r) <= acc) && ++bad32 <= 5)
-        ADD_FAILURE() << "f32 y[" << i << ", " << j << "] = " << y32[e] << ", reference " << r << ", tol " << acc;
+        ADD_FAILURE() << "f32 y[" << i << ", " << j << "] = " << y32[e] << ", reference " << r << ", tol "
+                      << acc;
       const double tol16 = acc + kBf16Rel * std::abs(r);
       if (!(std::abs(double(dk::from_bf16(y16[e])) - r) <= tol16) && ++bad16 <= 5)
-        ADD_FAILURE() << "bf16 y[" << i << ", " << j << "] = " << dk::from_bf16(y16[e]) << ", reference " << r;
+        ADD_FAILURE() << "bf16 y[" << i << ", " << j << "] = " << dk::from_bf16(y16[e]) << ", reference "
+                      << r;
     }
   EXPECT_EQ(bad32, 0) << "m=" << m << " n=" << n << " k=" << k;
   EXPECT_EQ(bad16, 0) << "m=" << m << " n=" << n << " k=" << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmTolerance,
-                         ::testing::Values(GemmShape{1, 64, 64}, GemmShape{1, 4096, 4096}, GemmShape{2, 128256, 256},
-                                           GemmShape{3, 3072, 2048}, GemmShape{7, 72, 4096},
-                                           GemmShape{17, 1032, 520}, GemmShape{33, 4104, 72},
-                                           GemmShape{64, 4096, 4096}, GemmShape{129, 2056, 1000},
-                                           GemmShape{255, 64, 4096}, GemmShape{300, 4096, 1024},
-                                           GemmShape{300, 1000, 4096}));
+                         ::testing::Values(GemmShape{1, 64, 64}, GemmShape{1, 4096, 4096},
+                                           GemmShape{2, 128256, 256}, GemmShape{3, 3072, 2048},
+                                           GemmShape{7, 72, 4096}, GemmShape{17, 1032, 520},
+                                           GemmShape{33, 4104, 72}, GemmShape{64, 4096, 4096},
+                                           GemmShape{129, 2056, 1000}, GemmShape{255, 64, 4096},
+                                           GemmShape{300, 4096, 1024}, GemmShape{300, 1000, 4096}));
 
 TEST(Gemm, ValidatesShapesAndAlignment) {
   DUET_REQUIRE_GPU();

@@ -21,7 +21,7 @@ using test_support::TempDir;
 // chunk, 15 us per LM-head row, 40 ns per KV token read, 0.5 ns per attention key, 0.2 ns per
 // chunk token squared, 10 ns per cached token, 5 us per copy. Host: 30 us per step, 0.4 us per
 // sequence, 20 ns per prefill token.
-constexpr DeviceFeatures kDevice = {1e-3,  0.5e-3, 0.2e-3, 60e-6,   20e-6,  30e-6,
+constexpr DeviceFeatures kDevice = {1e-3,  0.5e-3, 0.2e-3, 60e-6,  20e-6, 30e-6,
                                     15e-6, 40e-9,  0.5e-9, 0.2e-9, 10e-9, 5e-6};
 constexpr HostFeatures kHost = {30e-6, 0.4e-6, 20e-9};
 
@@ -131,14 +131,17 @@ TEST(Calibrated, CollinearFeaturesAreNamedAndNegativeOnesRejected) {
   const std::vector<double> c = fit_linear(x, y, "t.csv", names, &warnings);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_TRUE(contains(warnings[0], "cannot tell")) << warnings[0];
-  EXPECT_TRUE(contains(warnings[0], "decode_seqs") || contains(warnings[0], "decode_context_tokens")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[0], "decode_seqs") || contains(warnings[0], "decode_context_tokens"))
+      << warnings[0];
   for (double v : c) EXPECT_GE(v, 0.0);
   x[4][1] = -2;
-  EXPECT_TRUE(contains(error_of([&] { fit_linear(x, y, "t.csv", names); }), "t.csv: row 5: decode_seqs is -2"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_linear(x, y, "t.csv", names); }), "t.csv: row 5: decode_seqs is -2"));
 }
 
 TEST(Calibrated, TooFewRowsOrBadDurationsAreErrors) {
-  EXPECT_TRUE(contains(error_of([] { fit_profile(measured(random_shapes(3, 4), 0.0, 0)); }), "rows cannot fit"));
+  EXPECT_TRUE(
+      contains(error_of([] { fit_profile(measured(random_shapes(3, 4), 0.0, 0)); }), "rows cannot fit"));
   std::vector<MeasuredStep> rows = measured(random_shapes(40, 4), 0.0, 0);
   rows[3].device_s = 0;
   EXPECT_TRUE(contains(error_of([&] { fit_profile(rows); }), "durations must be positive"));
@@ -146,15 +149,16 @@ TEST(Calibrated, TooFewRowsOrBadDurationsAreErrors) {
 
 TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   TempDir dir;
-  std::string csv = "prefill_tokens,decode_seqs,decode_context_tokens,prefill_attention_keys,duration_s,host_s\r\n";
+  std::string csv =
+      "prefill_tokens,decode_seqs,decode_context_tokens,prefill_attention_keys,duration_s,host_s\r\n";
   for (BatchShape s : random_shapes(80, 5)) {
     s.prefill_seqs = s.logit_rows = s.copies = 0;
     s.prefill_context_tokens = 0;
     s.prefill_tokens_squared = 0;
     char line[256];
     std::snprintf(line, sizeof line, "%d,%d,%lld,%.17g,%.17g,%.17g\r\n", s.prefill_tokens, s.decode_seqs,
-                  (long long)s.decode_context_tokens, s.prefill_attention_keys, dot(kDevice, device_features(s)),
-                  dot(kHost, host_features(s)));
+                  (long long)s.decode_context_tokens, s.prefill_attention_keys,
+                  dot(kDevice, device_features(s)), dot(kHost, host_features(s)));
     csv += line;
   }
   std::ofstream(dir.file("steps.csv")) << csv;
@@ -171,7 +175,8 @@ TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   EXPECT_EQ(back.host_coefficients, p.host_coefficients);
   EXPECT_EQ(back.device_fit.rows, 80u);
 
-  auto model = make_cost_model("profile:" + dir.file("profile.json"), gpu_by_name("h100"), model_by_name("llama-3.1-8b"));
+  auto model = make_cost_model("profile:" + dir.file("profile.json"), gpu_by_name("h100"),
+                               model_by_name("llama-3.1-8b"));
   BatchShape s;
   s.decode_seqs = s.decode_tokens = 10;
   s.decode_context_tokens = 10000;
@@ -198,7 +203,8 @@ TEST(Calibrated, AnEngineAloneOnTheDeviceUsesTheWarmTerms) {
   EXPECT_TRUE(contains(CalibratedCostModel(back, true).describe(), "alone on the device"));
   CalibrationProfile gpu = back;
   gpu.alone_coefficients.reset();
-  EXPECT_NEAR(CalibratedCostModel(gpu, true).step_cost(s).device_s, shared, 1e-12) << "no alone terms: the others";
+  EXPECT_NEAR(CalibratedCostModel(gpu, true).step_cost(s).device_s, shared, 1e-12)
+      << "no alone terms: the others";
 }
 
 TEST(Calibrated, WarnsWhenAPredictionExtrapolates) {
@@ -212,7 +218,8 @@ TEST(Calibrated, WarnsWhenAPredictionExtrapolates) {
   beyond.prefill_tokens = int(p.device_max[3] * 2);
   beyond.prefill_seqs = 1;
   m.step_cost(beyond);
-  EXPECT_TRUE(contains(m.extrapolation_report(), "1 of 2 steps had prefill_tokens beyond")) << m.extrapolation_report();
+  EXPECT_TRUE(contains(m.extrapolation_report(), "1 of 2 steps had prefill_tokens beyond"))
+      << m.extrapolation_report();
 }
 
 TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
@@ -224,10 +231,17 @@ TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
   const std::string path = dir.file("p.json");
   save_profile(p, path);
   const GpuSpec h100 = gpu_by_name("h100");
-  EXPECT_EQ(choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"), "h100-sxm", "").kind, "profile");
-  EXPECT_TRUE(contains(error_of([&] { choose_cost_model("profile:" + path, h100, model_by_name("llama-3.1-8b"), "h100-sxm", ""); }),
+  EXPECT_EQ(choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"), "h100-sxm", "").kind,
+            "profile");
+  EXPECT_TRUE(contains(error_of([&] {
+                         choose_cost_model("profile:" + path, h100, model_by_name("llama-3.1-8b"), "h100-sxm",
+                                           "");
+                       }),
                        "the profile is for model 'llama-3.2-1b'"));
-  EXPECT_TRUE(contains(error_of([&] { choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"), "h200", ""); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"), "h200",
+                                           "");
+                       }),
                        "measured on device 'h100-sxm', not 'h200'"));
 }
 
@@ -257,20 +271,26 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   };
   EXPECT_TRUE(contains(error_of([&] { fit_profile_csv(write("nod.csv", "prefill_tokens,x\n1,2\n")); }),
                        "nod.csv:1: missing column 'duration_s'"));
-  EXPECT_TRUE(contains(error_of([&] { fit_profile_csv(write("bad.csv", "prefill_tokens,duration_s\n1,5\nx,5\n")); }),
-                       "bad.csv:3: 'x' is not a number"));
-  EXPECT_TRUE(contains(error_of([&] { fit_profile_csv(write("ragged.csv", "prefill_tokens,duration_s\n1,2,3\n")); }),
-                       "ragged.csv:2: 3 fields"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("bad.csv", "prefill_tokens,duration_s\n1,5\nx,5\n")); }),
+               "bad.csv:3: 'x' is not a number"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("ragged.csv", "prefill_tokens,duration_s\n1,2,3\n")); }),
+               "ragged.csv:2: 3 fields"));
   EXPECT_TRUE(contains(error_of([&] { load_profile(dir.file("nope.json")); }), "nope.json: cannot open"));
   EXPECT_TRUE(contains(error_of([] { parse_profile("{", "p.json"); }), "p.json: not valid JSON"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/1"})", "p.json"); }),
                        "p.json: field 'format' must be \"duet-cost-profile/2\""));
-  EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/2","device_terms":[],"host_terms":[]})", "p.json"); }),
-                       "field 'device_terms' must list 12 terms"));
+  EXPECT_TRUE(contains(
+      error_of([] {
+        parse_profile(R"({"format":"duet-cost-profile/2","device_terms":[],"host_terms":[]})", "p.json");
+      }),
+      "field 'device_terms' must list 12 terms"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/2"})", "p.json"); }),
                        "p.json: bad or missing field"));
-  EXPECT_TRUE(contains(error_of([] { make_cost_model("magic", gpu_by_name("h100"), model_by_name("llama-3.1-8b")); }),
-                       "unknown cost model 'magic'"));
+  EXPECT_TRUE(
+      contains(error_of([] { make_cost_model("magic", gpu_by_name("h100"), model_by_name("llama-3.1-8b")); }),
+               "unknown cost model 'magic'"));
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ std::string error_of(const std::function<void()>& f) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("duet_op_" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("duet_op_" + std::to_string(::getpid()));
   TempDir() { std::filesystem::create_directories(path); }
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string file(const std::string& name) const { return (path / name).string(); }
@@ -53,7 +54,8 @@ TEST(OperatorCurve, RejectsMalformedValues) {
   OperatorCurve c;
   c.axes = {{"a", {1, 2}}};
   c.log_slowdown = {0.0};
-  EXPECT_TRUE(contains(error_of([&] { c.validate("x.json: gemm"); }), "x.json: gemm: 'log_slowdown' has 1 values, the axes need 2"));
+  EXPECT_TRUE(contains(error_of([&] { c.validate("x.json: gemm"); }),
+                       "x.json: gemm: 'log_slowdown' has 1 values, the axes need 2"));
   c.log_slowdown = {0.0, 0.0};
   c.axes[0].knots = {2, 1};
   EXPECT_TRUE(contains(error_of([&] { c.validate("x"); }), "positive, ascending knots"));
@@ -77,16 +79,22 @@ TEST(OperatorFit, RecoversKnownCoefficientsFromASyntheticTable) {
         s.measured_s = truth.time(s.roofline_s, s.coords);
         rows.push_back(s);
       }
-  const OperatorCurve fit = fit_curve(truth.axes, rows, "synthetic", {.smoothness = 0.0, .max_iterations = 100});
+  const OperatorCurve fit =
+      fit_curve(truth.axes, rows, "synthetic", {.smoothness = 0.0, .max_iterations = 100});
   EXPECT_NEAR(fit.fixed_s, truth.fixed_s, 1e-3 * truth.fixed_s);
-  for (std::size_t i = 0; i < truth.log_slowdown.size(); ++i) EXPECT_NEAR(fit.log_slowdown[i], truth.log_slowdown[i], 1e-3) << i;
-  const CurveErrors e = curve_errors(rows, [&](const CurveSample& s) { return fit.time(s.roofline_s, s.coords); });
+  for (std::size_t i = 0; i < truth.log_slowdown.size(); ++i)
+    EXPECT_NEAR(fit.log_slowdown[i], truth.log_slowdown[i], 1e-3) << i;
+  const CurveErrors e =
+      curve_errors(rows, [&](const CurveSample& s) { return fit.time(s.roofline_s, s.coords); });
   EXPECT_LT(e.max, 1e-4);
 }
 
 TEST(OperatorFit, NeedsRowsWithPositiveTimes) {
   std::vector<CurveSample> rows(1);
-  EXPECT_TRUE(contains(error_of([&] { fit_curve({{"m", {1, 2}}}, rows, "t.csv"); }), "t.csv: a row's measured and roofline"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         fit_curve({{"m", {1, 2}}}, rows, "t.csv");
+                       }),
+                       "t.csv: a row's measured and roofline"));
   EXPECT_TRUE(contains(error_of([&] { fit_curve({{"m", {1, 2}}}, {}, "t.csv"); }), "t.csv: no rows"));
 }
 
@@ -124,7 +132,9 @@ TEST(OperatorModel, PartsSumToTheStepAndAGemmIsItsRooflineScaledPlusAFloor) {
   const GpuSpec gpu = gpu_by_name("h100");
   const ModelSpec m = model_by_name("llama-3.1-8b");
   OperatorCostModel model(gpu, m, flat_prior("h100-sxm"));
-  for (const BatchShape& s : {mixed_batch(), BatchShape{.decode_tokens = 1, .decode_seqs = 1, .logit_rows = 1, .decode_context_tokens = 100}}) {
+  for (const BatchShape& s :
+       {mixed_batch(),
+        BatchShape{.decode_tokens = 1, .decode_seqs = 1, .logit_rows = 1, .decode_context_tokens = 100}}) {
     const StepBreakdown b = model.by_operator(s);
     EXPECT_NEAR(b.step_s(), model.step_time(s), 1e-15);
     EXPECT_EQ(b.layers, m.num_layers);
@@ -147,22 +157,26 @@ TEST(OperatorModel, EagerStepsPayAtLeastALaunchPerKernel) {
 
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
-  const BatchShape in{.decode_tokens = 8, .decode_seqs = 8, .logit_rows = 8, .decode_context_tokens = 8 * 4096};
+  const BatchShape in{
+      .decode_tokens = 8, .decode_seqs = 8, .logit_rows = 8, .decode_context_tokens = 8 * 4096};
   EXPECT_TRUE(model.by_operator(in).outside.empty());  // n = 128256 for the LM head is not flagged
-  const BatchShape far{.decode_tokens = 4, .decode_seqs = 4, .logit_rows = 4, .decode_context_tokens = 4LL * 400000};
+  const BatchShape far{
+      .decode_tokens = 4, .decode_seqs = 4, .logit_rows = 4, .decode_context_tokens = 4LL * 400000};
   const StepBreakdown b = model.by_operator(far);
   ASSERT_EQ(b.outside.size(), 1u);
   EXPECT_TRUE(contains(b.outside[0], "decode_attention")) << b.outside[0];
   model.step_cost(far);
   model.step_cost(in);
-  EXPECT_TRUE(contains(model.extrapolation_report(), "1 of 2 steps had a kernel beyond")) << model.extrapolation_report();
+  EXPECT_TRUE(contains(model.extrapolation_report(), "1 of 2 steps had a kernel beyond"))
+      << model.extrapolation_report();
 }
 
 TEST(OperatorModel, AHeadDimTheTablesLackIsPricedAndFlagged) {
   OperatorPrior p = flat_prior("a100-80gb");
   p.covers.head_dims = {128};
   OperatorCostModel model(gpu_by_name("a100"), model_by_name("llama-3.2-1b"), p);  // head_dim 64
-  const StepBreakdown b = model.by_operator({.decode_tokens = 2, .decode_seqs = 2, .logit_rows = 2, .decode_context_tokens = 200});
+  const StepBreakdown b = model.by_operator(
+      {.decode_tokens = 2, .decode_seqs = 2, .logit_rows = 2, .decode_context_tokens = 200});
   EXPECT_GT(b.per_layer_s[kAttention], 0);
   ASSERT_EQ(b.outside.size(), 1u);
   EXPECT_TRUE(contains(b.outside[0], "a head_dim the tables lack")) << b.outside[0];
@@ -177,7 +191,8 @@ TEST(OperatorPrior, RoundTripsAndRejectsAnotherDeviceOrFamily) {
   EXPECT_EQ(p.decode_attention.size(), flat_prior("x").decode_attention.size());
   ModelSpec m = model_by_name("llama-3.1-8b");
   EXPECT_NO_THROW(check_prior(p, m, "h100-sxm", path));
-  EXPECT_TRUE(contains(error_of([&] { check_prior(p, m, "h200", path); }), "fitted for device 'h100-sxm', not 'h200'"));
+  EXPECT_TRUE(contains(error_of([&] { check_prior(p, m, "h200", path); }),
+                       "fitted for device 'h100-sxm', not 'h200'"));
   ModelSpec f32 = m;
   f32.dtype = DType::F32;
   EXPECT_TRUE(contains(error_of([&] { check_prior(p, f32, "h100-sxm", path); }), "covers bfloat16 kernels"));
@@ -199,7 +214,8 @@ TEST(OperatorPrior, RejectsATruncatedOrForeignFile) {
   std::ofstream(dir.file("cut.json")) << "{\"format\": \"duet-operator-prior/1\", \"device\": ";
   EXPECT_TRUE(contains(error_of([&] { load_prior(dir.file("cut.json")); }), "cut.json: not valid JSON"));
   std::ofstream(dir.file("other.json")) << "{\"format\": \"duet-cost-profile/2\"}";
-  EXPECT_TRUE(contains(error_of([&] { load_prior(dir.file("other.json")); }), "other.json: field 'format' must be"));
+  EXPECT_TRUE(
+      contains(error_of([&] { load_prior(dir.file("other.json")); }), "other.json: field 'format' must be"));
 }
 
 TEST(OperatorTables, ReadsRowsAndNamesTheLineOfABadOne) {
@@ -217,8 +233,9 @@ TEST(OperatorTables, ReadsRowsAndNamesTheLineOfABadOne) {
   std::ofstream(dir.file("fast.csv")) << "m,n,k,latency_ms\n1,4096,4096,0.001\n";
   EXPECT_TRUE(contains(error_of([&] { read_operator_table(OperatorClass::gemm, dir.file("fast.csv"), gpu); }),
                        "1 of 1 rows run faster than H100-SXM's peak"));
-  std::ofstream(dir.file("a.csv")) << "kernel_source,batch_size,isl,step,num_heads,num_key_value_heads,head_dim,latency_ms\n"
-                                      "fa,4,1,1023,32,8,128,0.012\n";
+  std::ofstream(dir.file("a.csv"))
+      << "kernel_source,batch_size,isl,step,num_heads,num_key_value_heads,head_dim,latency_ms\n"
+         "fa,4,1,1023,32,8,128,0.012\n";
   const OperatorTable a = read_operator_table(OperatorClass::decode_attention, dir.file("a.csv"), gpu);
   EXPECT_EQ(a.rows[0].coords[0], 32);    // 4 sequences x 8 KV heads
   EXPECT_EQ(a.rows[0].coords[1], 1024);  // the context and the query's own token

@@ -5,11 +5,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <random>
-#include <vector>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/sequence.hpp"
@@ -31,7 +31,9 @@ std::string error_of(F&& f) {
   return "";
 }
 
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // A fresh directory per test (ctest runs tests in parallel processes), removed afterwards.
 class TempDir {
