@@ -95,7 +95,7 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
               pct(op.p95).c_str(), pct(op.max).c_str(), op_at.c_str());
   std::printf("            roofline MAPE %s, p95 %s, max %s at %s\n", pct(roof.mape).c_str(),
               pct(roof.p95).c_str(), pct(roof.max).c_str(), roof_at.c_str());
-  const OperatorCurve all = fit_curve(operator_axes(t.kind), t.rows, what, options);
+  OperatorCurve all = fit_curve(operator_axes(t.kind), t.rows, what, options);
   const CurveErrors in =
       curve_errors(t.rows, [&](const CurveSample& s) { return all.time(s.roofline_s, s.coords); });
   std::printf("  every row: operator MAPE %s (fitted on them); fixed cost %.2f us\n", pct(in.mape).c_str(),

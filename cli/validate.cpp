@@ -55,7 +55,7 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
 }
 
 // A trace slice through the simulator (with the device's profile) and the real engine.
-int validate_trace(TraceArgs args, const std::string& profile, int repeats, double max_error,
+int validate_trace(const TraceArgs& args, const std::string& profile, int repeats, double max_error,
                    const std::string& out, const std::string& command_line) {
   if (!is_real_backend(args.backend))
     throw Error("--backend must be a real engine (cpu or cuda) to validate against");

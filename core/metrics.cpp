@@ -29,7 +29,7 @@ Percentiles percentiles(std::vector<double> v) {
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  const std::size_t rank = std::min(v.size() - 1, std::size_t(q * double(v.size() - 1) + 0.5));
+  const std::size_t rank = std::min(v.size() - 1, std::size_t(std::lround(q * double(v.size() - 1))));
   std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(rank), v.end());
   return v[rank];
 }

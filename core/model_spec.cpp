@@ -270,7 +270,7 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw Error(origin + ": expected a JSON object");

@@ -65,7 +65,7 @@ Batch Scheduler::schedule() {
   return batch;
 }
 
-Sequence& Scheduler::choose_victim(RunningList::iterator from) {
+Sequence& Scheduler::choose_victim(const RunningList::iterator& from) {
   if (!policy_.victim) return running_.back();
   // Candidates: the sequence that needs room and those after it, none scheduled yet this step.
   std::vector<Sequence*> candidates;

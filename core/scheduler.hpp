@@ -90,7 +90,7 @@ class Scheduler {
   Admission admit(Sequence& seq, Batch& batch, int& budget);
   bool release_idle_kv();
   void add_item(Batch& batch, Sequence& seq, int num_new_tokens);
-  Sequence& choose_victim(RunningList::iterator from);
+  Sequence& choose_victim(const RunningList::iterator& from);
   void preempt(Sequence& victim, Batch& batch);
 
   SchedulerConfig config_;

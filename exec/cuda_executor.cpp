@@ -719,7 +719,7 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
 // ---------------------------------------------------------------------------------------------
 
 CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
-                           CudaExecutorOptions options)
+                           const CudaExecutorOptions& options)
     : impl_(std::make_unique<Impl>()) {
   const ModelSpec& m = weights.spec;
   m.validate();
@@ -740,7 +740,7 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int bloc
 }
 
 CudaExecutor::CudaExecutor(const ModelSpec& spec, const TensorSource& source, int num_blocks, int block_size,
-                           CudaExecutorOptions options)
+                           const CudaExecutorOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->init(spec, num_blocks, block_size, options);
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);

@@ -75,11 +75,12 @@ class CudaExecutor final : public Executor {
   // be dropped once the constructor returns. The KV pool holds num_blocks blocks of block_size
   // tokens (the memory plan's count), bf16. Throws duet::Error on bad shapes or options, when
   // no device is usable, or when the device lacks the memory (naming the figures).
-  CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CudaExecutorOptions options = {});
+  CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
+               const CudaExecutorOptions& options = {});
   // The same, one tensor at a time from `source` (generated or read on several host threads), so
   // that the host never holds the whole float32 model: dummy weights of an 8B model are 32 GB.
   CudaExecutor(const ModelSpec& spec, const TensorSource& source, int num_blocks, int block_size,
-               CudaExecutorOptions options = {});
+               const CudaExecutorOptions& options = {});
   ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;

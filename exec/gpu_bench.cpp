@@ -343,7 +343,8 @@ int bench_attention(const GpuBenchOptions& o) {
       end.synchronize();
       const double t = double(k::Event::elapsed_ms(start, end)) * 1e-3 / iters;
       const double bytes = double(b) * c * spec.num_kv_heads * spec.head_dim * 2.0 * 2.0 +  // K and V
-                           double(b) * q_width * 2.0 * 2.0 + double(b) * (c / block_size) * 4.0;
+                           double(b) * q_width * 2.0 * 2.0 +
+                           double(b) * double(c / block_size) * 4.0;  // whole blocks' table entries
       const double frac = bytes / t / gpu.spec.hbm_bandwidth;
       met = met && frac >= kTarget;
       worst = std::min(worst, frac);

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include <cstddef>
+#include <exception>
 #include <fstream>
 #include <system_error>
 #include <type_traits>
@@ -135,15 +136,25 @@ std::string read_model_file(const std::filesystem::path& path) {
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
-  const std::string bytes = read_model_file(path);
+  return from_bytes(read_model_file(path), path);
+}
+
+Tokenizer Tokenizer::from_bytes(const std::string& bytes, const std::filesystem::path& path) {
   if (bytes.empty()) throw Error("tokenizer: model file " + quoted(path) + " is empty");
   if (const std::string why = check_model_wire_format(bytes); !why.empty()) {
     throw Error("tokenizer: " + quoted(path) + " is not a sentencepiece model: " + why);
   }
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  if (const auto status = sp->LoadFromSerializedProto(bytes); !status.ok()) {
-    throw Error("tokenizer: " + quoted(path) + " is not a usable sentencepiece model: " + status.ToString());
+  sentencepiece::util::Status status;
+  try {
+    status = sp->LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    // Some malformed models throw instead of returning a status: an empty piece makes the trie
+    // builder (darts-clone) throw "zero-length key" (found by tests/fuzz/fuzz_tokenizer).
+    throw Error("tokenizer: " + quoted(path) + " is not a usable sentencepiece model: " + e.what());
   }
+  if (!status.ok())
+    throw Error("tokenizer: " + quoted(path) + " is not a usable sentencepiece model: " + status.ToString());
   return Tokenizer(std::move(sp), path);
 }
 

@@ -27,6 +27,8 @@ class Tokenizer {
   // Reads a sentencepiece model. Throws duet::Error naming the file when it is missing, cannot be
   // read, or is not a whole sentencepiece model (random bytes, a truncated file, an empty file).
   [[nodiscard]] static Tokenizer load(const std::filesystem::path& path);
+  // The same checks on a model's bytes held in memory; `path` names them in errors.
+  [[nodiscard]] static Tokenizer from_bytes(const std::string& bytes, const std::filesystem::path& path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

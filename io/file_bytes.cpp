@@ -82,10 +82,13 @@ std::string read_file_bytes(const std::string& path) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  const std::string text = read_file_bytes(path);
+  return parse_json_text(read_file_bytes(path), path);
+}
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& path) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
 }

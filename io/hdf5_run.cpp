@@ -932,17 +932,20 @@ RunStream RunFileWriter::begin_run(const std::string& group, const RunMetadata& 
     }
     impl_->file.flush(H5F_SCOPE_GLOBAL);
     where.object = path;
-    return RunStream(std::unique_ptr<RunStream::Impl>(new RunStream::Impl{where,
-                                                                          path,
-                                                                          impl_->file,
-                                                                          run,
-                                                                          level,
-                                                                          impl_->compression,
-                                                                          std::move(names),
-                                                                          std::move(tables),
-                                                                          {},
-                                                                          false,
-                                                                          {}}));
+    // Not make_unique: Impl is an aggregate, and clang before 16 lacks C++20's parenthesized
+    // aggregate initialization.
+    return RunStream(
+        std::unique_ptr<RunStream::Impl>(new RunStream::Impl{where,  // NOLINT(modernize-make-unique)
+                                                             path,
+                                                             impl_->file,
+                                                             run,
+                                                             level,
+                                                             impl_->compression,
+                                                             std::move(names),
+                                                             std::move(tables),
+                                                             {},
+                                                             false,
+                                                             {}}));
   });
 }
 

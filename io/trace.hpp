@@ -3,6 +3,7 @@
 // which prompt blocks are shared. Importers turn each format into one Trace.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/types.hpp"
@@ -30,6 +31,8 @@ TraceFormat trace_format_from_name(const std::string& name);  // "auto", "azure"
 // Reads a trace file; .gz files are decompressed. Auto detects the format from the content.
 // Errors (duet::Error) name the file and line: a malformed row, a bad field, a missing header.
 Trace load_trace(const std::string& path, TraceFormat format = TraceFormat::Auto);
+// The same on a file's (decompressed) bytes; `path` names them in errors.
+Trace parse_trace(std::string_view text, const std::string& path, TraceFormat format = TraceFormat::Auto);
 
 // The prompt token ids of a request, deterministic for (trace, request index, seed). With
 // hash_ids, block k's tokens depend only on (hash_ids[k], seed), so that requests sharing a hash

@@ -18,6 +18,8 @@ packages=(
   python3 python3-h5py python3-pandas python3-numpy  # analysis/ reads the HDF5 files with these
   python3-matplotlib jupyter-nbconvert python3-ipykernel python3-nbformat  # analysis/notebooks, scripts/figures.sh
   python3-sentencepiece  # scripts/train_tokenizer.sh and scripts/fit_step_model.py
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev  # scripts/test.sh: the sanitizer build and the fuzz targets
+  clang-format-14 clang-tidy-14                  # scripts/check-style.sh
   patchelf  # scripts/gpu-bundle.sh: RUNPATH $ORIGIN on bundled libraries (DT_RUNPATH is not inherited)
 )
 

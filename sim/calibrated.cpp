@@ -410,7 +410,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   try {

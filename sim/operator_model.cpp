@@ -97,8 +97,10 @@ void save_prior(const OperatorPrior& p, const std::string& path) {
   write_json_file(path, j, 1);
 }
 
-OperatorPrior load_prior(const std::string& path) {
-  const nlohmann::json j = read_json_file(path);
+OperatorPrior load_prior(const std::string& path) { return parse_prior(read_file_bytes(path), path); }
+
+OperatorPrior parse_prior(std::string_view text, const std::string& path) {
+  const nlohmann::json j = parse_json_text(text, path);
   if (!j.is_object() || j.value("format", "") != kOperatorPriorFormat)
     throw Error(path + ": field 'format' must be \"" + std::string(kOperatorPriorFormat) +
                 "\" (a prior from `duet fit-ops`)");
@@ -174,7 +176,7 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
                   curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
                   curve.axes[2].name.c_str(), point.coords[2],
                   head_dim_ok ? "" : ", a head_dim the tables lack");
-    b.outside.push_back(buf);
+    b.outside.emplace_back(buf);
   }
   const double t = curve.time_at(point.roofline_s, w);
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;

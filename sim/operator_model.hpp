@@ -86,6 +86,7 @@ inline constexpr std::string_view kOperatorPriorFormat = "duet-operator-prior/1"
 
 void save_prior(const OperatorPrior& prior, const std::string& path);
 OperatorPrior load_prior(const std::string& path);
+OperatorPrior parse_prior(std::string_view text, const std::string& path);  // `path` names the text in errors
 // Throws when the prior was fitted for another device, or for kernels of another kind (dtype)
 // than the model's. A head_dim the attention tables lack is priced, and flagged, like any other
 // shape beyond them.

@@ -187,7 +187,7 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid) {
   while (lua_next(L, grid) != 0) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) throw Error(where(L) + "duet.sweep: grid keys must be names");
-    keys.push_back(lua_tostring(L, -1));
+    keys.emplace_back(lua_tostring(L, -1));
   }
   std::sort(keys.begin(), keys.end());
   std::vector<SweepPoint> points(1);

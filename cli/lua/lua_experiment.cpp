@@ -150,7 +150,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   if (t.push("arbiter_priority") == LUA_TTABLE) {
     for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
       lua_rawgeti(L, -1, i);
-      if (lua_type(L, -1) == LUA_TSTRING) ex.arbiter_priority.push_back(lua_tostring(L, -1));
+      if (lua_type(L, -1) == LUA_TSTRING) ex.arbiter_priority.emplace_back(lua_tostring(L, -1));
       lua_pop(L, 1);
     }
   }

@@ -80,7 +80,7 @@ int l_read_jsonl(lua_State* L) {  // duet.read_jsonl(path [, limit])
       if (line.empty() || line == "\r") continue;
       try {
         push_json(L, nlohmann::json::parse(line));
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {
         throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
       }
       lua_rawseti(L, -2, ++n);

@@ -29,13 +29,13 @@ namespace duet {
 namespace {
 
 // Ends the enclosing check function with a message; the test adds the seed and operation index.
-#define KV_CHECK(cond, msg)      \
-  do {                           \
-    if (!(cond)) {               \
-      std::ostringstream kv_os_; \
-      kv_os_ << msg;             \
-      return kv_os_.str();       \
-    }                            \
+#define KV_CHECK(cond, msg)                                                      \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::ostringstream kv_os_;                                                 \
+      kv_os_ << msg; /* NOLINT(bugprone-macro-parentheses): msg is a << chain */ \
+      return kv_os_.str();                                                       \
+    }                                                                            \
   } while (0)
 
 // Every block hashes to the same value, so every cached block lands in one collision chain and

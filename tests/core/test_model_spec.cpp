@@ -357,6 +357,16 @@ TEST_F(ModelSpecHfConfig, InvalidJsonNamesFile) {
   EXPECT_TRUE(contains(msg, "JSON")) << msg;
 }
 
+// A number beyond double's range makes nlohmann throw out_of_range, not parse_error: it used to
+// escape as an uncaught exception and abort (found by tests/fuzz/fuzz_hf_config).
+TEST_F(ModelSpecHfConfig, NumberBeyondDoubleIsInvalidJson) {
+  const std::string path = write(R"({"hidden_size": 1e400})");
+  const std::string msg = error_of([&] { from_hf_config(path); });
+  EXPECT_TRUE(contains(msg, path)) << msg;
+  EXPECT_TRUE(contains(msg, "not valid JSON")) << msg;
+  EXPECT_TRUE(contains(msg, "number overflow")) << msg;
+}
+
 TEST_F(ModelSpecHfConfig, MissingFileNamesFile) {
   const std::string path = (dir_ / "no_such_config.json").string();
   const std::string msg = error_of([&] { from_hf_config(path); });

@@ -24,13 +24,13 @@ namespace duet {
 namespace {
 
 // Ends the enclosing check function with a message; the caller adds the seed and step index.
-#define SCHED_CHECK(cond, msg)      \
-  do {                              \
-    if (!(cond)) {                  \
-      std::ostringstream sched_os_; \
-      sched_os_ << msg;             \
-      return sched_os_.str();       \
-    }                               \
+#define SCHED_CHECK(cond, msg)                                                      \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::ostringstream sched_os_;                                                 \
+      sched_os_ << msg; /* NOLINT(bugprone-macro-parentheses): msg is a << chain */ \
+      return sched_os_.str();                                                       \
+    }                                                                               \
   } while (0)
 
 constexpr TokenId kVocab = 4;      // small, so that prompts share blocks and preempted

@@ -281,7 +281,7 @@ std::string open_error(const TempDir& dir, const std::string& header, const std:
                        std::optional<std::uint64_t> length = {}) {
   const fs::path path = dir / "bad.safetensors";
   write_bytes(path, raw_file(header, data, length));
-  const std::string message = error_of([&] { SafetensorsFile::open(path.string()); });
+  std::string message = error_of([&] { SafetensorsFile::open(path.string()); });
   EXPECT_TRUE(contains(message, path.string())) << message;
   return message;
 }

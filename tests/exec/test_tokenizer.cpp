@@ -216,6 +216,19 @@ TEST(TokenizerLoad, RandomBytesAreAnError) {
   expect_load_error(text.path(), "text file");
 }
 
+// A model with an empty piece makes sentencepiece's trie builder throw its own exception instead
+// of returning a status; it used to escape and abort (found by tests/fuzz/fuzz_tokenizer, whose
+// corpus keeps the input).
+TEST(TokenizerLoad, EmptyPieceIsAnError) {
+  const fs::path model = fs::path(DUET_SOURCE_DIR) / "tests/fuzz/corpus/tokenizer/regress-empty-piece.model";
+  expect_load_error(model, "empty piece");
+  try {
+    (void)Tokenizer::load(model);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero-length key"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TokenizerLoad, TruncatedModelIsAnError) {
   const std::string model = read_bytes(kModel);
   ASSERT_GT(model.size(), 100000u);

@@ -97,7 +97,7 @@ RawCheckpoint raw_tensors(const LlamaWeights& w, const std::string& skip,
   for (const auto& [name, shape] : extra) {
     std::int64_t n = 1;
     for (std::int64_t d : shape) n *= d;
-    raw.buffers.push_back(std::vector<std::byte>(std::size_t(n) * 4));
+    raw.buffers.emplace_back(std::size_t(n) * 4);
     raw.tensors.push_back({name, DType::F32, shape, raw.buffers.back()});
   }
   return raw;

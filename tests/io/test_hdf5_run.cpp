@@ -169,7 +169,7 @@ class Hdf5Run : public ::testing::Test {
   std::string write_two_engines(const std::string& name = "run.h5") {
     records_ = {synthetic_engine("llm", 300, 200, 1), synthetic_engine("prm", 250, 400, 2)};
     summary_ = summary_of(records_, 12.5, 0.75);
-    const std::string path = file(name);
+    std::string path = file(name);
     RunFileWriter(path).write_run("/", {}, records_, summary_);
     return path;
   }
@@ -504,11 +504,11 @@ TEST_F(Hdf5Run, DamagedFilesThrow) {
                                         {"hundred.h5", good.substr(0, 100), "truncated file"},
                                         {"noise.h5", noise, "not an HDF5 file"},
                                         {"zero.h5", "", "not an HDF5 file"}};
-  for (const auto& [name, bytes, reason] : damaged) {
-    SCOPED_TRACE(name);
-    write_bytes(file(name), bytes);
-    expect_error([&] { read_run(file(name)); }, file(name), reason);
-    expect_error([&] { list_runs(file(name)); }, file(name), reason);
+  for (const Damaged& d : damaged) {
+    SCOPED_TRACE(d.name);
+    write_bytes(file(d.name), d.bytes);
+    expect_error([&] { read_run(file(d.name)); }, file(d.name), d.reason);
+    expect_error([&] { list_runs(file(d.name)); }, file(d.name), d.reason);
   }
   expect_error([&] { read_run(file("missing.h5")); }, file("missing.h5"), "no such file");
   expect_error([&] { read_run(dir_.string()); }, dir_.string(), "no such file");

@@ -211,6 +211,9 @@ TEST(TraceMooncake, RejectsInvalidJsonAndNonObjects) {
   const std::string ok = mooncake_line(0, 1, 1, "0") + "\n";
   expect_error_at(write_text(dir.file("bad.jsonl"), ok + "{\"timestamp\": 1,\n"), 2, "invalid JSON");
   expect_error_at(write_text(dir.file("arr.jsonl"), ok + ok + "[1, 2]\n"), 3, "expected a JSON object");
+  // out_of_range, not parse_error, in nlohmann: it used to abort the program.
+  expect_error_at(write_text(dir.file("big.jsonl"), ok + "{\"timestamp\": 1e400}\n"), 2,
+                  "invalid JSON: number overflow");
   expect_error_at(write_text(dir.file("csv.jsonl"), kHeader + "\n"), 1, "invalid JSON",
                   TraceFormat::MooncakeJsonl);
 }

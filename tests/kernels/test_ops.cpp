@@ -201,7 +201,7 @@ TEST(Device, BuffersCopiesStreamsAndEvents) {
   for (int i = 0; i < 1000; ++i) EXPECT_EQ(z[i], i >= 10 && i < 20 ? 0 : host[i]) << i;
   // Moves transfer ownership; zero-byte buffers and copies are no-ops.
   dk::DeviceBuffer moved(std::move(b));
-  EXPECT_EQ(b.get(), nullptr);
+  EXPECT_EQ(b.get(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is the test
   EXPECT_EQ(moved.bytes(), host.size() * 4);
   a = std::move(moved);
   EXPECT_EQ(download<std::int32_t>(a.get(), host.size(), s), z);
@@ -967,7 +967,7 @@ TEST(Gemm, CapturedInAGraphReplaysBitwise) {
     EXPECT_EQ(std::memcmp(replay.data(), eager.data(), eager.size() * 4), 0) << "replay " << rep;
   }
   dk::Graph moved = std::move(graph);
-  EXPECT_FALSE(graph.valid());
+  EXPECT_FALSE(graph.valid());  // NOLINT(bugprone-use-after-move): the moved-from state is the test
   EXPECT_TRUE(moved.valid());
 }
 
