@@ -46,12 +46,12 @@ Ranks start_ranks(int* argc, char*** argv) {
   return ranks;
 }
 
-void end_ranks(const Ranks&, int status) {
-  int started = 0, finished = 0;
+void end_ranks(const Ranks&, int status, bool finished) {
+  int started = 0, ended = 0;
   MPI_Initialized(&started);
-  MPI_Finalized(&finished);
-  if (!started || finished) return;
-  if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
+  MPI_Finalized(&ended);
+  if (!started || ended) return;
+  if (!finished) MPI_Abort(MPI_COMM_WORLD, status);
   MPI_Finalize();
 }
 

@@ -20,9 +20,10 @@ bool built_with_mpi();
 // one process without touching MPI, so that a plain `duet run` pays nothing for it.
 Ranks start_ranks(int* argc, char*** argv);
 
-// Ends MPI after a command: MPI_Finalize when it succeeded on this rank; otherwise MPI_Abort with
-// `status`, which ends every rank (a rank that failed alone would leave the others waiting).
-void end_ranks(const Ranks& ranks, int status);
+// Ends MPI after a command: MPI_Finalize when every rank reached the end together (`finished`: the
+// script ran to its end, or a stop that every rank learned of); otherwise MPI_Abort with `status`,
+// which ends every rank (a rank that failed alone would leave the others waiting for it).
+void end_ranks(const Ranks& ranks, int status, bool finished);
 
 // Bytes from one rank to another, tagged; a message names where it came from.
 struct Message {

@@ -18,7 +18,7 @@ Ranks start_ranks(int*, char***) {
   return {};
 }
 
-void end_ranks(const Ranks&, int) {}
+void end_ranks(const Ranks&, int, bool) {}
 
 void send_bytes(int, int, const std::vector<char>&) { throw Error("send_bytes: built without MPI"); }
 

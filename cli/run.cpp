@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
     return 1;
   }
   const int status = run_ranked(argc, argv, ranks);
-  end_ranks(ranks, status);
+  end_ranks(ranks, status, status == 0 || status == kPointsFailed || status > 128);
   return status;
 }
 

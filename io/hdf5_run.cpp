@@ -814,7 +814,7 @@ RunFileWriter RunFileWriter::append(const std::string& path, TableCompression co
   return RunFileWriter(guarded(where, [&] {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) where.fail("no such file");
-    if (!H5::H5File::isHdf5(path)) where.fail("not an HDF5 file");
+    // Not H5File::isHdf5 first: HDF5 1.10 then keeps the file open read-only, and refuses RDWR.
     return std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_RDWR), compression});
   }));
 }

@@ -18,6 +18,7 @@ packages=(
   python3 python3-h5py python3-pandas python3-numpy  # analysis/ reads the HDF5 files with these
   python3-matplotlib jupyter-nbconvert python3-ipykernel python3-nbformat  # analysis/notebooks, scripts/figures.sh
   python3-sentencepiece  # scripts/train_tokenizer.sh and scripts/fit_step_model.py
+  libopenmpi-dev openmpi-bin  # mpirun -n N duet run: a sweep's points over MPI ranks (optional: DUET_MPI)
   patchelf  # scripts/gpu-bundle.sh: RUNPATH $ORIGIN on bundled libraries (DT_RUNPATH is not inherited)
 )
 

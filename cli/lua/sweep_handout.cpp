@@ -80,23 +80,50 @@ struct Coordinator {
     for (std::size_t i : h.pending) queue.add(i);
     queue.close();
     h.start_threads(queue);
+    try {
+      loop();
+    } catch (...) {  // a failed write (a full disk): the threads end after their current point
+      queue.stop();
+      h.join_threads();
+      throw;
+    }
+    h.join_threads();
+    return std::move(balance);
+  }
+
+  void loop() {
     const auto wait = std::chrono::milliseconds(ranks.size > 1 ? 2 : 200);
     for (;;) {
       if (!balance.stopped && stop_asked(h)) stop();
       const bool last = finished();  // then one more pass takes what was reported before the exits
       for (PointOutcome& o : queue.outcomes(last ? std::chrono::milliseconds(0) : wait)) handle(o);
       while (std::optional<cli::Message> m = ranks.size > 1 ? cli::poll_message() : std::nullopt) serve(*m);
-      if (last) break;
+      if (last) return;
     }
-    h.join_threads();
-    return std::move(balance);
   }
 };
+
+void serve_rank_zero(const SweepHandout& h, PointQueue& queue);
 
 // Another rank: asks for a point per thread, runs what it is given, sends each outcome back.
 SweepBalance follow(const cli::Ranks& ranks, const SweepHandout& h) {
   PointQueue queue;
   h.start_threads(queue);
+  try {
+    serve_rank_zero(h, queue);
+  } catch (...) {  // the job ends (MPI_Abort); the threads first, after their current point
+    queue.stop();
+    h.join_threads();
+    throw;
+  }
+  h.join_threads();
+  SweepBalance balance;
+  balance.busy_s.assign(std::size_t(ranks.size), 0.0);
+  balance.points.assign(std::size_t(ranks.size), 0);
+  return balance;
+}
+
+void serve_rank_zero(const SweepHandout& h, PointQueue& queue) {
   cli::send_bytes(0, kHello, bytes_of(std::int32_t(h.threads)));
   int retired = 0;
   while (retired < h.threads || queue.exited() < h.threads) {
@@ -111,11 +138,6 @@ SweepBalance follow(const cli::Ranks& ranks, const SweepHandout& h) {
       else if (++retired == h.threads) queue.close();
     }
   }
-  h.join_threads();
-  SweepBalance balance;
-  balance.busy_s.assign(std::size_t(ranks.size), 0.0);
-  balance.points.assign(std::size_t(ranks.size), 0);
-  return balance;
 }
 
 // One process, one thread: the main thread runs the points itself, in order.
