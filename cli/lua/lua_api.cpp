@@ -296,6 +296,8 @@ PointOutcome run_point(lua_State* L, const SweepCall& call, std::size_t index) {
     o.result = run_experiment(L, -1, call.defaults);
     o.status = PointStatus::Done;
   } catch (const Error& e) {
+    // duet validate compares every point: one that cannot run is the validation's error.
+    if (ctx.opt.validate) throw;
     o.status = stop_asked(ctx) ? PointStatus::Interrupted : PointStatus::Failed;
     o.error = e.what();
   }
