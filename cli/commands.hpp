@@ -9,6 +9,7 @@ int fit_ops(int argc, char** argv);
 int cost(int argc, char** argv);
 int bench(int argc, char** argv);
 int run(int argc, char** argv);
+int merge(int argc, char** argv);
 int profile(int argc, char** argv);
 int validate(int argc, char** argv);
 

@@ -14,6 +14,7 @@ void usage() {
       "commands:\n"
       "  run        run a Lua experiment: duet run SCRIPT.lua [--backend sim|cpu|cuda] [--out FILE.h5] [-- "
       "args]\n"
+      "  merge      merge the shards of a sweep (duet run --shard I/N) into one file\n"
       "  simulate   replay a trace or a synthetic workload through the simulator, write HDF5\n"
       "  profile    measure a real engine on a grid of batches and fit its cost profile\n"
       "  validate   run a script or a trace on the simulator and a real engine, compare\n"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "run") return duet::cli::run(argc - 1, argv + 1);
+  if (command == "merge") return duet::cli::merge(argc - 1, argv + 1);
   if (command == "simulate") return duet::cli::simulate(argc - 1, argv + 1);
   if (command == "profile") return duet::cli::profile(argc - 1, argv + 1);
   if (command == "validate") return duet::cli::validate(argc - 1, argv + 1);
@@ -40,9 +42,10 @@ int main(int argc, char** argv) {
   if (command == "fit-ops") return duet::cli::fit_ops(argc - 1, argv + 1);
   if (command == "cost") return duet::cli::cost(argc - 1, argv + 1);
   if (command == "bench") return duet::cli::bench(argc - 1, argv + 1);
-  std::fprintf(stderr,
-               "duet: unknown command '%s' (commands: run, simulate, profile, validate, fit, fit-ops, cost, "
-               "bench; see duet --help)\n",
-               command.c_str());
+  std::fprintf(
+      stderr,
+      "duet: unknown command '%s' (commands: run, merge, simulate, profile, validate, fit, fit-ops, cost, "
+      "bench; see duet --help)\n",
+      command.c_str());
   return 2;
 }

@@ -7,7 +7,10 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/lua/lua_api.hpp"
+#include "cli/mpi_ranks.hpp"
 #include "cli/source_dir.hpp"
+#include "cli/stop_signal.hpp"
+#include "cli/sweep_file.hpp"
 #include "core/error.hpp"
 #include "exec/backend.hpp"
 
@@ -15,9 +18,40 @@ namespace po = boost::program_options;
 
 namespace duet::cli {
 
-int run(int argc, char** argv) {
+namespace {
+
+// The exit status of `duet run`: 0; 1 for an error; 2 for bad usage; 3 when sweep points failed
+// (each recorded in the file); 128 + the signal after SIGINT or SIGTERM stopped it.
+constexpr int kPointsFailed = 3;
+
+int run_body(lua::ScriptOptions& opt) {
+  try {
+    const lua::ScriptOutcome outcome = lua::run_script(opt);
+    if (outcome.failed_points == 0 || opt.ranks.rank != 0) return 0;
+    std::fprintf(
+        stderr,
+        "duet run: %d sweep point%s failed; each is recorded with its error under /sweeps/*/failed in %s\n",
+        outcome.failed_points, outcome.failed_points == 1 ? "" : "s", opt.out.c_str());
+    return kPointsFailed;
+  } catch (const Error& e) {
+    const int signal = g_stop_signal.load();
+    if (signal == 0) throw;
+    if (opt.ranks.rank == 0)
+      std::fprintf(stderr,
+                   "duet run: stopped by signal %d: %s\nrun the same command with --resume to finish\n",
+                   signal, e.what());
+    return stopped_exit_status(signal);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+int run_ranked(int argc, char** argv, const Ranks& ranks) {
   lua::ScriptOptions opt;
-  std::string record;
+  opt.ranks = ranks;
+  std::string record, shard;
   po::options_description options(
       "duet run SCRIPT.lua [options] [-- script arguments]: run a Lua experiment (see docs/lua-api.md)");
   options.add_options()("script", po::value(&opt.script), "the Lua script")(
@@ -30,6 +64,12 @@ int run(int argc, char** argv) {
       "problems and summary), requests (no timeline) or summary")(
       "threads", po::value(&opt.threads)->default_value(0), "threads for duet.sweep (0: every core)")(
       "no-progress", "never draw progress bars")(
+      "shard", po::value(&shard),
+      "I/N: run only every N-th point of each sweep, starting with the I-th (a Slurm job array's task; "
+      "combine the files with duet merge)")(
+      "resume",
+      "keep the finished runs and points of an existing --out file (same script and options), "
+      "run the rest")(
       "lua-instruction-limit", po::value(&opt.instruction_limit)->default_value(opt.instruction_limit),
       "Lua instructions one call into the script may run before it is stopped as an endless loop")(
       "help,h", "this help");
@@ -46,6 +86,9 @@ int run(int argc, char** argv) {
   // A failed run exits 1; bad usage 2.
   return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
     opt.progress = !vm.count("no-progress");
+    opt.resume = vm.count("resume") > 0;
+    if (vm.count("shard")) opt.shard = parse_shard(shard);
+    opt.stop = &g_stop_signal;
     check_backend(opt.backend);
     opt.record = parse_record_level("--record", record);
     if (opt.instruction_limit <= 0) throw Error("--lua-instruction-limit must be positive");
@@ -53,10 +96,25 @@ int run(int argc, char** argv) {
     opt.source_dir = source_dir();
     opt.command_line = command_line_of(argc, argv);
     if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
-    check_output(opt.out, {opt.script});
-    lua::run_script(opt);
-    return 0;
+    if (opt.ranks.rank == 0) check_output(opt.out, {opt.script});
+    install_stop_handlers();
+    return run_body(opt);
   });
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  Ranks ranks;
+  try {
+    ranks = start_ranks(&argc, &argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "duet run: error: %s\n", e.what());
+    return 1;
+  }
+  const int status = run_ranked(argc, argv, ranks);
+  end_ranks(ranks, status, status == 0 || status == kPointsFailed || status > 128);
+  return status;
 }
 
 }  // namespace duet::cli

@@ -807,6 +807,18 @@ RunFileWriter::RunFileWriter(const std::string& path, TableCompression compressi
   });
 }
 
+RunFileWriter::RunFileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RunFileWriter RunFileWriter::append(const std::string& path, TableCompression compression) {
+  Where where{path, ""};
+  return RunFileWriter(guarded(where, [&] {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) where.fail("no such file");
+    // Not H5File::isHdf5 first: HDF5 1.10 then keeps the file open read-only, and refuses RDWR.
+    return std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_RDWR), compression});
+  }));
+}
+
 RunFileWriter::~RunFileWriter() {
   try {
     close();
@@ -1034,6 +1046,21 @@ void RunFileWriter::write_attributes(const std::string& group, const RunMetadata
   });
 }
 
+void RunFileWriter::remove_group(const std::string& group) {
+  if (!impl_) throw Error("RunFileWriter::remove_group: the file is closed");
+  Where where{impl_->path, normalized(group)};
+  if (where.object == "/") where.fail("the root group cannot be removed");
+  guarded(where, [&] {
+    const H5::Group root = impl_->file.openGroup("/");
+    if (!path_exists(root, where.object)) return;
+    // The space it held is not given back (HDF5 does not shrink files); the link goes, and with it
+    // everything below.
+    if (H5Ldelete(root.getId(), where.object.c_str(), H5P_DEFAULT) < 0)
+      throw H5::GroupIException("remove_group", "H5Ldelete failed");
+    impl_->file.flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
 void RunFileWriter::close() {
   if (!impl_) return;
   std::unique_ptr<Impl> impl = std::move(impl_);
@@ -1105,6 +1132,23 @@ std::vector<std::string> list_runs(const std::string& path) {
     std::vector<std::string> runs;
     collect_runs(file.openGroup("/"), "/", 0, runs, where);
     return runs;
+  });
+}
+
+std::vector<std::string> list_groups(const std::string& path, const std::string& group) {
+  Where where{path, normalized(group)};
+  return guarded(where, [&] {
+    const H5::H5File file = open_for_reading(path, where);
+    const H5::Group root = file.openGroup("/");
+    std::vector<std::string> names;
+    if (!has_group(root, where.object)) return names;
+    const H5::Group g = where.object == "/" ? root : root.openGroup(where.object);
+    for (hsize_t i = 0; i < g.getNumObjs(); ++i) {
+      const std::string name = g.getObjnameByIdx(i);
+      if (g.childObjType(name) == H5O_TYPE_GROUP) names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
   });
 }
 

@@ -36,6 +36,9 @@ class RunFileWriter {
  public:
   // Creates the file, replacing any file of that name.
   explicit RunFileWriter(const std::string& path, TableCompression compression = {});
+  // Opens an existing duet file to add runs to it (duet run --resume). The caller checks first that
+  // the file is one it may continue: this only opens it, naming the file in its errors.
+  static RunFileWriter append(const std::string& path, TableCompression compression = {});
   ~RunFileWriter();
   RunFileWriter(RunFileWriter&&) noexcept;
   RunFileWriter& operator=(RunFileWriter&&) noexcept;
@@ -58,11 +61,15 @@ class RunFileWriter {
   // Attributes on a group that holds no run itself (created when missing): e.g. a validation
   // point's errors above its predicted and measured runs.
   void write_attributes(const std::string& group, const RunMetadata& metadata);
+  // Unlinks a group and everything under it (a run cut short by a kill, a failed sweep point that
+  // is tried again); nothing happens when there is no such group.
+  void remove_group(const std::string& group);
   // Closes the file, reporting errors that the destructor would have to swallow.
   void close();
 
  private:
   struct Impl;
+  explicit RunFileWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -119,5 +126,8 @@ FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path
 
 // Every group of the file that holds a run, in name order ("/" for a single-run file).
 std::vector<std::string> list_runs(const std::string& path);
+
+// The names of the groups directly under `group`, in name order; empty when there is no such group.
+std::vector<std::string> list_groups(const std::string& path, const std::string& group);
 
 }  // namespace duet

@@ -20,6 +20,7 @@ packages=(
   python3-sentencepiece  # scripts/train_tokenizer.sh and scripts/fit_step_model.py
   clang-14 libclang-rt-14-dev libfuzzer-14-dev  # scripts/test.sh: the sanitizer build and the fuzz targets
   clang-format-14 clang-tidy-14                  # scripts/check-style.sh
+  libopenmpi-dev openmpi-bin  # mpirun -n N duet run: a sweep's points over MPI ranks (optional: DUET_MPI)
   patchelf  # scripts/gpu-bundle.sh: RUNPATH $ORIGIN on bundled libraries (DT_RUNPATH is not inherited)
 )
 

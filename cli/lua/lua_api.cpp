@@ -1,6 +1,7 @@
 #include "cli/lua/lua_api.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,26 +20,22 @@
 #include "cli/lua/lua_types.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "cli/lua/lua_workload.hpp"
+#include "cli/lua/point_queue.hpp"
+#include "cli/lua/result_codec.hpp"
+#include "cli/lua/sweep_handout.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/trace.hpp"
+#include "nlohmann/json.hpp"
 
 namespace duet::lua {
 
-// A point of a duet.sweep: its parameters and, once run, its result.
-struct SweepPoint {
-  std::vector<std::pair<std::string, std::string>> text;  // the point's parameters
-  std::vector<std::pair<std::string, double>> numbers;
-  ExperimentResult result;
-  bool done = false;
-};
-
-// A sweep worker re-runs the script in its own Lua state and, at the sweep it was started for,
-// runs only its share of the points.
+// A sweep thread re-runs the script in its own Lua state and, at the sweep it was started for,
+// runs the points its queue hands it. The sweeps before that one return the main state's results.
 struct WorkerJob {
-  int sweep = 0;                    // which duet.sweep call of the script (0-based)
-  std::vector<std::size_t> points;  // indices into `slots`
-  std::vector<SweepPoint>* slots = nullptr;
+  int sweep = 0;  // which duet.sweep call of the script (0-based)
+  PointQueue* queue = nullptr;
+  const std::vector<SweepResults>* earlier = nullptr;  // the main state's finished sweeps
 };
 
 // Where open_duet leaves the script's context in the registry.
@@ -81,8 +78,14 @@ ExperimentDefaults defaults_of(const ScriptContext& ctx) {
   return d;
 }
 
+// Rank 0 of an MPI job, outside sweep threads, writes the file; the others only compute.
+bool writes(const ScriptContext& ctx) { return !ctx.worker && ctx.opt.ranks.rank == 0 && !ctx.opt.validate; }
+
 RunFileWriter& writer(ScriptContext& ctx) {
-  if (!ctx.writer) ctx.writer = std::make_unique<RunFileWriter>(ctx.out_path);
+  if (!ctx.writer) {
+    ctx.writer = std::make_unique<RunFileWriter>(ctx.out_path);
+    ctx.writer->write_attributes("/", cli::identity_metadata(ctx.identity));
+  }
   return *ctx.writer;
 }
 
@@ -92,20 +95,32 @@ std::string group_name(const char* prefix, int n) {
   return buf;
 }
 
+// --resume: a run the file already holds is read back instead of run again; a group that a kill
+// left unfinished is removed, to be written again.
+std::optional<ExperimentResult> resumed_run(ScriptContext& ctx, const std::string& group) {
+  if (!ctx.resuming) return std::nullopt;
+  const std::vector<std::string> runs = list_runs(ctx.out_path);
+  if (std::find(runs.begin(), runs.end(), group) != runs.end())
+    return result_of_run(read_run(ctx.out_path, group));
+  writer(ctx).remove_group(group);
+  return std::nullopt;
+}
+
 // ---- duet.run ----
 
 int l_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
-    const bool write = wants_output(L, 1) && !ctx.opt.validate;
-    ExperimentResult r = run_experiment(L, 1, defaults_of(ctx));
-    if (write && !ctx.worker) {
-      const std::string group = group_name("/runs", ctx.runs);
-      writer(ctx).write_run(group, r.metadata, *r.records, r.summary, &r.problems, r.record);
+    const bool write = wants_output(L, 1) && writes(ctx);
+    const std::string group = group_name("/runs", ctx.runs);
+    std::optional<ExperimentResult> r = write ? resumed_run(ctx, group) : std::nullopt;
+    if (!r) {
+      r = run_experiment(L, 1, defaults_of(ctx));
+      if (write) writer(ctx).write_run(group, r->metadata, *r->records, r->summary, &r->problems, r->record);
     }
     ++ctx.runs;
-    push_result(L, r);
+    push_result(L, *r);
     return 1;
   });
 }
@@ -180,8 +195,29 @@ int l_now(lua_State* L) {
 
 // ---- duet.sweep ----
 
-// The grid's points in a fixed order: keys sorted, the last key varying fastest.
-std::vector<SweepPoint> grid_points(lua_State* L, int grid) {
+void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& error);
+
+// The values of grid.KEY (on the stack top) as JSON, checked: numbers, booleans or strings.
+nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
+  if (!lua_istable(L, -1) || luaL_len(L, -1) == 0)
+    throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
+  nlohmann::ordered_json values = nlohmann::ordered_json::array();
+  for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
+    lua_rawgeti(L, -1, i);
+    const int type = lua_type(L, -1);
+    if (type == LUA_TNUMBER) values.push_back(lua_tonumber(L, -1));
+    else if (type == LUA_TBOOLEAN) values.push_back(bool(lua_toboolean(L, -1)));
+    else if (type == LUA_TSTRING) values.push_back(std::string(lua_tostring(L, -1)));
+    lua_pop(L, 1);
+    if (type != LUA_TNUMBER && type != LUA_TBOOLEAN && type != LUA_TSTRING)
+      throw Error(where(L) + "duet.sweep: grid." + key + " values must be numbers, booleans or strings");
+  }
+  return values;
+}
+
+// The grid's points in a fixed order: keys sorted, the last key varying fastest. `grid_json`
+// receives the grid ({key: [values]}), by which the file recognises the sweep.
+std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_json) {
   std::vector<std::string> keys;
   lua_pushnil(L);
   while (lua_next(L, grid) != 0) {
@@ -190,28 +226,25 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid) {
     keys.emplace_back(lua_tostring(L, -1));
   }
   std::sort(keys.begin(), keys.end());
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
   std::vector<SweepPoint> points(1);
   for (const std::string& key : keys) {
     lua_getfield(L, grid, key.c_str());
-    if (!lua_istable(L, -1) || luaL_len(L, -1) == 0)
-      throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
+    const nlohmann::ordered_json values = grid_values(L, key);
+    json[key] = values;
     std::vector<SweepPoint> next;
     for (const SweepPoint& base : points)
-      for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
+      for (const auto& v : values) {
         SweepPoint p = base;
-        lua_rawgeti(L, -1, i);
-        if (lua_type(L, -1) == LUA_TNUMBER) p.numbers.emplace_back(key, lua_tonumber(L, -1));
-        else if (lua_type(L, -1) == LUA_TBOOLEAN)
-          p.numbers.emplace_back(key, lua_toboolean(L, -1) ? 1.0 : 0.0);
-        else if (lua_type(L, -1) == LUA_TSTRING) p.text.emplace_back(key, lua_tostring(L, -1));
-        else
-          throw Error(where(L) + "duet.sweep: grid." + key + " values must be numbers, booleans or strings");
-        lua_pop(L, 1);
+        if (v.is_string()) p.text.emplace_back(key, v.get<std::string>());
+        else if (v.is_boolean()) p.numbers.emplace_back(key, v.get<bool>() ? 1.0 : 0.0);
+        else p.numbers.emplace_back(key, v.get<double>());
         next.push_back(std::move(p));
       }
     lua_pop(L, 1);
     points = std::move(next);
   }
+  grid_json = json.dump();
   return points;
 }
 
@@ -234,92 +267,260 @@ void push_point(lua_State* L, int grid, const SweepPoint& p) {
   }
 }
 
-// Runs the points in `indices` in this state: config = run(point), then duet.run's work.
-void run_points(lua_State* L, int grid, int fn, std::vector<SweepPoint>& points,
-                const std::vector<std::size_t>& indices, const ExperimentDefaults& d) {
-  for (std::size_t i : indices) {
-    lua_pushvalue(L, fn);
-    push_point(L, grid, points[i]);
+// The sweep being run, as its points need it.
+struct SweepCall {
+  int sweep = 0;
+  int grid = 0, fn = 0;  // stack indices of the grid and run(point)
+  std::string label;
+  std::string grid_json;
+  std::vector<SweepPoint> points;
+  ExperimentDefaults defaults;
+};
+
+bool stop_asked(const ScriptContext& ctx) { return ctx.opt.stop && ctx.opt.stop->load() != 0; }
+
+// config = run(point), then duet.run's work. An error fails this point only; a stop interrupts it.
+PointOutcome run_point(lua_State* L, const SweepCall& call, std::size_t index) {
+  const ScriptContext& ctx = context(L);
+  PointOutcome o;
+  o.index = index;
+  o.rank = ctx.opt.ranks.rank;
+  if (stop_asked(ctx)) return o.status = PointStatus::Interrupted, o;
+  const auto start = std::chrono::steady_clock::now();
+  const int top = lua_gettop(L);
+  try {
+    lua_pushvalue(L, call.fn);
+    push_point(L, call.grid, call.points[index]);
     pcall(L, 1, 1);
     if (!lua_istable(L, -1)) throw Error("duet.sweep: run(point) must return a duet.run configuration table");
-    points[i].result = run_experiment(L, -1, d);
-    points[i].done = true;
-    lua_pop(L, 1);
+    o.result = run_experiment(L, -1, call.defaults);
+    o.status = PointStatus::Done;
+  } catch (const Error& e) {
+    // duet validate compares every point: one that cannot run is the validation's error.
+    if (ctx.opt.validate) throw;
+    o.status = stop_asked(ctx) ? PointStatus::Interrupted : PointStatus::Failed;
+    o.error = e.what();
+  }
+  lua_settop(L, top);
+  o.busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return o;
+}
+
+// A sweep thread's share: points from the queue until it is closed.
+void serve_points(lua_State* L, const SweepCall& call, PointQueue& queue) {
+  while (const std::optional<std::size_t> index = queue.next()) queue.report(run_point(L, call, *index));
+}
+
+RunMetadata point_metadata(const SweepCall& call, std::size_t index, RunMetadata meta) {
+  const SweepPoint& p = call.points[index];
+  for (const auto& [k, v] : p.text) meta.text.emplace_back("point." + k, v);
+  for (const auto& [k, v] : p.numbers) meta.numbers.emplace_back("point." + k, v);
+  meta.text.emplace_back("sweep", call.label);
+  return meta;
+}
+
+// Written as each point finishes, and flushed: a killed sweep keeps every finished point.
+void write_outcome(ScriptContext& ctx, const SweepCall& call, const PointOutcome& o) {
+  if (o.status == PointStatus::Done) {
+    const ExperimentResult& r = o.result;
+    writer(ctx).write_run(cli::point_group(call.sweep, o.index), point_metadata(call, o.index, r.metadata),
+                          *r.records, r.summary, &r.problems, r.record);
+  } else if (o.status == PointStatus::Failed) {
+    writer(ctx).write_attributes(cli::failed_group(call.sweep, o.index),
+                                 point_metadata(call, o.index, {{{"error", o.error}}, {}}));
   }
 }
 
-void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& error);
+// --resume, for a sweep the file already has: the points it holds are read back; failed points and
+// points a kill left unfinished are removed, to be run again. Returns the points still to run.
+std::vector<std::size_t> resume_sweep(ScriptContext& ctx, const SweepCall& call, SweepResults& results,
+                                      std::vector<std::size_t> pending) {
+  const std::string& path = ctx.out_path;
+  const std::string points = cli::sweep_group(call.sweep) + "/points";
+  const std::vector<std::string> runs = list_runs(path);
+  for (std::size_t i : cli::point_indices(path, points)) {
+    const std::string group = cli::point_group(call.sweep, i);
+    if (i >= call.points.size() || !ctx.opt.shard.owns(i))
+      throw Error("--resume: " + path + ": " + group + " is not a point of this sweep and shard");
+    if (std::find(runs.begin(), runs.end(), group) == runs.end()) {
+      writer(ctx).remove_group(group);
+      continue;
+    }
+    PointOutcome& o = results.outcomes[i];
+    o.status = PointStatus::Done;
+    o.rank = -1;
+    o.result = result_of_run(read_run(path, group));
+    std::erase(pending, i);
+  }
+  writer(ctx).remove_group(cli::sweep_group(call.sweep) + "/failed");
+  return pending;
+}
+
+// Runs this rank's part of the sweep; rank 0 writes each outcome as it arrives.
+SweepBalance run_sweep_points(lua_State* L, ScriptContext& ctx, const SweepCall& call, int threads,
+                              std::vector<std::size_t> pending, SweepResults& results, bool write) {
+  const cli::Ranks& ranks = ctx.opt.ranks;
+  std::vector<std::thread> pool;
+  std::vector<WorkerJob> jobs;
+  std::vector<std::string> errors;
+  SweepHandout h;
+  // One thread alone runs on the main state; a rank of an MPI job keeps its main thread for MPI.
+  h.threads = ranks.size > 1 ? threads : int(std::min<std::size_t>(std::size_t(threads), pending.size()));
+  h.use_threads = ranks.size > 1 || h.threads > 1;
+  h.pending = std::move(pending);
+  h.stop = ctx.opt.stop;
+  h.start_threads = [&](PointQueue& queue) {
+    jobs.assign(std::size_t(h.threads), WorkerJob{call.sweep, &queue, &ctx.finished_sweeps});
+    errors.assign(jobs.size(), "");
+    for (std::size_t w = 0; w < jobs.size(); ++w)
+      pool.emplace_back(run_worker, std::cref(ctx.opt), std::cref(jobs[w]), std::ref(errors[w]));
+  };
+  h.join_threads = [&] {
+    for (std::thread& t : pool) t.join();
+  };
+  h.run_here = [&](std::size_t index) { return run_point(L, call, index); };
+  h.on_outcome = [&](PointOutcome& o) {
+    if (write) write_outcome(ctx, call, o);
+    results.outcomes[o.index] = std::move(o);
+  };
+  SweepBalance balance = hand_out(ranks, h);
+  for (const std::string& e : errors)
+    if (!e.empty() && !balance.stopped) throw Error(e);
+  return balance;
+}
+
+// Rank 0's outcomes, and whether the sweep stopped, on every rank: the script goes on the same
+// everywhere.
+void share_outcomes(const cli::Ranks& ranks, SweepResults& results, SweepBalance& balance) {
+  std::vector<char> bytes;
+  if (ranks.rank == 0) {
+    bytes.push_back(char(balance.stopped));
+    for (const PointOutcome& o : results.outcomes)
+      if (o.status == PointStatus::Done || o.status == PointStatus::Failed) {
+        const std::vector<char> one = encode_outcome(o);
+        const auto size = std::uint64_t(one.size());
+        bytes.insert(bytes.end(), reinterpret_cast<const char*>(&size),
+                     reinterpret_cast<const char*>(&size + 1));
+        bytes.insert(bytes.end(), one.begin(), one.end());
+      }
+  }
+  bytes = cli::broadcast_bytes(std::move(bytes), ranks);
+  if (ranks.rank == 0) return;
+  balance.stopped = bytes.at(0) != 0;
+  for (std::size_t at = 1; at < bytes.size();) {
+    std::uint64_t size = 0;
+    std::memcpy(&size, bytes.data() + at, sizeof size);
+    at += sizeof size;
+    PointOutcome o = decode_outcome(
+        std::vector<char>(bytes.begin() + std::ptrdiff_t(at), bytes.begin() + std::ptrdiff_t(at + size)));
+    at += size;
+    if (o.index >= results.outcomes.size()) throw Error("duet.sweep: rank 0 sent a point beyond the grid");
+    results.outcomes[o.index] = std::move(o);
+  }
+}
+
+// One line on stderr: how the points went, and each rank's busy seconds (the load balance).
+void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepResults& results,
+                  const SweepBalance& balance) {
+  int ran = 0, resumed = 0, failed = 0, elsewhere = 0;
+  for (const PointOutcome& o : results.outcomes) {
+    if (o.status == PointStatus::Failed) ++failed;
+    else if (o.status == PointStatus::Done) ++(o.rank < 0 ? resumed : ran);
+    else if (!ctx.opt.shard.owns(o.index)) ++elsewhere;
+  }
+  std::string line = "duet.sweep '" + call.label + "': " + std::to_string(results.outcomes.size()) +
+                     " points: " + std::to_string(ran) + " ran, " + std::to_string(failed) + " failed";
+  if (resumed) line += ", " + std::to_string(resumed) + " kept from the file (--resume)";
+  if (elsewhere) line += ", " + std::to_string(elsewhere) + " in other shards";
+  if (balance.stopped) line += ", stopped by a signal";
+  if (ctx.opt.ranks.size > 1) {
+    line += "; busy seconds per rank:";
+    char part[96];
+    for (std::size_t r = 0; r < balance.busy_s.size(); ++r) {
+      std::snprintf(part, sizeof part, " %zu: %.2f s (%d points)", r, balance.busy_s[r], balance.points[r]);
+      line += part;
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// Results, in grid order: {point = {...}, result = <duet.run result>, index = i} for the points
+// that ran; results.failed lists {point, index, error} for those that raised an error.
+void push_results(lua_State* L, const SweepCall& call, const SweepResults& results) {
+  lua_createtable(L, int(results.outcomes.size()), 1);
+  lua_newtable(L);  // failed
+  lua_Integer n = 0, failed = 0;
+  for (const PointOutcome& o : results.outcomes) {
+    if (o.status != PointStatus::Done && o.status != PointStatus::Failed) continue;
+    lua_createtable(L, 0, 3);
+    push_point(L, call.grid, call.points[o.index]);
+    lua_setfield(L, -2, "point");
+    set_integer(L, "index", lua_Integer(o.index + 1));
+    if (o.status == PointStatus::Done) {
+      push_result(L, o.result);
+      lua_setfield(L, -2, "result");
+      lua_rawseti(L, -3, ++n);
+    } else {
+      set_string(L, "error", o.error.c_str());
+      lua_rawseti(L, -2, ++failed);
+    }
+  }
+  lua_setfield(L, -2, "failed");
+}
 
 int l_sweep(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
-    const int sweep = ctx.sweeps++;
+    SweepCall call;
+    call.sweep = ctx.sweeps++;
     TableReader t(L, 1, "duet.sweep");
     if (t.push("grid") != LUA_TTABLE) t.fail("grid", "expected a table {name = {values...}}");
-    const int grid = lua_gettop(L);
+    call.grid = lua_gettop(L);
     if (t.push("run") != LUA_TFUNCTION)
       t.fail("run", "expected a function run(point) -> duet.run configuration");
-    const int fn = lua_gettop(L);
+    call.fn = lua_gettop(L);
     // Validation measures a real engine: one point at a time, nothing beside it on the cores.
-    const int threads = ctx.opt.validate ? 1 : t.int32("threads").value_or(ctx.opt.threads);
-    const std::string label = t.string("label").value_or("sweep");
+    const int threads = ctx.opt.validate ? 1 : std::max(1, t.int32("threads").value_or(ctx.opt.threads));
+    call.label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();
-    std::vector<SweepPoint> points = grid_points(L, grid);
-    ExperimentDefaults d = defaults_of(ctx);
-    d.progress = false;
-    if (ctx.worker) {  // a worker: only the sweep it was started for, only its points
-      if (sweep == ctx.worker->sweep) {
-        run_points(L, grid, fn, *ctx.worker->slots, ctx.worker->points, d);
+    call.points = grid_points(L, call.grid, call.grid_json);
+    call.defaults = defaults_of(ctx);
+    call.defaults.progress = false;
+    if (ctx.worker) {  // a sweep thread: serve the sweep it was started for; earlier ones are done
+      if (call.sweep == ctx.worker->sweep) {
+        serve_points(L, call, *ctx.worker->queue);
         lua_pushstring(L, kWorkerDone);
         return -1;
       }
-      std::vector<std::size_t> all(points.size());
-      for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-      run_points(L, grid, fn, points, all, d);
-    } else if (threads <= 1 || points.size() <= 1) {
-      std::vector<std::size_t> all(points.size());
-      for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-      run_points(L, grid, fn, points, all, d);
-    } else {
-      // One simulation per thread, each in its own Lua state; points are dealt round-robin, and a
-      // point's result depends only on its configuration, so the thread count changes nothing.
-      const std::size_t n = std::min<std::size_t>(std::size_t(threads), points.size());
-      std::vector<WorkerJob> jobs(n);
-      std::vector<std::string> errors(n);
-      for (std::size_t i = 0; i < points.size(); ++i) jobs[i % n].points.push_back(i);
-      std::vector<std::thread> pool;
-      for (std::size_t w = 0; w < n; ++w) {
-        jobs[w].sweep = sweep;
-        jobs[w].slots = &points;
-        pool.emplace_back(run_worker, std::cref(ctx.opt), std::cref(jobs[w]), std::ref(errors[w]));
-      }
-      for (auto& th : pool) th.join();
-      for (const std::string& e : errors)
-        if (!e.empty()) throw Error(e);
-      for (const SweepPoint& p : points)
-        if (!p.done) throw Error("duet.sweep: a worker ended before its points were done");
+      if (std::size_t(call.sweep) >= ctx.worker->earlier->size())
+        throw Error("duet.sweep: a sweep thread reached a sweep the script had not run");
+      push_results(L, call, (*ctx.worker->earlier)[std::size_t(call.sweep)]);
+      return 1;
     }
-    // Results, in grid order: {point = {...}, result = <duet.run result>}; one HDF5 group each.
-    lua_createtable(L, int(points.size()), 0);
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      SweepPoint& p = points[i];
-      if (!ctx.worker && !ctx.opt.validate && wants_output(L, 1)) {
-        RunMetadata meta = p.result.metadata;
-        for (const auto& [k, v] : p.text) meta.text.emplace_back("point." + k, v);
-        for (const auto& [k, v] : p.numbers) meta.numbers.emplace_back("point." + k, v);
-        meta.text.emplace_back("sweep", label);
-        writer(ctx).write_run(group_name((group_name("/sweeps", sweep) + "/points").c_str(), int(i)), meta,
-                              *p.result.records, p.result.summary, &p.result.problems, p.result.record);
-      }
-      lua_createtable(L, 0, 2);
-      push_point(L, grid, p);
-      lua_setfield(L, -2, "point");
-      push_result(L, p.result);
-      lua_setfield(L, -2, "result");
-      lua_rawseti(L, -2, lua_Integer(i + 1));
+    const bool write = writes(ctx) && wants_output(L, 1);
+    SweepResults results;
+    results.outcomes.resize(call.points.size());
+    std::vector<std::size_t> pending;
+    for (std::size_t i = 0; i < call.points.size(); ++i) {
+      results.outcomes[i].index = i;
+      if (ctx.opt.shard.owns(i)) pending.push_back(i);
     }
+    const bool known = write && ctx.resuming &&
+                       cli::check_sweep(ctx.out_path, call.sweep, call.label, call.grid_json,
+                                        call.points.size(), "--resume");
+    if (known) pending = resume_sweep(ctx, call, results, std::move(pending));
+    else if (write)
+      writer(ctx).write_attributes(cli::sweep_group(call.sweep),
+                                   cli::sweep_metadata(call.label, call.grid_json, call.points.size()));
+    SweepBalance balance = run_sweep_points(L, ctx, call, threads, std::move(pending), results, write);
+    if (ctx.opt.ranks.size > 1) share_outcomes(ctx.opt.ranks, results, balance);
+    if (ctx.opt.ranks.rank == 0) report_sweep(ctx, call, results, balance);
+    if (balance.stopped) throw Error("duet.sweep '" + call.label + "': stopped by a signal");
+    for (const PointOutcome& o : results.outcomes) ctx.failed_points += o.status == PointStatus::Failed;
+    push_results(L, call, results);
+    ctx.finished_sweeps.push_back(std::move(results));
     return 1;
   });
 }
@@ -356,6 +557,7 @@ const luaL_Reg kFunctions[] = {
 
 void open_duet(lua_State* L, ScriptContext& ctx) {
   ctx.budget.limit = ctx.opt.instruction_limit;
+  ctx.budget.stop = ctx.opt.stop;
   install_instruction_budget(L, &ctx.budget);
   register_types(L);
   register_engine_handle(L);
@@ -398,7 +600,7 @@ void execute(ScriptContext& ctx) {
   State state;
   lua_State* L = state.get();
   open_duet(L, ctx);
-  if (ctx.worker) {  // workers print nothing: the main state reports
+  if (ctx.worker || ctx.opt.ranks.rank != 0) {  // sweep threads and ranks > 0 print nothing: rank 0 reports
     lua_pushcfunction(L, [](lua_State*) { return 0; });
     lua_setglobal(L, "print");
   }
@@ -420,6 +622,7 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
   } catch (const Error& e) {
     if (std::string(e.what()).find(kWorkerDone) == std::string::npos) error = e.what();
   }
+  job.queue->worker_exited();  // after its last report, whatever happened
 }
 
 }  // namespace
@@ -428,11 +631,37 @@ std::string default_run_file(const std::string& script) {
   return std::filesystem::path(script).stem().string() + ".h5";
 }
 
-void run_script(const ScriptOptions& options) {
+namespace {
+
+// --resume with an existing file: it must have been written by this script with these options, and
+// be readable to its end; then runs are added to it. Without the file, the run starts afresh.
+void open_to_resume(ScriptContext& ctx) {
+  std::error_code ec;
+  if (!std::filesystem::exists(ctx.out_path, ec)) return;
+  const std::string& path = ctx.out_path;
+  try {
+    list_runs(path);  // every group visited: a truncated or damaged file stops here
+    cli::check_identity(path, cli::read_identity(path), ctx.identity, "--resume", true);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind("--resume", 0) == 0) throw;
+    throw Error("--resume: " + what + "; cannot continue this file (remove it, or choose another --out)");
+  }
+  ctx.writer = std::make_unique<RunFileWriter>(RunFileWriter::append(path));
+  ctx.resuming = true;
+}
+
+}  // namespace
+
+ScriptOutcome run_script(const ScriptOptions& options) {
   ScriptContext ctx;
   ctx.opt = options;
+  if (ctx.opt.ranks.rank != 0) ctx.opt.progress = false;
   ctx.script_text = read_text(options.script);
   ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
+  ctx.identity = cli::identity_of(ctx.script_text, options.backend, record_level_name(options.record),
+                                  options.args, options.shard);
+  if (options.resume && ctx.opt.ranks.rank == 0 && !options.validate) open_to_resume(ctx);
   try {
     execute(ctx);
   } catch (const Error& e) {
@@ -445,6 +674,7 @@ void run_script(const ScriptOptions& options) {
     ctx.writer->close();
     std::printf("wrote %s\n", ctx.out_path.c_str());
   }
+  return {ctx.failed_points};
 }
 
 }  // namespace duet::lua

@@ -2,6 +2,7 @@
 // The `duet` Lua module, and running a script with it.
 #include <lua.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "cli/lua/lua_util.hpp"
+#include "cli/mpi_ranks.hpp"
+#include "cli/sweep_file.hpp"
 #include "core/metrics.hpp"
 
 namespace duet {
@@ -33,13 +36,22 @@ struct ScriptOptions {
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one
   // point at a time, and goes to `validate` instead of the script's own file.
   const ValidateMode* validate = nullptr;
+  cli::Ranks ranks;     // under mpirun: rank 0 writes the file and prints, the others run points
+  cli::Shard shard;     // --shard I/N: each sweep runs only this shard's points
+  bool resume = false;  // --resume: keep the finished runs and points of an existing --out file
+  const std::atomic<int>* stop = nullptr;  // non-zero once SIGINT/SIGTERM asked to stop
+};
+
+// What a script run leaves for the command's exit status.
+struct ScriptOutcome {
+  int failed_points = 0;  // sweep points that raised an error (recorded as failed)
 };
 
 // The run file of a script when --out is not given: its name with .h5, in the current directory.
 std::string default_run_file(const std::string& script);
 
 // Runs a script to completion; errors (Lua or duet) throw duet::Error with file:line and a
-// traceback.
-void run_script(const ScriptOptions& options);
+// traceback. A stop (options.stop) ends it with an error after the finished points are written.
+ScriptOutcome run_script(const ScriptOptions& options);
 
 }  // namespace duet::lua

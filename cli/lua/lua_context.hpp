@@ -4,9 +4,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/lua/lua_api.hpp"
 #include "cli/lua/lua_util.hpp"
+#include "cli/lua/sweep_points.hpp"
+#include "cli/sweep_file.hpp"
 #include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
 
@@ -23,9 +26,13 @@ struct ScriptContext {
   std::unique_ptr<RunFileWriter> writer;
   int runs = 0;
   int sweeps = 0;
-  std::unique_ptr<Tokenizer> tokenizer;  // loaded on first use
-  const WorkerJob* worker = nullptr;     // set in a sweep worker's state
-  InstructionBudget budget;              // Lua instructions per call from duet (lua_util.hpp)
+  std::unique_ptr<Tokenizer> tokenizer;       // loaded on first use
+  const WorkerJob* worker = nullptr;          // set in a sweep worker's state
+  InstructionBudget budget;                   // Lua instructions per call from duet (lua_util.hpp)
+  cli::RunIdentity identity;                  // written at the file's root (cli/sweep_file.hpp)
+  bool resuming = false;                      // --resume found the file: its finished runs are kept
+  std::vector<SweepResults> finished_sweeps;  // for sweep threads that re-run the script
+  int failed_points = 0;
 };
 
 // The context of the script running in L (a duet::Error outside a script).

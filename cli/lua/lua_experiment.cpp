@@ -396,6 +396,11 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   r.metadata.numbers.emplace_back("concurrency", ex.workload.concurrency);
   r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
   r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
+  // What result.engines.NAME.prefill_tokens reports, kept so that a run read back from its file
+  // (duet run --resume) returns the same result table.
+  for (std::size_t i = 0; i < r.records->size() && i < r.computed_prefill_tokens.size(); ++i)
+    r.metadata.numbers.emplace_back((*r.records)[i].name + ".prefill_tokens",
+                                    double(r.computed_prefill_tokens[i]));
   return r;
 }
 

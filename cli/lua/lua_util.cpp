@@ -39,6 +39,7 @@ InstructionBudget* budget_of(lua_State* L) { return *static_cast<InstructionBudg
 
 void count_hook(lua_State* L, lua_Debug* ar) {
   InstructionBudget* b = budget_of(L);
+  if (b && b->stop && b->stop->load() != 0) luaL_error(L, "stopped by signal %d", b->stop->load());
   if (!b || (b->used += kHookEvery) < b->limit) return;
   lua_getinfo(L, "nSl", ar);
   const std::string what = ar->name ? std::string("function '") + ar->name + "'"

@@ -4,6 +4,7 @@
 // none for Lua 5.4.
 #include <lua.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -34,6 +35,9 @@ inline constexpr std::int64_t kDefaultInstructionLimit = 1'000'000'000;
 struct InstructionBudget {
   std::int64_t limit = kDefaultInstructionLimit;
   std::int64_t used = 0;
+  // Non-zero once SIGINT/SIGTERM asked to stop: the hook then ends the running call with an error,
+  // so that a long sweep point stops within ~2^20 instructions instead of running to its end.
+  const std::atomic<int>* stop = nullptr;
 };
 // Installs the limit on L and every coroutine created from it later (they inherit the hook and
 // the main thread's extra space, where the budget's address lives).

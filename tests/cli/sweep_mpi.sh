@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# mpirun -n 2 duet run against one process: the same contents, also with a failing point and
+# with two threads per rank; rank 0 reports the busy seconds of each rank.
+set -uo pipefail
+duet="$1" source="$2" out="$3" python="$4" mpirun="$5"
+script="$source/tests/cli/small_sweep.lua"
+compare="$python $source/tests/cli/compare_h5.py"
+rm -rf "$out" && mkdir -p "$out" && cd "$out" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+# CI runs as root, on two cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=("$mpirun" -n 2 --oversubscribe)
+"$duet" run "$script" --no-progress --threads 1 --out one.h5 >/dev/null 2>&1 || fail "one process"
+timeout 120 "${mpi[@]}" "$duet" run "$script" --no-progress --threads 1 --out mpi.h5 >mpi.log 2>&1 || {
+  cat mpi.log; fail "mpirun"; }
+grep -Eq "busy seconds per rank: 0: [0-9.]+ s \([0-9]+ points\) 1: [0-9.]+ s \([0-9]+ points\)" mpi.log || {
+  cat mpi.log; fail "no load balance report"; }
+[ "$(grep -c '^point [0-9]: llm_util' mpi.log)" -eq 6 ] || { cat mpi.log; fail "rank 0 printed other than 6 results"; }
+$compare one.h5 mpi.h5 || fail "mpirun -n 2 differs from one process"
+timeout 120 "${mpi[@]}" "$duet" run "$script" --no-progress --threads 2 --out mpi2.h5 >/dev/null 2>&1 || fail "2 ranks x 2 threads"
+$compare one.h5 mpi2.h5 || fail "2 ranks x 2 threads differ from one process"
+"$duet" run "$script" --no-progress --threads 1 --out failed.h5 -- --fail 0.3 >/dev/null 2>&1
+timeout 120 "${mpi[@]}" "$duet" run "$script" --no-progress --threads 1 --out mpi-failed.h5 -- --fail 0.3 >f.log 2>&1
+status=$?
+[ "$status" -eq 3 ] || { cat f.log; fail "a failing point under mpirun: exit status $status, expected 3"; }
+$compare failed.h5 mpi-failed.h5 || fail "failed points under mpirun differ"
+echo "mpi ok"

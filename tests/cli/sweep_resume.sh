@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A sweep killed with SIGTERM (then one with SIGINT) leaves a valid HDF5 file holding the points
+# that finished; the same command with --resume completes it, and the file equals an uninterrupted
+# run's: complete, no point twice. Resuming with another script or options, or a truncated file,
+# is an error that leaves the file alone.
+set -uo pipefail
+duet="$1" source="$2" out="$3" python="$4"
+script="$source/tests/cli/small_sweep.lua"
+compare="$python $source/tests/cli/compare_h5.py"
+rm -rf "$out" && mkdir -p "$out" && cd "$out" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+# ~0.3 s a point: a kill lands mid-sweep.
+args=(--no-progress -- --problems 100)
+"$duet" run "$script" --threads 1 --out whole.h5 "${args[@]}" >/dev/null 2>&1 || fail "uninterrupted run"
+
+kill_and_resume() {  # SIGNAL THREADS
+  local signal="$1" threads="$2" file="killed-$1.h5"
+  rm -f "$file"
+  "$duet" run "$script" --threads "$threads" --out "$file" "${args[@]}" >"$signal.log" 2>&1 &
+  local pid=$!
+  # Kill once two points' worth of tables (~0.7 MB) reached the file: points are flushed as they end.
+  for _ in $(seq 1 600); do
+    [ "$(stat -c %s "$file" 2>/dev/null || echo 0)" -gt 700000 ] && break
+    sleep 0.02
+  done
+  kill "-$signal" "$pid"
+  wait "$pid"
+  local status=$?
+  [ "$status" -eq $((128 + $(kill -l "$signal"))) ] || { cat "$signal.log"; fail "SIG$signal: exit status $status"; }
+  grep -q "run the same command with --resume" "$signal.log" || fail "SIG$signal: no advice to resume"
+  local kept
+  kept=$("$python" - "$file" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:  # a valid HDF5 file, every point in it a whole run
+    points = f["sweeps/0000/points"]
+    for name in points:
+        assert points[name].attrs["duet_schema_version"] == 2, name
+        assert "summary" in points[name] and "engines" in points[name], name
+    print(len(points))
+PY
+) || fail "SIG$signal: the killed sweep's file does not open with h5py"
+  [ "$kept" -ge 1 ] && [ "$kept" -lt 6 ] || fail "SIG$signal: $kept points kept (expected 1 to 5)"
+  "$duet" run "$script" --threads "$threads" --out "$file" --resume "${args[@]}" >resume.log 2>&1 || {
+    cat resume.log; fail "SIG$signal: --resume"; }
+  grep -q "$kept kept from the file (--resume)" resume.log || { cat resume.log; fail "SIG$signal: kept points not reused"; }
+  $compare whole.h5 "$file" || fail "SIG$signal: the resumed file differs from the uninterrupted run's"
+  echo "SIG$signal with $threads thread(s): $kept points kept, resumed to the uninterrupted run's contents"
+}
+kill_and_resume TERM 1
+kill_and_resume INT 2
+
+cp whole.h5 edited.h5
+expect_error() {  # REGEX COMMAND...
+  local regex="$1"; shift
+  if "$@" >err 2>&1; then fail "$* succeeded"; fi
+  grep -Eq -e "$regex" err || { cat err; fail "$*: no message matching '$regex'"; }
+  echo "rejected as expected: $(grep -E -e "$regex" err | head -1)"
+}
+expect_error "--resume: edited.h5: attribute duet_run.args is .*refusing to mix two sweeps" \
+  "$duet" run "$script" --out edited.h5 --resume --no-progress -- --problems 50
+expect_error "--resume: edited.h5: attribute duet_run.backend is 'sim', expected 'cpu'" \
+  "$duet" run "$script" --out edited.h5 --resume --backend cpu --no-progress -- --problems 100
+sed 's/problems = 4,/problems = 4, extra = 1,/' "$script" >edited.lua
+expect_error "--resume: edited.h5: attribute duet_run.script_hash .*the script's text differs" \
+  "$duet" run edited.lua --out edited.h5 --resume --no-progress -- --problems 100
+$compare whole.h5 edited.h5 >/dev/null || fail "a refused --resume changed the file"
+head -c 300000 whole.h5 >truncated.h5
+expect_error "--resume: truncated.h5: .*cannot continue this file" \
+  "$duet" run "$script" --out truncated.h5 --resume --no-progress -- --problems 100
+echo "resume ok"
