@@ -56,6 +56,11 @@ enum class KvPoolKind { Static, Shared };
 KvPoolKind kv_pool_kind_from_name(const std::string& name);  // "static", "shared"
 const char* kv_pool_kind_name(KvPoolKind kind);
 
+// The default block size of the model with the most KV bytes per token on a shared pool (the PRM,
+// Llama-3.1-8B: 16, so that Llama-3.2-1B gets 64). Measured against 4 (and 16 for the 1B) in the
+// simulator on the thesis workload: docs/lua-api.md, "Shared KV pool".
+inline constexpr int kSharedPoolBlockSize = 16;
+
 struct SharedPoolMemory {
   std::int64_t kv_bytes = 0;    // the engines' KV bytes together
   std::int64_t page_bytes = 0;  // every engine's block bytes

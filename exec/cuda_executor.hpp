@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA engine's executor: the Llama forward pass of CpuExecutor on one GPU, in bfloat16
-// (float32 accumulation), over the same paged KV layout (exec/kv_layout.hpp), with the same
+// (float32 accumulation), over the same paged KV layout (core/kv_layout.hpp), with the same
 // semantics: block copies first, every item's K/V of a layer written before any attention of that
 // layer reads, logits only for the rows that need them, sampling keyed by (seed, output index),
 // and scripted outputs when a sequence's OutputScript says `force`.
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/executor.hpp"
+#include "core/kv_layout.hpp"
 #include "exec/cpu_executor.hpp"  // ItemLogits, the default PRM label ids
-#include "exec/kv_layout.hpp"
 #include "exec/llama_weights.hpp"
 #include "exec/weights.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Attention and the KV cache on the paged layout of exec/kv_layout.hpp, in bf16:
+// Attention and the KV cache on the paged layout of core/kv_layout.hpp, in bf16:
 //   pool[layer][K or V][block][kv_head][slot][head_dim]
 #include <cstdint>
 

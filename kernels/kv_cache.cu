@@ -1,4 +1,4 @@
-// The paged KV cache (attention.hpp, layout of exec/kv_layout.hpp):
+// The paged KV cache (attention.hpp, layout of core/kv_layout.hpp):
 //   pool[layer][K or V][block][kv_head][slot][head_dim], bf16.
 // kv_write scatters the K and V rows of one layer to their slots; copy_blocks performs the
 // copy-on-write block copies of a step in every layer. Both are pure data movement, so the

@@ -28,7 +28,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu_ops.hpp"
-#include "exec/kv_layout.hpp"
+#include "core/kv_layout.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
