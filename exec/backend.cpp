@@ -134,10 +134,10 @@ class CpuBackendEngine final : public BuiltEngine {
 class CudaBackendEngine final : public BuiltEngine {
  public:
   CudaBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
-                    std::uint32_t model_id, SchedulerPolicy policy)
+                    std::uint32_t model_id, SchedulerPolicy policy, SharedKvPool* shared)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
-        executor_(make_executor(b, c, m, model_id, vocabulary())),
-        engine_(assemble_engine(c, m, model_id, *executor_, std::move(policy))),
+        executor_(make_executor(b, c, m, model_id, vocabulary(), shared)),
+        engine_(assemble_engine(c, m, model_id, *executor_, std::move(policy), pages_of(shared))),
         load_format_(b.load_format) {}
   Engine& engine() override { return engine_; }
   Executor& executor() override { return *executor_; }
@@ -147,10 +147,25 @@ class CudaBackendEngine final : public BuiltEngine {
   }
 
  private:
+  // The shared pool's device arena, made by the first CUDA engine on it (every engine's pages
+  // have the same bytes, so the first one's layout sizes it).
+  static std::shared_ptr<CudaKvArena> arena_of(SharedKvPool* shared, const EngineConfig& c, const EngineMemory& m) {
+    if (!shared) return nullptr;
+    const std::int64_t bytes = KvLayout::of(c.model, m.num_blocks, c.block_size).total_elems() * 2;  // bf16
+    if (!shared->device_arena) shared->device_arena = std::make_shared<CudaKvArena>(bytes);
+    auto arena = std::static_pointer_cast<CudaKvArena>(shared->device_arena);
+    if (arena->bytes() != bytes)
+      throw Error("engine '" + c.name + "': its pages would take " + std::to_string(bytes) +
+                  " bytes and the shared arena has " + std::to_string(arena->bytes()) +
+                  "; a shared pool needs equal block bytes");
+    return arena;
+  }
+
   static std::unique_ptr<CudaExecutor> make_executor(const BackendOptions& b, const EngineConfig& c,
                                                      const EngineMemory& m, std::uint32_t model_id,
-                                                     const Vocabulary& v) {
+                                                     const Vocabulary& v, SharedKvPool* shared) {
     CudaExecutorOptions o;
+    o.kv_arena = arena_of(shared, c, m);
     o.prm_plus_id = v.prm_plus_id;
     o.prm_minus_id = v.prm_minus_id;
     o.max_num_batched_tokens = c.max_num_batched_tokens;

@@ -29,6 +29,25 @@
 
 namespace duet {
 
+namespace kernels {
+class DeviceBuffer;
+}
+
+// The device memory of a KV pool: one allocation, zeroed. An executor makes its own, or borrows
+// the one arena of a shared pool (kv_pool = "shared") whose pages all its models' engines use.
+class CudaKvArena {
+ public:
+  explicit CudaKvArena(std::int64_t bytes);
+  ~CudaKvArena();
+  CudaKvArena(const CudaKvArena&) = delete;
+  CudaKvArena& operator=(const CudaKvArena&) = delete;
+  void* data() const;
+  std::int64_t bytes() const;
+
+ private:
+  std::unique_ptr<kernels::DeviceBuffer> buffer_;
+};
+
 struct CudaExecutorOptions {
   TokenId prm_plus_id = kDefaultPrmPlusId;  // a Score row returns p(plus) of the two-way softmax
   TokenId prm_minus_id = kDefaultPrmMinusId;
@@ -45,6 +64,8 @@ struct CudaExecutorOptions {
   int max_model_len = 8192;
   // Copy each step's float32 logits rows back to the host (last_logits()): for tests.
   bool keep_logits = false;
+  // A shared pool's arena (exactly KvLayout::total_elems() bf16): borrowed, not allocated.
+  std::shared_ptr<CudaKvArena> kv_arena;
 };
 
 struct CudaExecutorStats {
@@ -59,7 +80,7 @@ struct CudaExecutorStats {
 // Device bytes by purpose, as allocated.
 struct CudaExecutorMemory {
   std::int64_t weights = 0;
-  std::int64_t kv_pool = 0;      // num_blocks blocks, bf16
+  std::int64_t kv_pool = 0;      // num_blocks blocks, bf16 (a shared pool's arena, when borrowed)
   std::int64_t activations = 0;  // activations, logits, metadata, decode workspace
   std::int64_t gemm_workspace = 0;
   std::int64_t total() const { return weights + kv_pool + activations + gemm_workspace; }
