@@ -10,18 +10,64 @@
 namespace duet {
 
 BlockPool::BlockPool(std::int32_t num_blocks, int block_size, std::uint32_t model_id, BlockHashFn hash_fn)
-    : by_hash_(std::size_t(std::max(num_blocks, 1))),
-      block_size_(block_size),
-      model_id_(model_id),
-      hash_fn_(hash_fn) {
+    : BlockPool(num_blocks, std::vector<PoolTenant>{PoolTenant{"model", model_id, block_size, hash_fn}}) {}
+
+BlockPool::BlockPool(std::int32_t num_blocks, std::vector<PoolTenant> tenants)
+    : by_hash_(std::size_t(std::max(num_blocks, 1))) {
   if (num_blocks <= 0)
     throw Error("BlockPool: num_blocks must be positive, got " + std::to_string(num_blocks));
-  if (block_size <= 0)
-    throw Error("BlockPool: block_size must be positive, got " + std::to_string(block_size));
+  if (tenants.empty() || std::ssize(tenants) > kMaxTenants)
+    throw Error("BlockPool: a pool serves 1 to " + std::to_string(kMaxTenants) + " models, got " +
+                std::to_string(tenants.size()));
+  for (PoolTenant& t : tenants) {
+    if (t.block_size <= 0)
+      throw Error("BlockPool: block_size must be positive, got " + std::to_string(t.block_size) + " for '" +
+                  t.label + "'");
+    token_stride_ = std::max(token_stride_, t.block_size);
+    tenants_.push_back(Tenant{std::move(t), {}, 0, 0, {}});
+  }
   blocks_.resize(num_blocks);
-  tokens_.resize(std::size_t(num_blocks) * block_size);
+  tokens_.resize(std::size_t(num_blocks) * std::size_t(token_stride_));
   for (BlockId b = 0; b < num_blocks; ++b) push_back(b, 0);
   num_free_ = num_blocks;
+}
+
+void BlockPool::check_tenant(int tenant, const char* what) const {
+  if (tenant < 0 || tenant >= num_tenants())
+    throw std::logic_error(std::string("BlockPool::") + what + ": no tenant " + std::to_string(tenant));
+}
+
+std::int32_t BlockPool::reserved_for_others(int tenant) const {
+  std::int32_t reserved = 0;
+  for (int t = 0; t < num_tenants(); ++t)
+    if (t != tenant)
+      reserved += std::max(0, tenants_[std::size_t(t)].limits.min_blocks - tenants_[std::size_t(t)].used);
+  return reserved;
+}
+
+std::int32_t BlockPool::available(int tenant) const {
+  const Tenant& t = tenants_[std::size_t(tenant)];
+  const std::int32_t below_ceiling = std::max(0, t.limits.max_blocks - t.used);
+  const std::int32_t unreserved = std::max(0, num_free_ - reserved_for_others(tenant));
+  return std::min(below_ceiling, unreserved);
+}
+
+void BlockPool::set_limits(int tenant, KvLimits limits) {
+  check_tenant(tenant, "set_limits");
+  const std::string who = "'" + label(tenant) + "'";
+  if (limits.min_blocks < 0)
+    throw Error("min_blocks of " + who + " must not be negative, got " + std::to_string(limits.min_blocks));
+  if (limits.max_blocks < limits.min_blocks)
+    throw Error("max_blocks of " + who + " (" + std::to_string(limits.max_blocks) +
+                ") is below its min_blocks (" + std::to_string(limits.min_blocks) + ")");
+  std::int64_t floors = limits.min_blocks;
+  for (int t = 0; t < num_tenants(); ++t)
+    if (t != tenant) floors += tenants_[std::size_t(t)].limits.min_blocks;
+  if (floors > num_blocks())
+    throw Error("min_blocks: the floors sum to " + std::to_string(floors) + " pages (" + who + " " +
+                std::to_string(limits.min_blocks) + "), more than the pool's " +
+                std::to_string(num_blocks()));
+  tenants_[std::size_t(tenant)].limits = limits;
 }
 
 void BlockPool::push_front(BlockId b, int list) {
@@ -79,21 +125,27 @@ void BlockPool::uncache(BlockId b) {
   blk.parent = {};
   ++blk.generation;
   --num_cached_;
+  --tenants_[blk.tenant].cached;
 }
 
-BlockId BlockPool::allocate() {
-  if (nonempty_ == 0) return kNoBlock;
+BlockId BlockPool::allocate(int tenant) {
+  check_tenant(tenant, "allocate");
+  if (nonempty_ == 0 || available(tenant) <= 0) return kNoBlock;
   const int list = std::countr_zero(nonempty_);
   const BlockId b = lists_[list].head;
   unlink(b);
   Block& blk = blocks_[b];
   if (blk.cached) {
+    ++tenants_[blk.tenant].stats.evictions;
     uncache(b);
     ++stats_.evictions;
   }
   blk.ref_count = 1;
   blk.priority = kDefaultPriority;
+  blk.tenant = static_cast<std::uint8_t>(tenant);
   --num_free_;
+  ++tenants_[std::size_t(tenant)].used;
+  ++tenants_[std::size_t(tenant)].stats.allocations;
   ++stats_.allocations;
   return b;
 }
@@ -105,6 +157,7 @@ void BlockPool::free(BlockId b) {
   if (blk.cached) push_back(b, blk.priority);
   else push_front(b, 0);
   ++num_free_;
+  --tenants_[blk.tenant].used;
 }
 
 void BlockPool::touch(BlockId b) {
@@ -112,6 +165,7 @@ void BlockPool::touch(BlockId b) {
   if (blk.ref_count == 0) {
     unlink(b);
     --num_free_;
+    ++tenants_[blk.tenant].used;
   }
   ++blk.ref_count;
 }
@@ -130,31 +184,35 @@ void BlockPool::set_priority(BlockId b, int priority) {
   }
 }
 
-BlockHash BlockPool::hash(BlockHash parent_hash, std::span<const TokenId> tokens) const {
-  return hash_fn_(parent_hash, tokens, model_id_);
+BlockHash BlockPool::hash(BlockHash parent_hash, std::span<const TokenId> tokens, int tenant) const {
+  const PoolTenant& t = tenants_[std::size_t(tenant)].spec;
+  return t.hash_fn(parent_hash, tokens, t.model_id);
 }
 
 std::span<const TokenId> BlockPool::stored_tokens(BlockId b) const {
-  return {tokens_.data() + std::size_t(b) * block_size_, std::size_t(block_size_)};
+  return {tokens_.data() + std::size_t(b) * std::size_t(token_stride_),
+          std::size_t(block_size(blocks_[b].tenant))};
 }
 
-BlockId BlockPool::lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens) const {
+BlockId BlockPool::lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens, int tenant) const {
   const BlockId* head = by_hash_.find(h);
-  if (!head || std::ssize(tokens) != block_size_) return kNoBlock;
+  if (!head || std::ssize(tokens) != block_size(tenant)) return kNoBlock;
   for (BlockId c = *head; c != kNoBlock; c = blocks_[c].hash_next) {
     const Block& blk = blocks_[c];
-    if (blk.parent == parent && std::equal(tokens.begin(), tokens.end(), stored_tokens(c).begin())) return c;
+    if (blk.tenant == tenant && blk.parent == parent &&
+        std::equal(tokens.begin(), tokens.end(), stored_tokens(c).begin()))
+      return c;
   }
   return kNoBlock;
 }
 
 BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens) {
-  if (std::ssize(tokens) != block_size_)
-    throw std::logic_error("BlockPool::cache: only full blocks are cached");
   Block& blk = blocks_[b];
+  if (std::ssize(tokens) != block_size(blk.tenant))
+    throw std::logic_error("BlockPool::cache: only full blocks are cached");
   if (blk.cached) return b;
-  if (const BlockId same = lookup(h, parent, tokens); same != kNoBlock) return same;
-  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + std::ptrdiff_t(b) * block_size_);
+  if (const BlockId same = lookup(h, parent, tokens, blk.tenant); same != kNoBlock) return same;
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + std::ptrdiff_t(b) * token_stride_);
   blk.hash = h;
   blk.parent = parent;
   blk.cached = true;
@@ -162,6 +220,8 @@ BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<cons
   blk.hash_next = inserted ? kNoBlock : *head;
   *head = b;
   ++num_cached_;
+  ++tenants_[blk.tenant].cached;
+  ++tenants_[blk.tenant].stats.cached_inserts;
   ++stats_.cached_inserts;
   return b;
 }
@@ -197,13 +257,20 @@ void BlockPool::check_consistency() const {
   if (listed != num_free_)
     fail("free count " + std::to_string(num_free_) + " but " + std::to_string(listed) + " listed");
   std::int32_t cached = 0;
+  std::vector<std::int32_t> used(tenants_.size(), 0), tenant_cached(tenants_.size(), 0);
   for (BlockId b = 0; b < num_blocks(); ++b) {
     const Block& blk = blocks_[b];
     if (!seen[b] && (blk.in_free_list || blk.ref_count <= 0))
       fail("block " + std::to_string(b) + " neither free nor used");
+    if (blk.tenant >= tenants_.size()) fail("block " + std::to_string(b) + " names no tenant");
     cached += blk.cached;
+    tenant_cached[blk.tenant] += blk.cached;
+    used[blk.tenant] += blk.ref_count > 0;
   }
   if (cached != num_cached_) fail("cached count mismatch");
+  for (std::size_t t = 0; t < tenants_.size(); ++t)
+    if (used[t] != tenants_[t].used || tenant_cached[t] != tenants_[t].cached)
+      fail("tenant " + std::to_string(t) + "'s used or cached count is off");
   std::int32_t chained = 0;
   by_hash_.for_each([&](BlockHash h, BlockId head) {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
@@ -214,8 +281,10 @@ void BlockPool::check_consistency() const {
       const BlockRef parent = blocks_[c].parent;
       const bool parent_live = parent.id == kNoBlock || (blocks_[parent.id].cached &&
                                                          blocks_[parent.id].generation == parent.generation);
-      if (parent_live &&
-          hash(parent.id == kNoBlock ? kRootHash : blocks_[parent.id].hash, stored_tokens(c)) != h)
+      if (parent.id != kNoBlock && blocks_[parent.id].tenant != blocks_[c].tenant && parent_live)
+        fail("block " + std::to_string(c) + " is chained to another tenant's block");
+      if (parent_live && hash(parent.id == kNoBlock ? kRootHash : blocks_[parent.id].hash, stored_tokens(c),
+                              blocks_[c].tenant) != h)
         fail("block " + std::to_string(c) + " stores tokens that do not hash to its key");
       ++chained;
     }

@@ -1,5 +1,6 @@
 #pragma once
-// Fixed-size KV blocks as plain metadata, for one model's KV pool.
+// Fixed-size KV blocks as plain metadata: one model's KV pool, or one pool of equal-byte pages
+// that several models (tenants) share (kv_pool = "shared").
 //
 // Free blocks sit on intrusive doubly linked lists (index links inside the Block records), one
 // list per retention priority. The concatenation of the lists, lowest priority first and each
@@ -8,8 +9,18 @@
 // them (lazy eviction). Blocks that hold nothing worth keeping go to the very front.
 //
 // allocate, free, touch and set_priority are O(1); lookup is O(1) expected.
+//
+// Shared pools. A page holds one block of any tenant: the tenants' block sizes differ, their block
+// bytes do not (the memory plan checks that). Eviction is global: one set of free lists, so the
+// least recently freed block of the lowest priority goes first, whoever's it is. The prefix cache
+// stays per tenant: a block hits only for the tenant that cached it (its hash covers the tenant's
+// model id too). Floors and ceilings (KvLimits) bound what each tenant holds: a tenant may take a
+// page only while every other tenant could still reach its floor from the free pages, and only
+// below its own ceiling. A one-tenant pool without limits behaves exactly as a private pool.
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/block_hash.hpp"
@@ -23,6 +34,25 @@ namespace duet {
 inline constexpr int kNumPriorities = 8;
 inline constexpr int kDefaultPriority = 4;
 
+inline constexpr std::int32_t kNoCeiling = std::numeric_limits<std::int32_t>::max();
+
+// One model of a pool: its block size in tokens and the model id its hashes cover. `label` names
+// it in errors (the engine's name).
+struct PoolTenant {
+  std::string label = "model";
+  std::uint32_t model_id = 0;
+  int block_size = 16;
+  BlockHashFn hash_fn = hash_block;
+};
+
+// Pages one tenant holds in use: at least min_blocks stay within its reach, at most max_blocks it
+// may hold. Free cached pages count for nobody: they are everyone's to evict.
+struct KvLimits {
+  std::int32_t min_blocks = 0;
+  std::int32_t max_blocks = kNoCeiling;
+  bool operator==(const KvLimits&) const = default;
+};
+
 // A cached block's identity as a parent: its id and the generation of its content.
 struct BlockRef {
   BlockId id = kNoBlock;
@@ -35,6 +65,7 @@ struct Block {
   std::int8_t priority = kDefaultPriority;
   bool in_free_list = false;
   bool cached = false;           // registered in the hash map
+  std::uint8_t tenant = 0;       // whose KV the page holds (or last held)
   std::uint32_t generation = 0;  // bumped each time cached content is dropped
   BlockHash hash = 0;
   BlockRef parent;          // the cached block before this one in its prefix (id kNoBlock: root)
@@ -51,11 +82,17 @@ struct BlockPoolStats {
 
 class BlockPool {
  public:
+  static constexpr int kMaxTenants = 8;
+
+  // One model's private pool.
   BlockPool(std::int32_t num_blocks, int block_size, std::uint32_t model_id = 0,
             BlockHashFn hash_fn = hash_block);
+  // A pool of num_blocks pages shared by the tenants (tenant i is index i in the calls below).
+  BlockPool(std::int32_t num_blocks, std::vector<PoolTenant> tenants);
 
-  // Takes the head of the eviction order, dropping its cached content. kNoBlock when none is free.
-  BlockId allocate();
+  // Takes the head of the eviction order for `tenant`, dropping its cached content (whoever's it
+  // was). kNoBlock when none is free, or when the tenant's limits leave it none (available()).
+  BlockId allocate(int tenant = 0);
   // Drops one reference. At zero the block joins the free lists: a cached block at the back of
   // its retention priority's list (it is still worth a hit), an uncached one at the very front.
   void free(BlockId b);
@@ -65,11 +102,12 @@ class BlockPool {
   // reallocated); a cached free block moves to the back of the new priority's list.
   void set_priority(BlockId b, int priority);
 
-  // The hash a block with these tokens after `parent_hash` has in this pool.
-  BlockHash hash(BlockHash parent_hash, std::span<const TokenId> tokens) const;
-  // A cached block with this hash whose parent is `parent` and whose stored tokens equal
-  // `tokens`; kNoBlock otherwise. Never returns a block on the strength of its hash alone.
-  BlockId lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens) const;
+  // The hash a block of `tenant` with these tokens after `parent_hash` has in this pool.
+  BlockHash hash(BlockHash parent_hash, std::span<const TokenId> tokens, int tenant = 0) const;
+  // A cached block of `tenant` with this hash whose parent is `parent` and whose stored tokens
+  // equal `tokens`; kNoBlock otherwise. Never returns a block on the strength of its hash alone,
+  // nor another tenant's block.
+  BlockId lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens, int tenant = 0) const;
   // Registers a full, computed block. Returns the block that now stands for this content: `b`
   // itself, or an existing cached block with identical content and parent (then `b` stays
   // uncached, and children should name the returned block as their parent).
@@ -80,12 +118,28 @@ class BlockPool {
   std::span<const TokenId> stored_tokens(BlockId b) const;
 
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(blocks_.size()); }
-  int block_size() const { return block_size_; }
-  std::uint32_t model_id() const { return model_id_; }
+  int num_tenants() const { return static_cast<int>(tenants_.size()); }
+  int block_size(int tenant = 0) const { return tenants_[std::size_t(tenant)].spec.block_size; }
+  std::uint32_t model_id(int tenant = 0) const { return tenants_[std::size_t(tenant)].spec.model_id; }
+  const std::string& label(int tenant) const { return tenants_[std::size_t(tenant)].spec.label; }
   std::int32_t num_free() const { return num_free_; }
   std::int32_t num_used() const { return num_blocks() - num_free_; }
   std::int32_t num_cached() const { return num_cached_; }
   const BlockPoolStats& stats() const { return stats_; }
+
+  // Per tenant: pages in use, cached blocks (used or free), and its allocations and evictions
+  // (its cached blocks dropped for reuse, by whichever tenant reused them).
+  std::int32_t tenant_used(int tenant) const { return tenants_[std::size_t(tenant)].used; }
+  std::int32_t tenant_cached(int tenant) const { return tenants_[std::size_t(tenant)].cached; }
+  const BlockPoolStats& tenant_stats(int tenant) const { return tenants_[std::size_t(tenant)].stats; }
+  const KvLimits& limits(int tenant) const { return tenants_[std::size_t(tenant)].limits; }
+  // Sets a tenant's floor and ceiling; throws duet::Error naming the field when they cannot hold
+  // (a negative floor, a ceiling below the floor, floors that sum past the pool). Pages already
+  // held are never taken back: a lowered ceiling or a raised floor is reached as pages are freed.
+  void set_limits(int tenant, KvLimits limits);
+  // Free pages `tenant` may take now: below its ceiling, and leaving the other tenants' floors
+  // within their reach. The whole free count for a one-tenant pool without limits.
+  std::int32_t available(int tenant = 0) const;
 
   // The whole eviction order (O(n)); for tests and reports.
   std::vector<BlockId> eviction_order() const;
@@ -97,20 +151,29 @@ class BlockPool {
   void push_back(BlockId b, int list);
   void unlink(BlockId b);
   void uncache(BlockId b);
+  // Pages the tenants other than `tenant` still need to reach their floors.
+  std::int32_t reserved_for_others(int tenant) const;
+  void check_tenant(int tenant, const char* what) const;
 
+  struct Tenant {
+    PoolTenant spec;
+    KvLimits limits;
+    std::int32_t used = 0;
+    std::int32_t cached = 0;
+    BlockPoolStats stats;
+  };
   struct List {
     BlockId head = kNoBlock;
     BlockId tail = kNoBlock;
   };
 
   std::vector<Block> blocks_;
-  std::vector<TokenId> tokens_;  // block_size tokens per block, valid while cached
+  std::vector<TokenId> tokens_;  // token_stride_ tokens per page, valid while cached
+  std::vector<Tenant> tenants_;
+  int token_stride_ = 0;  // the largest tenant block size
   List lists_[kNumPriorities];
   std::uint32_t nonempty_ = 0;  // bit p set when lists_[p] has a block
   HashIndex by_hash_;           // hash -> first block of its collision chain
-  int block_size_;
-  std::uint32_t model_id_;
-  BlockHashFn hash_fn_;
   std::int32_t num_free_ = 0;
   std::int32_t num_cached_ = 0;
   BlockPoolStats stats_;

@@ -1,5 +1,7 @@
 #include "core/engine_config.hpp"
 
+#include <stdexcept>
+
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/naive_allocator.hpp"
@@ -30,17 +32,38 @@ SchedulerConfig scheduler_config(const EngineConfig& c) {
   return SchedulerConfig{c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill, c.max_model_len};
 }
 
+std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs,
+                                            const MemoryPlan& plan) {
+  if (!plan.shared) throw std::logic_error("make_shared_pool: the plan has no shared pool");
+  std::vector<PoolTenant> tenants;
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    tenants.push_back({configs[i].name, std::uint32_t(i), configs[i].block_size, hash_block});
+  auto pool = std::make_shared<BlockPool>(plan.shared->num_pages, std::move(tenants));
+  for (std::size_t i = 0; i < configs.size(); ++i) pool->set_limits(int(i), configs[i].limits);
+  return pool;
+}
+
 std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineMemory& m,
-                                            std::uint32_t model_id) {
-  if (c.allocator == AllocatorKind::Naive)
+                                            std::uint32_t model_id, std::shared_ptr<BlockPool> shared) {
+  if (c.allocator == AllocatorKind::Naive) {
+    if (shared)
+      throw Error("engine '" + c.name +
+                  "': allocator 'naive' reserves regions of a private pool; a shared pool " +
+                  "needs allocator 'paged'");
     return std::make_unique<NaiveAllocator>(m.num_blocks, c.block_size, c.max_model_len);
-  return std::make_unique<KvCacheManager>(
+  }
+  if (shared)
+    return std::make_unique<KvCacheManager>(std::move(shared), int(model_id), c.enable_prefix_caching);
+  auto kv = std::make_unique<KvCacheManager>(
       KvCacheConfig{m.num_blocks, c.block_size, c.enable_prefix_caching, model_id, hash_block});
+  kv->set_limits(c.limits);
+  return kv;
 }
 
 Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
-                       Executor& executor, SchedulerPolicy policy) {
-  return Engine(c.name, scheduler_config(c), make_allocator(c, m, model_id), executor, std::move(policy));
+                       Executor& executor, SchedulerPolicy policy, std::shared_ptr<BlockPool> shared) {
+  return Engine(c.name, scheduler_config(c), make_allocator(c, m, model_id, std::move(shared)), executor,
+                std::move(policy));
 }
 
 }  // namespace duet

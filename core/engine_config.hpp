@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/engine.hpp"
 #include "core/executor.hpp"
@@ -32,15 +33,22 @@ struct EngineConfig {
   AllocatorKind allocator = AllocatorKind::Paged;
   std::int64_t runtime_overhead_bytes = kDefaultRuntimeOverheadBytes;
   std::optional<std::int32_t> num_gpu_blocks_override;
+  KvLimits limits;  // shared pool: the floor and ceiling on the pages this engine holds
 };
 
 EngineMemoryRequest memory_request(const EngineConfig& config);
 SchedulerConfig scheduler_config(const EngineConfig& config);
+// The pages of a shared KV pool (plan.shared), engine i its tenant i with model id i, each with
+// its floor and ceiling. Throws duet::Error naming the field when the limits cannot hold.
+std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs, const MemoryPlan& plan);
+// The engine's allocator: over a pool of its own, or as tenant model_id of `shared`.
 std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& config, const EngineMemory& memory,
-                                            std::uint32_t model_id);
+                                            std::uint32_t model_id,
+                                            std::shared_ptr<BlockPool> shared = nullptr);
 // The one place an Engine is put together from its configuration: every backend's engine is
 // this, over its own executor (returned as a prvalue: Engine does not move).
 Engine assemble_engine(const EngineConfig& config, const EngineMemory& memory, std::uint32_t model_id,
-                       Executor& executor, SchedulerPolicy policy = {});
+                       Executor& executor, SchedulerPolicy policy = {},
+                       std::shared_ptr<BlockPool> shared = nullptr);
 
 }  // namespace duet

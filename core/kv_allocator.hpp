@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/block_pool.hpp"
 #include "core/sequence.hpp"
 
 namespace duet {
@@ -24,13 +25,18 @@ struct KvCounters {
 };
 
 struct KvUsage {
-  std::int32_t total_blocks = 0;
-  std::int32_t used_blocks = 0;    // held by at least one sequence (or reserved)
+  std::int32_t total_blocks = 0;  // the pool's blocks (a shared pool's pages)
+  std::int32_t used_blocks = 0;   // held by at least one sequence (or reserved)
+  // Shared pool: pages this model may not take now (the other models hold them, their floors
+  // reserve them, or they lie beyond this model's ceiling). 0 for a private pool.
+  std::int32_t unavailable_blocks = 0;
   std::int32_t cached_blocks = 0;  // hittable, used or free
   std::int64_t filled_tokens = 0;  // token slots holding a token, in used blocks
   int block_size = 0;
+  KvLimits limits;  // the floor and ceiling on used_blocks
 
-  std::int32_t free_blocks() const { return total_blocks - used_blocks; }
+  // What the scheduler may still allocate: on a shared pool, the free pages within its reach.
+  std::int32_t free_blocks() const { return total_blocks - used_blocks - unavailable_blocks; }
   double block_utilisation() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
   // Share of the reserved slots that hold a token: internal fragmentation shows here.
   double token_utilisation() const {
@@ -58,6 +64,8 @@ class KvAllocator {
   virtual void set_priority(Sequence& seq, int priority, bool shared = false) = 0;
   // Block copies queued since the last call, for the executor to run before the next step.
   virtual std::vector<BlockCopy> take_copies() = 0;
+  // Floor and ceiling on the blocks this allocator holds (a shared pool's policy moves them).
+  virtual void set_limits(KvLimits limits) = 0;
 
   virtual KvUsage usage() const = 0;
   virtual KvCounters counters() const = 0;

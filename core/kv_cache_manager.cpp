@@ -17,46 +17,52 @@ std::span<const TokenId> block_tokens(const Sequence& seq, int block_index, int 
 }  // namespace
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& c)
-    : pool_(c.num_blocks, c.block_size, c.model_id, c.hash_fn),
-      caching_(c.enable_prefix_caching),
-      fill_(std::size_t(c.num_blocks), 0) {}
+    : KvCacheManager(std::make_shared<BlockPool>(c.num_blocks, c.block_size, c.model_id, c.hash_fn), 0,
+                     c.enable_prefix_caching) {}
+
+KvCacheManager::KvCacheManager(std::shared_ptr<BlockPool> pool, int tenant, bool enable_prefix_caching)
+    : pool_(std::move(pool)), tenant_(tenant), caching_(enable_prefix_caching) {
+  if (!pool_ || tenant < 0 || tenant >= pool_->num_tenants())
+    throw std::logic_error("KvCacheManager: tenant " + std::to_string(tenant) + " is not one of the pool's");
+  fill_.assign(std::size_t(pool_->num_blocks()), 0);
+}
 
 void KvCacheManager::extend_hashes(Sequence& seq, int num_full_blocks) const {
   auto& hashes = seq.kv.hashes;
-  const int bs = pool_.block_size();
+  const int bs = pool_->block_size(tenant_);
   for (int i = static_cast<int>(hashes.size()); i < num_full_blocks; ++i)
-    hashes.push_back(pool_.hash(i == 0 ? kRootHash : hashes[i - 1], block_tokens(seq, i, bs)));
+    hashes.push_back(pool_->hash(i == 0 ? kRootHash : hashes[i - 1], block_tokens(seq, i, bs), tenant_));
 }
 
 int KvCacheManager::lookup_prefix(Sequence& seq) {
   hit_.clear();
   hit_seq_ = seq.id;
   if (!caching_ || !seq.kv.blocks.empty() || seq.num_tokens() == 0) return 0;
-  const int bs = pool_.block_size();
+  const int bs = pool_->block_size(tenant_);
   const int candidates = std::max(0, seq.max_prefix_hit_tokens()) / bs;
   extend_hashes(seq, candidates);
   BlockRef parent;
   for (int i = 0; i < candidates; ++i) {
-    const BlockId b = pool_.lookup(seq.kv.hashes[i], parent, block_tokens(seq, i, bs));
+    const BlockId b = pool_->lookup(seq.kv.hashes[i], parent, block_tokens(seq, i, bs), tenant_);
     if (b == kNoBlock) break;
     hit_.push_back(b);
-    parent = pool_.ref(b);
+    parent = pool_->ref(b);
   }
   return static_cast<int>(hit_.size()) * bs;
 }
 
 void KvCacheManager::take_block(BlockId b) {
-  if (pool_.block(b).ref_count == 0) filled_tokens_ += fill_[b];
-  pool_.touch(b);
+  if (pool_->block(b).ref_count == 0) filled_tokens_ += fill_[b];
+  pool_->touch(b);
 }
 
 void KvCacheManager::release_block(BlockId b) {
-  pool_.free(b);
-  if (pool_.block(b).ref_count == 0) filled_tokens_ -= fill_[b];
+  pool_->free(b);
+  if (pool_->block(b).ref_count == 0) filled_tokens_ -= fill_[b];
 }
 
 bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens) {
-  const int bs = pool_.block_size();
+  const int bs = pool_->block_size(tenant_);
   KvState& kv = seq.kv;
   if (num_new_tokens < 0) throw std::logic_error("allocate_slots: negative token count");
   if (num_hit_tokens > 0 &&
@@ -71,11 +77,12 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   // Writing into a partly filled block that a fork shares needs a private copy first.
   const int write_block = start / bs;
   const bool cow = num_new_tokens > 0 && start % bs != 0 && write_block < int(kv.blocks.size()) &&
-                   pool_.block(kv.blocks[write_block]).ref_count > 1;
+                   pool_->block(kv.blocks[write_block]).ref_count > 1;
 
   int reusable_free_hits = 0;  // hit blocks that sit on the free lists count against free space
-  for (int i = 0; i < hit_blocks; ++i) reusable_free_hits += pool_.block(hit_[i]).ref_count == 0;
-  if (fresh + int(cow) > pool_.num_free() - reusable_free_hits) return false;
+  for (int i = 0; i < hit_blocks; ++i) reusable_free_hits += pool_->block(hit_[i]).ref_count == 0;
+  // On a shared pool, what the other models' floors reserve and this model's ceiling are not free.
+  if (fresh + int(cow) > pool_->available(tenant_) - reusable_free_hits) return false;
 
   if (kv.blocks.empty() && caching_) counters_.query_tokens += seq.num_tokens();  // an admission
   if (hit_blocks > 0) {
@@ -85,13 +92,13 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
     }
     kv.num_slots = num_hit_tokens;
     kv.num_cached_blocks = hit_blocks;
-    kv.last_cached = pool_.ref(hit_.back());
+    kv.last_cached = pool_->ref(hit_.back());
     counters_.hit_tokens += num_hit_tokens;
     hit_.clear();
   }
   if (cow) {
     const BlockId old = kv.blocks[write_block];
-    const BlockId copy = pool_.allocate();
+    const BlockId copy = pool_->allocate(tenant_);
     fill_[copy] = fill_[old];
     filled_tokens_ += fill_[copy];
     release_block(old);
@@ -100,7 +107,7 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
     ++counters_.cow_copies;
   }
   for (int i = 0; i < fresh; ++i) {
-    const BlockId b = pool_.allocate();
+    const BlockId b = pool_->allocate(tenant_);
     fill_[b] = 0;
     kv.blocks.push_back(b);
   }
@@ -118,15 +125,15 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
 
 void KvCacheManager::cache_full_blocks(Sequence& seq, int num_slots) {
   KvState& kv = seq.kv;
-  const int bs = pool_.block_size();
+  const int bs = pool_->block_size(tenant_);
   // Only blocks whose token ids are known: a slot may be reserved ahead of its token.
   const int full = std::min(num_slots, seq.num_tokens()) / bs;
   if (full <= kv.num_cached_blocks) return;
   extend_hashes(seq, full);
   for (int i = kv.num_cached_blocks; i < full; ++i) {
     const BlockId canonical =
-        pool_.cache(kv.blocks[i], kv.hashes[i], kv.last_cached, block_tokens(seq, i, bs));
-    kv.last_cached = pool_.ref(canonical);
+        pool_->cache(kv.blocks[i], kv.hashes[i], kv.last_cached, block_tokens(seq, i, bs));
+    kv.last_cached = pool_->ref(canonical);
   }
   kv.num_cached_blocks = full;
 }
@@ -151,7 +158,7 @@ void KvCacheManager::free(Sequence& seq) {
 
 void KvCacheManager::set_priority(Sequence& seq, int priority, bool shared) {
   for (BlockId b : seq.kv.blocks)
-    if (shared || pool_.block(b).ref_count == 1) pool_.set_priority(b, priority);
+    if (shared || pool_->block(b).ref_count == 1) pool_->set_priority(b, priority);
 }
 
 std::vector<BlockCopy> KvCacheManager::take_copies() {
@@ -162,17 +169,19 @@ std::vector<BlockCopy> KvCacheManager::take_copies() {
 
 KvUsage KvCacheManager::usage() const {
   KvUsage u;
-  u.total_blocks = pool_.num_blocks();
-  u.used_blocks = pool_.num_used();
-  u.cached_blocks = pool_.num_cached();
+  u.total_blocks = pool_->num_blocks();
+  u.used_blocks = pool_->tenant_used(tenant_);
+  u.unavailable_blocks = u.total_blocks - u.used_blocks - pool_->available(tenant_);
+  u.cached_blocks = pool_->tenant_cached(tenant_);
   u.filled_tokens = filled_tokens_;
-  u.block_size = pool_.block_size();
+  u.block_size = pool_->block_size(tenant_);
+  u.limits = pool_->limits(tenant_);
   return u;
 }
 
 KvCounters KvCacheManager::counters() const {
   KvCounters c = counters_;
-  c.evictions = pool_.stats().evictions;
+  c.evictions = pool_->tenant_stats(tenant_).evictions;
   return c;
 }
 

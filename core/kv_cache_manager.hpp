@@ -1,7 +1,9 @@
 #pragma once
 // Paged KV for one model: per-sequence block tables over a BlockPool, longest-prefix reuse of
-// cached blocks, copy-on-write forks.
+// cached blocks, copy-on-write forks. The pool is the model's own, or a pool of pages the
+// managers of several models share (one tenant each; core/block_pool.hpp).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/block_pool.hpp"
@@ -19,7 +21,10 @@ struct KvCacheConfig {
 
 class KvCacheManager final : public KvAllocator {
  public:
+  // Over a pool of its own.
   explicit KvCacheManager(const KvCacheConfig& config);
+  // As tenant `tenant` of a shared pool.
+  KvCacheManager(std::shared_ptr<BlockPool> pool, int tenant, bool enable_prefix_caching);
 
   int lookup_prefix(Sequence& seq) override;
   bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
@@ -27,12 +32,14 @@ class KvCacheManager final : public KvAllocator {
   void free(Sequence& seq) override;
   void set_priority(Sequence& seq, int priority, bool shared = false) override;
   std::vector<BlockCopy> take_copies() override;
+  void set_limits(KvLimits limits) override { pool_->set_limits(tenant_, limits); }
 
   KvUsage usage() const override;
   KvCounters counters() const override;
-  int block_size() const override { return pool_.block_size(); }
+  int block_size() const override { return pool_->block_size(tenant_); }
 
-  const BlockPool& pool() const { return pool_; }
+  const BlockPool& pool() const { return *pool_; }
+  int tenant() const { return tenant_; }
   bool prefix_caching() const { return caching_; }
 
  private:
@@ -41,7 +48,8 @@ class KvCacheManager final : public KvAllocator {
   void take_block(BlockId b);     // touch, keeping the filled-token count
   void release_block(BlockId b);  // free, keeping the filled-token count
 
-  BlockPool pool_;
+  std::shared_ptr<BlockPool> pool_;
+  int tenant_;
   bool caching_;
   std::vector<std::int32_t> fill_;  // tokens written into each block
   std::int64_t filled_tokens_ = 0;  // sum of fill_ over used blocks

@@ -1,5 +1,6 @@
 #include "core/memory_plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -70,40 +71,88 @@ const EngineMemory& MemoryPlan::engine(const std::string& label) const {
   throw Error("memory plan has no engine '" + label + "'");
 }
 
-MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests) {
+KvPoolKind kv_pool_kind_from_name(const std::string& name) {
+  if (name == "static") return KvPoolKind::Static;
+  if (name == "shared") return KvPoolKind::Shared;
+  throw Error("kv_pool: unknown value '" + name + "' (valid: static, shared)");
+}
+
+const char* kv_pool_kind_name(KvPoolKind kind) { return kind == KvPoolKind::Shared ? "shared" : "static"; }
+
+namespace {
+
+// One engine's share of the GPU; num_blocks is its own pool's (static) block count.
+EngineMemory engine_memory(const GpuSpec& gpu, const EngineMemoryRequest& r, bool shared) {
+  check_request(r);
+  EngineMemory e;
+  e.label = r.label;
+  e.budget_bytes = budget_of(gpu, r);
+  e.weight_bytes = r.model.weight_bytes();
+  e.activation_bytes = activation_bytes(r.model, r.max_num_batched_tokens, r.max_num_seqs);
+  e.overhead_bytes = r.runtime_overhead_bytes;
+  e.block_size = r.block_size;
+  e.block_bytes = std::int64_t(r.block_size) * r.model.kv_bytes_per_token();
+  e.kv_bytes = e.budget_bytes - e.weight_bytes - e.activation_bytes - e.overhead_bytes;
+  // A shared pool needs one page in all; an engine's budget need only hold the engine itself.
+  if (e.kv_bytes < (shared ? 0 : e.block_bytes))
+    throw Error("engine '" + r.label + "' (" + r.model.name + "): weights " + gib(e.weight_bytes) +
+                " + activations " + gib(e.activation_bytes) + " + runtime overhead " + gib(e.overhead_bytes) +
+                " leave no room for " + (shared ? "KV" : "one KV block") + " in its budget of " +
+                gib(e.budget_bytes) + " on " + gpu.name +
+                "; raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs");
+  if (shared) return e;
+  const std::int64_t blocks = e.kv_bytes / e.block_bytes;
+  if (blocks > std::numeric_limits<std::int32_t>::max())
+    throw Error("engine '" + r.label + "': " + std::to_string(blocks) +
+                " KV blocks overflow the block id type");
+  e.num_blocks = r.num_blocks_override ? *r.num_blocks_override : static_cast<std::int32_t>(blocks);
+  return e;
+}
+
+// The shared pool over the engines' KV bytes; every engine sees its page count.
+SharedPoolMemory plan_shared_pool(const std::vector<EngineMemoryRequest>& requests,
+                                  std::vector<EngineMemory>& engines, const KvPoolRequest& pool) {
+  SharedPoolMemory p;
+  p.page_bytes = engines.front().block_bytes;
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    const EngineMemory& e = engines[i];
+    if (e.block_bytes != p.page_bytes)
+      throw Error("kv_pool 'shared': engine '" + e.label + "' has blocks of " +
+                  std::to_string(e.block_bytes) + " bytes (block_size " + std::to_string(e.block_size) +
+                  " x " + std::to_string(requests[i].model.kv_bytes_per_token()) +
+                  " bytes per token) and engine '" + engines.front().label + "' of " +
+                  std::to_string(p.page_bytes) +
+                  "; a page holds one block of any model, so choose block sizes with equal bytes");
+    if (requests[i].num_blocks_override)
+      throw Error("engine '" + e.label + "': num_gpu_blocks_override sizes a private pool; a shared pool's " +
+                  "size is kv_pool_blocks");
+    p.kv_bytes += e.kv_bytes;
+  }
+  const std::int64_t pages = p.kv_bytes / p.page_bytes;
+  if (pool.num_pages_override && *pool.num_pages_override <= 0)
+    throw Error("kv_pool_blocks must be positive, got " + std::to_string(*pool.num_pages_override));
+  if (!pool.num_pages_override && pages < 1)
+    throw Error("kv_pool 'shared': the engines' budgets leave " + gib(p.kv_bytes) +
+                " for KV, less than one page of " + std::to_string(p.page_bytes) + " bytes");
+  if (pages > std::numeric_limits<std::int32_t>::max())
+    throw Error("kv_pool 'shared': " + std::to_string(pages) + " pages overflow the block id type");
+  p.num_pages = pool.num_pages_override ? *pool.num_pages_override : static_cast<std::int32_t>(pages);
+  for (EngineMemory& e : engines) e.num_blocks = p.num_pages;
+  return p;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests,
+                       const KvPoolRequest& pool) {
   MemoryPlan plan;
   plan.gpu = gpu;
+  const bool shared = pool.kind == KvPoolKind::Shared;
+  if (!shared && pool.num_pages_override) throw Error("kv_pool_blocks needs kv_pool = 'shared'");
   std::int64_t assigned = 0;
   for (const auto& r : requests) {
-    check_request(r);
-    EngineMemory e;
-    e.label = r.label;
-    e.budget_bytes = budget_of(gpu, r);
-    e.weight_bytes = r.model.weight_bytes();
-    e.activation_bytes = activation_bytes(r.model, r.max_num_batched_tokens, r.max_num_seqs);
-    e.overhead_bytes = r.runtime_overhead_bytes;
-    e.block_size = r.block_size;
-    e.block_bytes = std::int64_t(r.block_size) * r.model.kv_bytes_per_token();
-    e.kv_bytes = e.budget_bytes - e.weight_bytes - e.activation_bytes - e.overhead_bytes;
-    if (e.kv_bytes < e.block_bytes)
-      throw Error("engine '" + r.label + "' (" + r.model.name + "): weights " + gib(e.weight_bytes) +
-                  " + activations " + gib(e.activation_bytes) + " + runtime overhead " +
-                  gib(e.overhead_bytes) + " leave no room for one KV block in its budget of " +
-                  gib(e.budget_bytes) + " on " + gpu.name +
-                  "; raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs");
-    const std::int64_t blocks = e.kv_bytes / e.block_bytes;
-    if (blocks > std::numeric_limits<std::int32_t>::max())
-      throw Error("engine '" + r.label + "': " + std::to_string(blocks) +
-                  " KV blocks overflow the block id type");
-    e.num_blocks = static_cast<std::int32_t>(blocks);
-    if (r.num_blocks_override) {
-      if (*r.num_blocks_override <= 0)
-        throw Error("engine '" + r.label + "': num_gpu_blocks_override must be positive, got " +
-                    std::to_string(*r.num_blocks_override));
-      e.num_blocks = *r.num_blocks_override;
-    }
-    assigned += e.budget_bytes;
-    plan.engines.push_back(e);
+    plan.engines.push_back(engine_memory(gpu, r, shared));
+    assigned += plan.engines.back().budget_bytes;
   }
   if (assigned > gpu.hbm_bytes) {
     std::string parts;
@@ -112,8 +161,27 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
     throw Error("engine budgets (" + parts + " = " + gib(assigned) + ") exceed " + gpu.name + "'s " +
                 gib(gpu.hbm_bytes));
   }
+  if (shared && !plan.engines.empty()) plan.shared = plan_shared_pool(requests, plan.engines, pool);
   plan.unassigned_bytes = gpu.hbm_bytes - assigned;
   return plan;
+}
+
+std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int largest_model_block_size) {
+  if (largest_model_block_size <= 0)
+    throw Error("block_size must be positive, got " + std::to_string(largest_model_block_size));
+  std::int64_t widest = 0;
+  for (const ModelSpec& m : models) widest = std::max(widest, m.kv_bytes_per_token());
+  const std::int64_t page = widest * largest_model_block_size;
+  std::vector<int> sizes;
+  for (const ModelSpec& m : models) {
+    if (page % m.kv_bytes_per_token() != 0)
+      throw Error("kv_pool 'shared': no block size gives " + m.name + " (" +
+                  std::to_string(m.kv_bytes_per_token()) + " bytes per token) a block of " +
+                  std::to_string(page) +
+                  " bytes, as the other models' blocks have; give each engine a block_size with equal bytes");
+    sizes.push_back(static_cast<int>(page / m.kv_bytes_per_token()));
+  }
+  return sizes;
 }
 
 }  // namespace duet

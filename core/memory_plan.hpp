@@ -6,6 +6,11 @@
 //   num_blocks = kv_bytes / (block_size * kv_bytes_per_token)
 // where budget = total * gpu_memory_utilization in vLLM's form. The simulator and the real engine
 // both take their block counts from here, so they agree by construction.
+//
+// A shared pool (kv_pool = "shared") pools what the budgets leave for KV: every engine's block
+// must have the same bytes (a page), and
+//   num_pages = sum over engines of kv_bytes / page_bytes
+// so that a shared pool and a static split of the same budgets hold the same KV memory.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,9 +52,27 @@ struct EngineMemory {
   std::int32_t num_blocks = 0;
 };
 
+enum class KvPoolKind { Static, Shared };
+KvPoolKind kv_pool_kind_from_name(const std::string& name);  // "static", "shared"
+const char* kv_pool_kind_name(KvPoolKind kind);
+
+// The default block size of the model with the most KV bytes per token on a shared pool (the PRM,
+// Llama-3.1-8B: 16, so that Llama-3.2-1B gets 64). Measured against 4 (and 16 for the 1B) in the
+// simulator on the thesis workload: docs/lua-api.md, "Shared KV pool".
+inline constexpr int kSharedPoolBlockSize = 16;
+
+struct SharedPoolMemory {
+  std::int64_t kv_bytes = 0;    // the engines' KV bytes together
+  std::int64_t page_bytes = 0;  // every engine's block bytes
+  std::int32_t num_pages = 0;
+};
+
 struct MemoryPlan {
   GpuSpec gpu;
+  // Static: each engine's num_blocks is its own pool. Shared: each engine's num_blocks is the
+  // shared pool's page count, and kv_bytes what its budget gives the pool.
   std::vector<EngineMemory> engines;
+  std::optional<SharedPoolMemory> shared;
   std::int64_t unassigned_bytes = 0;  // GPU memory in no engine's budget
 
   const EngineMemory& engine(const std::string& label) const;
@@ -59,7 +82,20 @@ struct MemoryPlan {
 // logits for max_num_seqs rows (the sampler's input), as vLLM's profiling run would see it.
 std::int64_t activation_bytes(const ModelSpec& model, int max_num_batched_tokens, int max_num_seqs);
 
-// Throws duet::Error naming the engine and the figures when a budget is impossible.
-MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests);
+struct KvPoolRequest {
+  KvPoolKind kind = KvPoolKind::Static;
+  std::optional<std::int32_t> num_pages_override;  // shared: a what-if page count (kv_pool_blocks)
+};
+
+// Throws duet::Error naming the engine and the figures when a budget is impossible, and for a
+// shared pool when the engines' block bytes differ.
+MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests,
+                       const KvPoolRequest& pool = {});
+
+// Block sizes with equal bytes for models sharing one pool: the model with the most KV bytes per
+// token gets `largest_model_block_size` tokens, every other one as many more as its tokens are
+// smaller (Llama-3.1-8B at 16 gives Llama-3.2-1B 64). Throws duet::Error naming the model whose
+// block cannot have those bytes.
+std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int largest_model_block_size);
 
 }  // namespace duet

@@ -86,4 +86,9 @@ KvUsage NaiveAllocator::usage() const {
   return u;
 }
 
+void NaiveAllocator::set_limits(KvLimits limits) {
+  if (limits != KvLimits{})
+    throw Error("min_blocks and max_blocks need the paged allocator on a shared pool (kv_pool = 'shared')");
+}
+
 }  // namespace duet

@@ -21,6 +21,8 @@ class NaiveAllocator final : public KvAllocator {
   void free(Sequence& seq) override;
   void set_priority(Sequence&, int, bool) override {}  // nothing is retained after free
   std::vector<BlockCopy> take_copies() override;
+  // Regions are per sequence, not per block: floors and ceilings have no meaning here.
+  void set_limits(KvLimits limits) override;
 
   KvUsage usage() const override;
   KvCounters counters() const override { return counters_; }

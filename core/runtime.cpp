@@ -99,7 +99,8 @@ std::vector<EngineStatus> Runtime::statuses() const {
   for (std::size_t i = 0; i < engines_.size(); ++i) {
     const Engine& e = *engines_[i].engine;
     out.push_back({int(i), e.has_work(), engines_[i].ready_since, e.scheduler().num_waiting(),
-                   e.scheduler().num_running(), e.kv().usage()});
+                   e.scheduler().num_running(), e.kv().usage(), e.scheduler().num_preemptions(),
+                   e.kv().counters().evictions});
   }
   return out;
 }
@@ -147,7 +148,20 @@ int Runtime::pick_engine() {
   return -1;
 }
 
+void Runtime::apply_memory_policy() {
+  bool any = false;
+  for (const EngineSlot& slot : engines_) any = any || slot.engine->has_work();
+  if (!any) return;
+  const std::vector<std::optional<KvLimits>> limits = memory_policy_(statuses());
+  if (limits.size() > engines_.size())
+    throw Error("the memory policy returned limits for " + std::to_string(limits.size()) +
+                " engines, and there are " + std::to_string(engines_.size()));
+  for (std::size_t i = 0; i < limits.size(); ++i)
+    if (limits[i]) engines_[i].engine->kv().set_limits(*limits[i]);
+}
+
 void Runtime::start_step() {
+  if (memory_policy_) apply_memory_policy();
   const int e = pick_engine();
   if (e < 0 || try_step(e)) return;
   // The chosen engine cannot schedule anything yet (it waits for memory): let another run.

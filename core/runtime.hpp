@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ struct EngineStatus {
   std::size_t num_waiting = 0;
   std::size_t num_running = 0;
   KvUsage kv;
+  std::int64_t preemptions = 0;  // so far
+  std::int64_t evictions = 0;    // of its cached blocks, so far
 };
 
 enum class ArbiterKind { Alternate, Priority, OldestReady, Callback };
@@ -35,6 +38,11 @@ struct Arbiter {
 };
 
 ArbiterKind arbiter_kind_from_name(const std::string& name);  // alternate, priority, oldest, callback
+
+// Floors and ceilings of the engines on a shared KV pool, decided before each arbiter decision
+// (each device step) from every engine's status: one entry per engine, nullopt to leave one as it
+// is. Lua's memory_policy is one.
+using MemoryPolicy = std::function<std::vector<std::optional<KvLimits>>(const std::vector<EngineStatus>&)>;
 
 class Runtime;
 
@@ -84,6 +92,9 @@ class Runtime {
   std::int64_t steps() const { return steps_; }
   std::size_t pending_arrivals() const { return pending_arrivals_; }
 
+  // Consulted before each arbiter decision while an engine has work; set before run().
+  void set_memory_policy(MemoryPolicy policy) { memory_policy_ = std::move(policy); }
+
   // Called every `progress_every` steps (for progress bars).
   std::function<void(const Runtime&)> on_progress;
   std::int64_t progress_every = 4096;
@@ -111,6 +122,7 @@ class Runtime {
   void push(double t, EventType type, int engine, std::uint64_t payload);
   void enqueue(int engine, Sequence seq, double arrival);
   void start_step();
+  void apply_memory_policy();
   bool try_step(int engine);
   int pick_engine();
   void check_stuck() const;
@@ -121,6 +133,7 @@ class Runtime {
 
   Clock& clock_;
   Arbiter arbiter_;
+  MemoryPolicy memory_policy_;
   std::vector<EngineSlot> engines_;
   std::vector<EngineRecords> records_;
   std::vector<SummaryAccumulator> tallies_;

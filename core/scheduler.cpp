@@ -139,7 +139,18 @@ Scheduler::Admission Scheduler::admit(Sequence& seq, Batch& batch, int& budget) 
 // sequence last in the order that holds blocks (a fork). Its full blocks stay hittable, at the
 // retention priority they had, until the pool reuses them; the sequence recomputes (or a fork
 // from it looks up) its tokens through the prefix cache, as a preempted one does. False: none.
+// On a shared pool the peers' idle KV follows this engine's own.
 bool Scheduler::release_idle_kv() {
+  if (release_own_idle_kv()) return true;
+  for (Scheduler* peer : peers_) {
+    // Pages a peer holds below its floor would stay reserved for it: releasing them frees nothing.
+    const KvUsage u = peer->kv_.usage();
+    if (u.used_blocks > u.limits.min_blocks && peer->release_own_idle_kv()) return true;
+  }
+  return false;
+}
+
+bool Scheduler::release_own_idle_kv() {
   Sequence* seq = nullptr;
   if (!kept_.empty()) {
     seq = &kept_.front();

@@ -9,6 +9,10 @@
 // goes back to the pool before any running sequence is preempted, and before the engine would
 // stall with nothing running. Its full blocks stay hittable at their retention priority, so a
 // later fork or admission recomputes only what was evicted meanwhile.
+//
+// On a shared pool (kv_pool = "shared") that holds for the whole pool: the engines on it are each
+// other's pool peers, and the idle KV any of them holds goes back before a running sequence is
+// preempted. Victims of preemption are always chosen within the engine that needs the memory.
 #include <boost/intrusive/list.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +74,11 @@ class Scheduler {
   std::size_t num_kept() const { return kept_.size(); }
   SchedulerView view() const;
   const SchedulerConfig& config() const { return config_; }
+  // The schedulers of the other engines on this engine's shared KV pool (borrowed; empty for a
+  // private pool). When this one is short, their idle KV goes back too, after its own.
+  void set_pool_peers(std::vector<Scheduler*> peers) { peers_ = std::move(peers); }
+  // Gives back the KV of one idle sequence of this engine; false when it holds none.
+  bool release_own_idle_kv();
   KvAllocator& kv() { return kv_; }
   const KvAllocator& kv() const { return kv_; }
 
@@ -105,6 +114,7 @@ class Scheduler {
   std::uint64_t next_arrival_ = 0;
   std::int64_t num_preemptions_ = 0;
   std::int64_t num_idle_releases_ = 0;
+  std::vector<Scheduler*> peers_;
 };
 
 }  // namespace duet

@@ -26,16 +26,18 @@ constexpr bool kHaveCuda = true;
 constexpr bool kHaveCuda = false;
 #endif
 
+std::shared_ptr<BlockPool> pages_of(const SharedKvPool* shared) { return shared ? shared->pages : nullptr; }
+
 class SimBackendEngine final : public BuiltEngine {
  public:
   SimBackendEngine(const BackendOptions& b, const GpuSpec& gpu, const EngineConfig& c, const EngineMemory& m,
-                   std::uint32_t model_id, SchedulerPolicy policy)
+                   std::uint32_t model_id, SchedulerPolicy policy, SharedKvPool* shared)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         choice_(choose_cost_model(b.cost_model, gpu, c.model,
                                   b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device, b.profile_dir,
                                   b.alone_on_device)),
         sim_(std::move(choice_.model), c.model.vocab_size),
-        engine_(assemble_engine(c, m, model_id, sim_.executor, std::move(policy))) {}
+        engine_(assemble_engine(c, m, model_id, sim_.executor, std::move(policy), pages_of(shared))) {}
   Engine& engine() override { return engine_; }
   Executor& executor() override { return sim_.executor; }
   std::string describe() const override { return sim_.cost->describe() + " [" + choice_.reason + "]"; }
@@ -73,6 +75,24 @@ int checked_cpu_blocks(const EngineConfig& c, const EngineMemory& m) {
   return m.num_blocks;
 }
 
+// The shared pool's host arena, made by the first CPU engine on it: every engine's pages have
+// the same float count (equal block bytes), so the first engine's layout sizes it.
+std::shared_ptr<std::vector<float>> cpu_arena(SharedKvPool* shared, const EngineConfig& c,
+                                              const EngineMemory& m) {
+  if (!shared) return nullptr;
+  const std::size_t elems = std::size_t(KvLayout::of(c.model, m.num_blocks, c.block_size).total_elems());
+  if (!shared->host_arena) shared->host_arena = std::make_shared<std::vector<float>>(elems, 0.0f);
+  if (shared->host_arena->size() != elems)
+    throw Error("engine '" + c.name + "': its pages would hold " + std::to_string(elems) +
+                " floats of KV and the shared arena has " + std::to_string(shared->host_arena->size()) +
+                "; a shared pool needs equal block bytes");
+  return shared->host_arena;
+}
+
+std::span<float> span_of(const std::shared_ptr<std::vector<float>>& arena) {
+  return arena ? std::span<float>(*arena) : std::span<float>();
+}
+
 CpuExecutorOptions cpu_options(const Vocabulary& v) {
   CpuExecutorOptions o;
   o.prm_plus_id = v.prm_plus_id;
@@ -83,12 +103,14 @@ CpuExecutorOptions cpu_options(const Vocabulary& v) {
 class CpuBackendEngine final : public BuiltEngine {
  public:
   CpuBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
-                   std::uint32_t model_id, SchedulerPolicy policy)
+                   std::uint32_t model_id, SchedulerPolicy policy, SharedKvPool* shared)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         weights_(b.load_format == "dummy" ? dummy_llama_weights(small_enough_for_cpu(c), b.seed + model_id)
                                           : load_llama_weights(small_enough_for_cpu(c), b.load_format)),
-        executor_(weights_, checked_cpu_blocks(c, m), c.block_size, cpu_options(vocabulary())),
-        engine_(assemble_engine(c, m, model_id, executor_, std::move(policy))),
+        arena_(cpu_arena(shared, c, m)),
+        executor_(weights_, checked_cpu_blocks(c, m), c.block_size, cpu_options(vocabulary()),
+                  span_of(arena_)),
+        engine_(assemble_engine(c, m, model_id, executor_, std::move(policy), pages_of(shared))),
         load_format_(b.load_format) {}
   Engine& engine() override { return engine_; }
   Executor& executor() override { return executor_; }
@@ -99,6 +121,7 @@ class CpuBackendEngine final : public BuiltEngine {
 
  private:
   LlamaWeights weights_;
+  std::shared_ptr<std::vector<float>> arena_;  // keeps a shared arena alive (null: own pool)
   CpuExecutor executor_;
   Engine engine_;
   std::string load_format_;
@@ -111,10 +134,10 @@ class CpuBackendEngine final : public BuiltEngine {
 class CudaBackendEngine final : public BuiltEngine {
  public:
   CudaBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
-                    std::uint32_t model_id, SchedulerPolicy policy)
+                    std::uint32_t model_id, SchedulerPolicy policy, SharedKvPool* shared)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
-        executor_(make_executor(b, c, m, model_id, vocabulary())),
-        engine_(assemble_engine(c, m, model_id, *executor_, std::move(policy))),
+        executor_(make_executor(b, c, m, model_id, vocabulary(), shared)),
+        engine_(assemble_engine(c, m, model_id, *executor_, std::move(policy), pages_of(shared))),
         load_format_(b.load_format) {}
   Engine& engine() override { return engine_; }
   Executor& executor() override { return *executor_; }
@@ -124,10 +147,25 @@ class CudaBackendEngine final : public BuiltEngine {
   }
 
  private:
+  // The shared pool's device arena, made by the first CUDA engine on it (every engine's pages
+  // have the same bytes, so the first one's layout sizes it).
+  static std::shared_ptr<CudaKvArena> arena_of(SharedKvPool* shared, const EngineConfig& c, const EngineMemory& m) {
+    if (!shared) return nullptr;
+    const std::int64_t bytes = KvLayout::of(c.model, m.num_blocks, c.block_size).total_elems() * 2;  // bf16
+    if (!shared->device_arena) shared->device_arena = std::make_shared<CudaKvArena>(bytes);
+    auto arena = std::static_pointer_cast<CudaKvArena>(shared->device_arena);
+    if (arena->bytes() != bytes)
+      throw Error("engine '" + c.name + "': its pages would take " + std::to_string(bytes) +
+                  " bytes and the shared arena has " + std::to_string(arena->bytes()) +
+                  "; a shared pool needs equal block bytes");
+    return arena;
+  }
+
   static std::unique_ptr<CudaExecutor> make_executor(const BackendOptions& b, const EngineConfig& c,
                                                      const EngineMemory& m, std::uint32_t model_id,
-                                                     const Vocabulary& v) {
+                                                     const Vocabulary& v, SharedKvPool* shared) {
     CudaExecutorOptions o;
+    o.kv_arena = arena_of(shared, c, m);
     o.prm_plus_id = v.prm_plus_id;
     o.prm_minus_id = v.prm_minus_id;
     o.max_num_batched_tokens = c.max_num_batched_tokens;
@@ -205,13 +243,15 @@ std::string device_key(const std::string& backend, const GpuSpec& gpu) {
 
 std::unique_ptr<BuiltEngine> make_engine(const BackendOptions& b, const GpuSpec& gpu, const EngineConfig& c,
                                          const EngineMemory& m, std::uint32_t model_id,
-                                         SchedulerPolicy policy) {
+                                         SchedulerPolicy policy, SharedKvPool* shared) {
   check_backend(b.name);
-  if (b.name == "cpu") return std::make_unique<CpuBackendEngine>(b, c, m, model_id, std::move(policy));
+  if (b.name == "cpu")
+    return std::make_unique<CpuBackendEngine>(b, c, m, model_id, std::move(policy), shared);
 #if DUET_HAVE_CUDA
-  if (b.name == "cuda") return std::make_unique<CudaBackendEngine>(b, c, m, model_id, std::move(policy));
+  if (b.name == "cuda")
+    return std::make_unique<CudaBackendEngine>(b, c, m, model_id, std::move(policy), shared);
 #endif
-  return std::make_unique<SimBackendEngine>(b, gpu, c, m, model_id, std::move(policy));
+  return std::make_unique<SimBackendEngine>(b, gpu, c, m, model_id, std::move(policy), shared);
 }
 
 }  // namespace duet

@@ -47,6 +47,14 @@ struct BackendOptions {
   std::string source_dir = ".";  // the repository: the tokenizer behind the vocabulary
 };
 
+// The engines of one shared KV pool (kv_pool = "shared"): its pages, and for a real backend the
+// memory behind them, made by the first engine that needs it and borrowed by the others.
+struct SharedKvPool {
+  std::shared_ptr<BlockPool> pages;
+  std::shared_ptr<std::vector<float>> host_arena;  // cpu: float32, KvLayout::total_elems()
+  std::shared_ptr<void> device_arena;              // cuda: a CudaKvArena
+};
+
 // An Engine with what it runs on.
 class BuiltEngine {
  public:
@@ -65,8 +73,10 @@ class BuiltEngine {
   Vocabulary vocabulary_;
 };
 
+// `shared`: the engine is tenant model_id of that pool (nullptr: a pool of its own).
 std::unique_ptr<BuiltEngine> make_engine(const BackendOptions& backend, const GpuSpec& gpu,
                                          const EngineConfig& config, const EngineMemory& memory,
-                                         std::uint32_t model_id, SchedulerPolicy policy = {});
+                                         std::uint32_t model_id, SchedulerPolicy policy = {},
+                                         SharedKvPool* shared = nullptr);
 
 }  // namespace duet

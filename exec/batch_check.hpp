@@ -3,7 +3,7 @@
 // is a scheduler bug (std::logic_error), except token ids outside the vocabulary, which come from
 // the request (duet::Error).
 #include "core/batch.hpp"
-#include "exec/kv_layout.hpp"
+#include "core/kv_layout.hpp"
 
 namespace duet {
 

@@ -55,7 +55,7 @@ class FlushDenormals {
 }  // namespace
 
 CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
-                         CpuExecutorOptions options)
+                         CpuExecutorOptions options, std::span<float> arena)
     : weights_(weights), layout_(KvLayout::of(weights.spec, num_blocks, block_size)), options_(options) {
   weights.spec.validate();
   if (num_blocks <= 0 || block_size <= 0)
@@ -68,7 +68,16 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_
                   std::to_string(vocab));
   check_weights();
   inv_freq_ = rope_inv_freq(weights.spec);
-  kv_.assign(std::size_t(layout_.total_elems()), 0.0f);
+  if (arena.empty()) {
+    own_kv_.assign(std::size_t(layout_.total_elems()), 0.0f);
+    kv_ = own_kv_;
+  } else if (std::int64_t(arena.size()) != layout_.total_elems()) {
+    throw Error("CpuExecutor: a shared KV arena of " + std::to_string(arena.size()) + " floats for " +
+                std::to_string(num_blocks) + " pages of " + std::to_string(layout_.page_elems()) +
+                " floats (" + weights.spec.name + ", block_size " + std::to_string(block_size) + ")");
+  } else {
+    kv_ = arena;
+  }
 }
 
 void CpuExecutor::check_weights() const {

@@ -1,13 +1,13 @@
 #pragma once
 // The CPU reference engine: a Llama-architecture forward pass in Eigen (float32) over the paged KV
-// layout that the CUDA engine shares (exec/kv_layout.hpp). It is slow and simple on purpose: it
+// layout that the CUDA engine shares (core/kv_layout.hpp). It is slow and simple on purpose: it
 // is the correctness reference for the CUDA kernels and lets the whole stack run without a GPU.
 #include <span>
 #include <vector>
 
 #include "core/executor.hpp"
+#include "core/kv_layout.hpp"
 #include "exec/cpu_ops.hpp"
-#include "exec/kv_layout.hpp"
 #include "exec/llama_weights.hpp"
 
 namespace duet {
@@ -35,15 +35,19 @@ struct ItemLogits {
 
 class CpuExecutor final : public Executor {
  public:
-  // `weights` must outlive the executor. The KV pool holds num_blocks blocks of block_size tokens.
-  CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CpuExecutorOptions options = {});
+  // `weights` must outlive the executor. The KV pool holds num_blocks blocks of block_size tokens:
+  // its own, or `arena` (borrowed; KvLayout::total_elems() floats), the pages of a shared pool.
+  CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_size, CpuExecutorOptions options = {},
+              std::span<float> arena = {});
+  CpuExecutor(const CpuExecutor&) = delete;  // kv_ may point into own_kv_
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
 
   StepResult execute(const Batch& batch) override;
 
   const ModelSpec& spec() const { return weights_.spec; }
   const CpuExecutorOptions& options() const { return options_; }
   const KvLayout& layout() const { return layout_; }
-  // The paged KV pool, [layer][K/V][block][kv_head][slot][head_dim] (KvLayout::offset).
+  // The paged KV pool, [block][layer][K/V][kv_head][slot][head_dim] (KvLayout::offset).
   std::span<const float> kv_pool() const { return kv_; }
   std::span<float> kv_pool() { return kv_; }
   // The logits of the last execute(), one entry per batch item.
@@ -70,7 +74,8 @@ class CpuExecutor final : public Executor {
   KvLayout layout_;
   CpuExecutorOptions options_;
   std::vector<double> inv_freq_;
-  std::vector<float> kv_;
+  std::vector<float> own_kv_;  // empty when the pool is a borrowed arena
+  std::span<float> kv_;
   MatrixRM rope_cos_, rope_sin_;  // per row of the current step, [rows x head_dim/2]
   std::vector<ItemLogits> last_logits_;
 };

@@ -162,11 +162,9 @@ void kv_copy_block(std::span<float> pool, const KvLayout& layout, BlockId src, B
   require(pool.size() == std::size_t(layout.total_elems()), "kv_copy_block: pool size");
   check_block(layout, src);
   check_block(layout, dst);
-  const std::size_t n = std::size_t(layout.block_elems());
-  for (int layer = 0; layer < layout.num_layers; ++layer)
-    for (int kv = 0; kv < 2; ++kv)
-      std::copy_n(pool.data() + layout.offset(layer, kv, src, 0, 0), n,
-                  pool.data() + layout.offset(layer, kv, dst, 0, 0));
+  // Block-major: a block's every layer, K and V, is one page.
+  std::copy_n(pool.data() + layout.offset(0, 0, src, 0, 0), std::size_t(layout.page_elems()),
+              pool.data() + layout.offset(0, 0, dst, 0, 0));
 }
 
 MatrixRM paged_attention(std::span<const float> pool, const KvLayout& layout, int layer,

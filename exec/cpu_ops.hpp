@@ -9,10 +9,10 @@
 #include <span>
 #include <vector>
 
+#include "core/kv_layout.hpp"
 #include "core/model_spec.hpp"
 #include "core/sequence.hpp"
 #include "core/types.hpp"
-#include "exec/kv_layout.hpp"
 
 namespace duet {
 

@@ -167,10 +167,21 @@ MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
 
 // ---------------------------------------------------------------------------------------------
 
+CudaKvArena::CudaKvArena(std::int64_t bytes) {
+  if (bytes <= 0) throw Error("CudaKvArena: bytes must be positive, got " + std::to_string(bytes));
+  buffer_ = std::make_unique<k::DeviceBuffer>(std::size_t(bytes));
+  const k::StreamHandle stream;
+  k::fill_zero(buffer_->get(), buffer_->bytes(), stream.get());
+  stream.synchronize();
+}
+
+CudaKvArena::~CudaKvArena() = default;
+void* CudaKvArena::data() const { return buffer_->get(); }
+std::int64_t CudaKvArena::bytes() const { return std::int64_t(buffer_->bytes()); }
+
 struct CudaExecutor::Impl {
   ModelSpec spec;
   KvLayout layout;  // the plan's pool, exactly
-  k::KvPoolShape pool_shape;
   CudaExecutorOptions opt;
   std::vector<int> buckets;  // sorted graph batch sizes
   std::string device_name;
@@ -186,7 +197,7 @@ struct CudaExecutor::Impl {
 
   WeightPlan wplan;
   k::DeviceBuffer weights;
-  k::DeviceBuffer pool;
+  std::shared_ptr<CudaKvArena> pool;  // its own, or a shared pool's
   k::DeviceBuffer inv_freq;
 
   // Activations and step buffers, with their capacities (rows, logits rows, bytes).
@@ -206,6 +217,8 @@ struct CudaExecutor::Impl {
   double prep_s = 0, cpu_s = 0, wall_s = 0;
   bool used_graph = false;
   std::vector<ItemLogits> last_logits;
+
+  bf16* pool_bf16() const { return static_cast<bf16*>(pool->data()); }
 
   // ---- construction ----
   void init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o);
@@ -265,7 +278,6 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   sm_count = std::max(1, info.sm_count);
 
   layout = KvLayout::of(m, num_blocks, block_size);
-  pool_shape = {m.num_layers, num_blocks, m.num_kv_heads, block_size, m.head_dim};
   H = m.hidden_size;
   Q = m.num_heads * m.head_dim;
   KV = m.num_kv_heads * m.head_dim;
@@ -295,11 +307,15 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
 
   constexpr std::size_t kGemmWorkspace = 32u << 20;
   mem.weights = wplan.total * 2;
-  mem.kv_pool = std::int64_t(pool_shape.num_layers) * 2 * pool_shape.num_blocks *
-                std::int64_t(pool_shape.num_kv_heads) * pool_shape.block_size * pool_shape.head_dim * 2;
+  mem.kv_pool = layout.total_elems() * 2;
+  if (o.kv_arena && o.kv_arena->bytes() != mem.kv_pool)
+    throw Error("CudaExecutor: a shared KV arena of " + std::to_string(o.kv_arena->bytes()) + " bytes for " +
+                std::to_string(num_blocks) + " pages of " + std::to_string(layout.page_elems() * 2) + " bytes (" +
+                m.name + ", block_size " + std::to_string(block_size) + ")");
   mem.activations = std::int64_t(activation_bytes(tokens, rows, meta_bytes, ws_bytes));
   mem.gemm_workspace = std::int64_t(kGemmWorkspace);
-  if (mem.total() > info.free_bytes)
+  // A borrowed arena is allocated already.
+  if (mem.total() - (o.kv_arena ? mem.kv_pool : 0) > info.free_bytes)
     throw Error("CudaExecutor: " + m.name + " needs " + gib(mem.total()) + " of device memory (weights " +
                 gib(mem.weights) + ", KV pool of " + std::to_string(num_blocks) + " blocks " +
                 gib(mem.kv_pool) + ", activations " + gib(mem.activations) + ") but " + info.name + " has " +
@@ -311,8 +327,7 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   ev_end = std::make_unique<k::Event>();
   gemm = std::make_unique<k::Gemm>(kGemmWorkspace);
   weights = k::DeviceBuffer(std::size_t(mem.weights));
-  pool = k::DeviceBuffer(std::size_t(mem.kv_pool));
-  k::fill_zero(pool.get(), pool.bytes(), stream->get());
+  pool = o.kv_arena ? o.kv_arena : std::make_shared<CudaKvArena>(mem.kv_pool);
   const std::vector<double> freq = rope_inv_freq(m);
   const std::vector<float> freq32(freq.begin(), freq.end());
   inv_freq = k::DeviceBuffer(freq32.size() * sizeof(float));
@@ -455,9 +470,9 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
     k::rope(qkv, qkv + Q, positions, inv_freq.as<const float>(), f.T, spec.num_heads, spec.num_kv_heads,
             spec.head_dim, QKV, QKV, s);
     // Every item's K/V of this layer before any attention reads (a same-step prefix hit).
-    k::kv_write(pool.as<bf16>(), pool_shape, l, qkv + Q, qkv + Q + KV, QKV, QKV, slots, f.T, s);
-    if (f.decode) k::paged_decode_attention(pool.as<const bf16>(), pool_shape, l, ab, f.splits, ws.get(), s);
-    else k::paged_prefill_attention(pool.as<const bf16>(), pool_shape, l, ab, f.max_q, s);
+    k::kv_write(pool_bf16(), layout, l, qkv + Q, qkv + Q + KV, QKV, QKV, slots, f.T, s);
+    if (f.decode) k::paged_decode_attention(pool_bf16(), layout, l, ab, f.splits, ws.get(), s);
+    else k::paged_prefill_attention(pool_bf16(), layout, l, ab, f.max_q, s);
     gemm->bf16_out(attn, W + L.o, D, f.T, H, Q, s);
     k::add_rmsnorm(X, D, W + L.post_norm, Hn, f.T, H, eps, s);
     gemm->bf16_out(Hn, W + L.gate_up, gate_up, f.T, 2 * F, H, s);
@@ -613,7 +628,7 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
   // tokens before the fork writes its own after them.
   if (C > 0)
-    k::copy_blocks(pool.as<bf16>(), pool_shape, meta_ptr<const std::int32_t>(f.ml.copy_src),
+    k::copy_blocks(pool_bf16(), layout, meta_ptr<const std::int32_t>(f.ml.copy_src),
                    meta_ptr<const std::int32_t>(f.ml.copy_dst), C, s);
   if (n > 0) {
     ++stats.steps;
@@ -780,7 +795,7 @@ std::vector<float> CudaExecutor::kv_pool_to_host() const {
   Impl& m = *impl_;
   m.stream->synchronize();
   std::vector<bf16> raw(std::size_t(m.layout.total_elems()));
-  k::copy_to_host(raw.data(), m.pool.get(), raw.size() * sizeof(bf16), m.stream->get());
+  k::copy_to_host(raw.data(), m.pool->data(), raw.size() * sizeof(bf16), m.stream->get());
   m.stream->synchronize();
   std::vector<float> out(raw.size());
   for (std::size_t e = 0; e < raw.size(); ++e) out[e] = k::from_bf16(raw[e]);

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA engine's executor: the Llama forward pass of CpuExecutor on one GPU, in bfloat16
-// (float32 accumulation), over the same paged KV layout (exec/kv_layout.hpp), with the same
+// (float32 accumulation), over the same paged KV layout (core/kv_layout.hpp), with the same
 // semantics: block copies first, every item's K/V of a layer written before any attention of that
 // layer reads, logits only for the rows that need them, sampling keyed by (seed, output index),
 // and scripted outputs when a sequence's OutputScript says `force`.
@@ -22,12 +22,31 @@
 #include <vector>
 
 #include "core/executor.hpp"
+#include "core/kv_layout.hpp"
 #include "exec/cpu_executor.hpp"  // ItemLogits, the default PRM label ids
-#include "exec/kv_layout.hpp"
 #include "exec/llama_weights.hpp"
 #include "exec/weights.hpp"
 
 namespace duet {
+
+namespace kernels {
+class DeviceBuffer;
+}
+
+// The device memory of a KV pool: one allocation, zeroed. An executor makes its own, or borrows
+// the one arena of a shared pool (kv_pool = "shared") whose pages all its models' engines use.
+class CudaKvArena {
+ public:
+  explicit CudaKvArena(std::int64_t bytes);
+  ~CudaKvArena();
+  CudaKvArena(const CudaKvArena&) = delete;
+  CudaKvArena& operator=(const CudaKvArena&) = delete;
+  void* data() const;
+  std::int64_t bytes() const;
+
+ private:
+  std::unique_ptr<kernels::DeviceBuffer> buffer_;
+};
 
 struct CudaExecutorOptions {
   TokenId prm_plus_id = kDefaultPrmPlusId;  // a Score row returns p(plus) of the two-way softmax
@@ -45,6 +64,8 @@ struct CudaExecutorOptions {
   int max_model_len = 8192;
   // Copy each step's float32 logits rows back to the host (last_logits()): for tests.
   bool keep_logits = false;
+  // A shared pool's arena (exactly KvLayout::total_elems() bf16): borrowed, not allocated.
+  std::shared_ptr<CudaKvArena> kv_arena;
 };
 
 struct CudaExecutorStats {
@@ -59,7 +80,7 @@ struct CudaExecutorStats {
 // Device bytes by purpose, as allocated.
 struct CudaExecutorMemory {
   std::int64_t weights = 0;
-  std::int64_t kv_pool = 0;      // num_blocks blocks, bf16
+  std::int64_t kv_pool = 0;      // num_blocks blocks, bf16 (a shared pool's arena, when borrowed)
   std::int64_t activations = 0;  // activations, logits, metadata, decode workspace
   std::int64_t gemm_workspace = 0;
   std::int64_t total() const { return weights + kv_pool + activations + gemm_workspace; }

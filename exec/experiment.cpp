@@ -15,6 +15,20 @@ std::vector<Vocabulary> vocabularies(const ExperimentSpec& spec) {
   return out;
 }
 
+namespace {
+
+// Every engine on the shared pool gives back idle KV for the others (core/scheduler.hpp).
+void link_pool_peers(const std::vector<std::unique_ptr<BuiltEngine>>& built) {
+  for (const auto& e : built) {
+    std::vector<Scheduler*> peers;
+    for (const auto& other : built)
+      if (other != e) peers.push_back(&other->engine().scheduler());
+    e->engine().scheduler().set_pool_peers(std::move(peers));
+  }
+}
+
+}  // namespace
+
 ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                                  const ExperimentHooks& hooks) {
   if (spec.engines.empty()) throw Error("an experiment needs at least one engine");
@@ -26,7 +40,11 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
     requests.push_back(memory_request(e.config));
     configs.push_back(e.config);
   }
-  out.plan = plan_memory(spec.gpu, requests);
+  out.plan = plan_memory(spec.gpu, requests, spec.kv_pool);
+  const bool shared_pool = spec.kv_pool.kind == KvPoolKind::Shared;
+  if (spec.memory_policy && !shared_pool) throw Error("memory_policy needs kv_pool = 'shared'");
+  SharedKvPool shared;
+  if (shared_pool) shared.pages = make_shared_pool(configs, out.plan);
 
   std::vector<std::unique_ptr<BuiltEngine>> built;
   for (std::size_t i = 0; i < spec.engines.size(); ++i) {
@@ -34,9 +52,10 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
     const BackendOptions b{
         spec.backend,  e.cost_model, spec.cost_device, spec.profile_dir, spec.engines.size() == 1,
         e.load_format, spec.seed,    spec.source_dir};
-    built.push_back(
-        make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i), e.policy));
+    built.push_back(make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i),
+                                e.policy, shared_pool ? &shared : nullptr));
   }
+  if (shared_pool) link_pool_peers(built);
   out.metadata = run_metadata(spec.backend, spec.command_line, spec.gpu, out.plan, configs);
   out.metadata.text.emplace_back("arbiter", spec.arbiter_name);
   // The device that priced or ran the steps: what `duet fit` checks a profile against.
@@ -44,6 +63,8 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                                            : !spec.cost_device.empty() ? spec.cost_device
                                                                        : gpu_device_key(spec.gpu));
   out.metadata.numbers.emplace_back("seed", double(spec.seed));
+  out.metadata.text.emplace_back("kv_pool", kv_pool_kind_name(spec.kv_pool.kind));
+  if (out.plan.shared) out.metadata.numbers.emplace_back("kv_pool_pages", double(out.plan.shared->num_pages));
   for (std::size_t i = 0; i < built.size(); ++i) {
     out.cost_models.push_back(built[i]->describe());
     out.metadata.text.emplace_back(spec.engines[i].config.name + ".cost_model", built[i]->describe());
@@ -52,6 +73,7 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   std::unique_ptr<Clock> clock = make_clock(spec.backend);
   Runtime rt(*clock, spec.arbiter);
   rt.set_recording(spec.record, spec.keep_records, nullptr);
+  rt.set_memory_policy(spec.memory_policy);
   for (std::size_t i = 0; i < built.size(); ++i)
     rt.add_engine(built[i]->engine(), spec.engines[i].config.model.name);
   if (hooks.before_run) hooks.before_run(rt, out);

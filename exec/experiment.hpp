@@ -29,10 +29,14 @@ struct ExperimentSpec {
   std::vector<EngineSetup> engines;
   Arbiter arbiter;
   std::string arbiter_name = "alternate";  // for the record
-  std::uint64_t seed = 0;                  // dummy weights
-  std::string source_dir = ".";            // the repository (tokenizer, models)
-  std::string profile_dir;                 // committed profiles (source_dir/profiles); empty: none
-  std::string cost_device;                 // sim: whose profiles to use (empty: the simulated GPU's)
+  // Static: each engine's own pool from its budget (the default). Shared: one pool of pages for
+  // all engines, sized by their budgets together (core/memory_plan.hpp).
+  KvPoolRequest kv_pool;
+  MemoryPolicy memory_policy;    // shared pool: floors and ceilings during the run (may be empty)
+  std::uint64_t seed = 0;        // dummy weights
+  std::string source_dir = ".";  // the repository (tokenizer, models)
+  std::string profile_dir;       // committed profiles (source_dir/profiles); empty: none
+  std::string cost_device;       // sim: whose profiles to use (empty: the simulated GPU's)
   std::string command_line;
   RecordLevel record = RecordLevel::Steps;  // what the run records
   // Whether the outcome holds the records (in memory). A caller that streams them to a file

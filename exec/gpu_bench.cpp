@@ -272,7 +272,7 @@ int bench_attention(const GpuBenchOptions& o) {
       spec.num_heads, spec.num_kv_heads, spec.head_dim, block_size);
   const int max_blocks_per_seq = contexts.back() / block_size;
   const int num_blocks = batches.back() * max_blocks_per_seq;
-  const k::KvPoolShape shape{1, num_blocks, spec.num_kv_heads, block_size, spec.head_dim};
+  const KvLayout shape{1, num_blocks, spec.num_kv_heads, block_size, spec.head_dim};
   const std::size_t pool_elems =
       2ull * std::size_t(num_blocks) * std::size_t(spec.num_kv_heads) * block_size * spec.head_dim;
   k::StreamHandle stream;

@@ -1,27 +1,22 @@
 #pragma once
-// Attention and the KV cache on the paged layout of exec/kv_layout.hpp, in bf16:
-//   pool[layer][K or V][block][kv_head][slot][head_dim]
+// Attention and the KV cache on the paged, block-major layout of core/kv_layout.hpp, in bf16:
+//   pool[block][layer][K or V][kv_head][slot][head_dim]
+// Every offset is KvLayout's: a (layer, K or V) tile of a block starts at
+// block * page_elems() + plane_offset(layer, kv), so one arena may hold the pages of several models.
 #include <cstdint>
 
+#include "core/kv_layout.hpp"
 #include "kernels/device.hpp"
 
 namespace duet::kernels {
 
-struct KvPoolShape {
-  int num_layers = 0;
-  int num_blocks = 0;
-  int num_kv_heads = 0;
-  int block_size = 0;
-  int head_dim = 0;
-};
-
 // Writes the K and V rows of one layer into the pool: row r goes to slot slot_mapping[r]
 // (= block * block_size + offset); k, v are [rows, num_kv_heads*head_dim] with row strides.
-void kv_write(bf16* pool, const KvPoolShape& shape, int layer, const bf16* k, const bf16* v, int k_stride,
+void kv_write(bf16* pool, const KvLayout& shape, int layer, const bf16* k, const bf16* v, int k_stride,
               int v_stride, const std::int64_t* slot_mapping, int rows, Stream s);
 
 // Copy-on-write: block src[i] -> dst[i] in every layer, K and V.
-void copy_blocks(bf16* pool, const KvPoolShape& shape, const std::int32_t* src, const std::int32_t* dst,
+void copy_blocks(bf16* pool, const KvLayout& shape, const std::int32_t* src, const std::int32_t* dst,
                  int n, Stream s);
 
 // A batch's attention problem: for sequence i, its queries are rows [query_start[i],
@@ -47,12 +42,12 @@ struct AttentionBatch {
 // `num_splits` partitions reduced by a second kernel; workspace from decode_workspace_bytes.
 std::size_t decode_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm_count);
-void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer,
                             const AttentionBatch& batch, int num_splits, void* workspace, Stream s);
 
 // Prefill and chunked prefill (and decodes mixed in): causal, online softmax, K/V tiles in shared
 // memory (FlashAttention-2 style), reading the cached context through the block tables.
-void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer,
                              const AttentionBatch& batch, int max_query_rows, Stream s);
 
 }  // namespace duet::kernels

@@ -58,9 +58,9 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
 }
 
 struct DecodeParams {
-  const bf16* k_pool;  // layer's K plane; V plane at k_pool + v_offset
+  const bf16* k_pool;  // layer's K tile of block 0; V tile at k_pool + v_offset
   std::int64_t v_offset;
-  std::int64_t block_elems;  // num_kv_heads * block_size * head_dim
+  std::int64_t block_stride;  // from one block to the next: a page (KvLayout::page_elems)
   int block_size, head_dim, num_heads, group, head_chunks;
   const bf16* q;
   int q_stride;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       raw[u] = make_uint4(0, 0, 0, 0);
       if (t < t1) {
         const int b = t / p.block_size;
-        off[u] = std::int64_t(table[b]) * p.block_elems + std::int64_t(t - b * p.block_size) * d + lane_off;
+        off[u] = std::int64_t(table[b]) * p.block_stride + std::int64_t(t - b * p.block_size) * d + lane_off;
         if (active) raw[u] = *reinterpret_cast<const uint4*>(p.k_pool + off[u]);
       }
     }
@@ -321,7 +321,7 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm
   return int(std::clamp<long long>(want, 1, cap));
 }
 
-void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer,
                             const AttentionBatch& batch, int num_splits, void* workspace, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_decode_attention: empty KV pool shape");
@@ -339,10 +339,9 @@ void paged_decode_attention(const bf16* pool, const KvPoolShape& shape, int laye
   require(batch.num_seqs <= 65535 && num_splits <= 65535, "paged_decode_attention: grid too large");
 
   DecodeParams p{};
-  const std::int64_t block_elems = std::int64_t(shape.num_kv_heads) * shape.block_size * d;
-  p.k_pool = pool + std::int64_t(layer) * 2 * shape.num_blocks * block_elems;
-  p.v_offset = std::int64_t(shape.num_blocks) * block_elems;
-  p.block_elems = block_elems;
+  p.k_pool = pool + shape.plane_offset(layer, 0);
+  p.v_offset = shape.plane_offset(layer, 1) - shape.plane_offset(layer, 0);
+  p.block_stride = shape.page_elems();
   p.block_size = shape.block_size;
   p.head_dim = d;
   p.num_heads = batch.num_heads;

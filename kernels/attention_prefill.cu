@@ -88,9 +88,9 @@ struct Smem {
 };
 
 struct PrefillParams {
-  const bf16* k_pool;  // layer's K plane; V plane at k_pool + v_offset
+  const bf16* k_pool;  // layer's K tile of block 0; V tile at k_pool + v_offset
   std::int64_t v_offset;
-  std::int64_t block_elems;
+  std::int64_t block_stride;  // from one block to the next: a page (KvLayout::page_elems)
   int block_size, block_shift;  // block_shift = log2(block_size), or -1 when not a power of two
   int head_dim, group, qrows;   // qrows = query rows per tile = kBM / group
   const bf16* q;
@@ -120,7 +120,7 @@ __device__ __forceinline__ void load_kv_tile(bf16* tile, const bf16* plane, cons
     if (key < kend) {
       const int b = p.block_shift >= 0 ? key >> p.block_shift : key / p.block_size;
       const int slot = key - b * p.block_size;
-      cp_async16(dst, plane + std::int64_t(table[b]) * p.block_elems +
+      cp_async16(dst, plane + std::int64_t(table[b]) * p.block_stride +
                           (std::int64_t(kv_head) * p.block_size + slot) * d + c8);
     } else {
       *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
@@ -342,7 +342,7 @@ void launch_prefill(const PrefillParams& p, dim3 grid, Stream s) {
 
 }  // namespace
 
-void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int layer,
+void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer,
                              const AttentionBatch& batch, int max_query_rows, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_prefill_attention: empty KV pool shape");
@@ -360,10 +360,9 @@ void paged_prefill_attention(const bf16* pool, const KvPoolShape& shape, int lay
   require(batch.num_seqs <= 65535 && shape.num_kv_heads <= 65535, "paged_prefill_attention: grid too large");
 
   PrefillParams p{};
-  const std::int64_t block_elems = std::int64_t(shape.num_kv_heads) * shape.block_size * d;
-  p.k_pool = pool + std::int64_t(layer) * 2 * shape.num_blocks * block_elems;
-  p.v_offset = std::int64_t(shape.num_blocks) * block_elems;
-  p.block_elems = block_elems;
+  p.k_pool = pool + shape.plane_offset(layer, 0);
+  p.v_offset = shape.plane_offset(layer, 1) - shape.plane_offset(layer, 0);
+  p.block_stride = shape.page_elems();
   p.block_size = shape.block_size;
   p.block_shift = -1;
   for (int sh = 0; sh < 31; ++sh)

@@ -1,5 +1,6 @@
 #include "cli/lua/lua_experiment.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -62,7 +63,9 @@ struct Experiment {
   std::vector<std::unique_ptr<EnginePolicies>> policies;
   ArbiterKind arbiter = ArbiterKind::Alternate;
   std::vector<std::string> arbiter_priority;
-  FunctionRef arbiter_fn, memory_split;
+  FunctionRef arbiter_fn, memory_split, memory_policy;
+  KvPoolRequest kv_pool;
+  std::vector<bool> block_size_given;
   LuaWorkloadOptions workload;
   std::string label;
   bool progress = true;
@@ -93,7 +96,14 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
     c.gpu_memory_utilization.reset();
   }
-  c.block_size = t.int32("block_size").value_or(c.block_size);
+  const auto block_size = t.int32("block_size");
+  c.block_size = block_size.value_or(c.block_size);
+  ex.block_size_given.push_back(block_size.has_value());
+  const auto min_blocks = t.int32("min_blocks");
+  const auto max_blocks = t.int32("max_blocks");
+  if ((min_blocks || max_blocks) && ex.kv_pool.kind != KvPoolKind::Shared)
+    t.fail(min_blocks ? "min_blocks" : "max_blocks", "floors and ceilings need kv_pool = 'shared'");
+  c.limits = {min_blocks.value_or(0), max_blocks.value_or(kNoCeiling)};
   c.max_num_seqs = t.int32("max_num_seqs").value_or(c.max_num_seqs);
   c.max_num_batched_tokens = t.int32("max_num_batched_tokens").value_or(c.max_num_batched_tokens);
   c.max_model_len = t.int32("max_model_len").value_or(c.max_model_len);
@@ -119,6 +129,20 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   return c;
 }
 
+// A shared pool needs equal block bytes: block_size given for every engine (and checked by the
+// memory plan), or for none, and then the default pairing.
+void shared_block_sizes(TableReader& t, Experiment& ex) {
+  const auto given = std::count(ex.block_size_given.begin(), ex.block_size_given.end(), true);
+  if (given == std::ssize(ex.engines)) return;
+  if (given > 0)
+    t.fail("engines",
+           "kv_pool 'shared': give block_size for every engine (with equal block bytes) or for none");
+  std::vector<ModelSpec> models;
+  for (const EngineConfig& c : ex.engines) models.push_back(c.model);
+  const std::vector<int> sizes = equal_byte_block_sizes(models, kSharedPoolBlockSize);
+  for (std::size_t i = 0; i < sizes.size(); ++i) ex.engines[i].block_size = sizes[i];
+}
+
 Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
   TableReader t(L, index, "duet.run");
   Experiment ex;
@@ -127,6 +151,16 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
   check_backend(ex.backend);
   const std::string cost = t.string("cost_model").value_or("auto");
+  try {
+    ex.kv_pool.kind = kv_pool_kind_from_name(t.string("kv_pool").value_or("static"));
+  } catch (const Error& e) {
+    t.fail("kv_pool", e.what());
+  }
+  if (auto pages = t.int32("kv_pool_blocks")) {
+    if (ex.kv_pool.kind != KvPoolKind::Shared)
+      t.fail("kv_pool_blocks", "sizes a shared pool: needs kv_pool = 'shared'");
+    ex.kv_pool.num_pages_override = *pages;
+  }
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
   const lua_Integer n = luaL_len(L, -1);
   if (n < 1) t.fail("engines", "needs at least one engine");
@@ -156,6 +190,10 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   }
   lua_pop(L, 1);
   read_function(L, t, "memory_split", ex.memory_split);
+  read_function(L, t, "memory_policy", ex.memory_policy);
+  if (ex.memory_policy && ex.kv_pool.kind != KvPoolKind::Shared)
+    t.fail("memory_policy", "moves the floors and ceilings of a shared pool: needs kv_pool = 'shared'");
+  if (ex.kv_pool.kind == KvPoolKind::Shared) shared_block_sizes(t, ex);
   ex.workload.concurrency = t.int32("concurrency").value_or(64);
   const std::string batching = t.string("batching").value_or("continuous");
   if (batching == "fixed") ex.workload.batching = ProblemBatching::Fixed;
@@ -265,6 +303,65 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
   return policy;
 }
 
+// memory_policy(info) -> nil, or {engine name = {min_blocks = n, max_blocks = n}, ...}. Called
+// before every arbiter decision (each device step) while an engine has work.
+MemoryPolicy make_memory_policy(lua_State* L, const Experiment& ex) {
+  if (!ex.memory_policy) return {};
+  const FunctionRef* fn = &ex.memory_policy;
+  std::vector<std::string> names;
+  for (const auto& c : ex.engines) names.push_back(c.name);
+  return [L, fn, names](const std::vector<EngineStatus>& statuses) {
+    fn->push();
+    lua_createtable(L, 0, 2);
+    set_integer(L, "pages", statuses.empty() ? 0 : statuses.front().kv.total_blocks);
+    lua_createtable(L, 0, int(statuses.size()));
+    for (const EngineStatus& s : statuses) {
+      lua_createtable(L, 0, 11);
+      set_integer(L, "waiting", lua_Integer(s.num_waiting));
+      set_integer(L, "running", lua_Integer(s.num_running));
+      set_integer(L, "used_blocks", s.kv.used_blocks);
+      set_integer(L, "free_blocks", s.kv.free_blocks());
+      set_integer(L, "cached_blocks", s.kv.cached_blocks);
+      set_integer(L, "min_blocks", s.kv.limits.min_blocks);
+      set_integer(L, "max_blocks",
+                  std::min(s.kv.limits.max_blocks, s.kv.total_blocks));  // no ceiling: the pool
+      set_integer(L, "preemptions", lua_Integer(s.preemptions));
+      set_integer(L, "evictions", lua_Integer(s.evictions));
+      lua_pushboolean(L, s.has_work);
+      lua_setfield(L, -2, "has_work");
+      lua_setfield(L, -2, names[std::size_t(s.index)].c_str());
+    }
+    lua_setfield(L, -2, "engines");
+    pcall(L, 1, 1);
+    std::vector<std::optional<KvLimits>> out(statuses.size());
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      return out;
+    }
+    if (!lua_istable(L, -1)) {
+      lua_pop(L, 1);
+      throw Error(
+          "duet.run: memory_policy must return nil or {engine name = {min_blocks = n, max_blocks = n}}");
+    }
+    TableReader result(L, -1, "memory_policy()");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (result.push(names[i].c_str()) == LUA_TTABLE) {
+        TableReader limits(L, -1, "memory_policy()." + names[i]);
+        const KvLimits now = statuses[i].kv.limits;
+        out[i] = KvLimits{limits.int32("min_blocks").value_or(now.min_blocks),
+                          limits.int32("max_blocks").value_or(now.max_blocks)};
+        limits.finish();
+      } else if (!lua_isnil(L, -1)) {
+        result.fail(names[i].c_str(), "expected a table {min_blocks = n, max_blocks = n}");
+      }
+      lua_pop(L, 1);
+    }
+    result.finish();
+    lua_pop(L, 1);
+    return out;
+  };
+}
+
 Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
   Arbiter a;
   a.kind = ex.arbiter;
@@ -339,6 +436,8 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
   spec.backend = ex.backend;
   spec.arbiter = make_arbiter(L, ex);
   spec.arbiter_name = arbiter_name(ex.arbiter);
+  spec.kv_pool = ex.kv_pool;
+  spec.memory_policy = make_memory_policy(L, ex);
   spec.seed = ex.workload.seed;
   spec.source_dir = d.source_dir;
   spec.profile_dir = d.source_dir + "/profiles";

@@ -380,3 +380,85 @@ TEST(Runtime, RecordingLevelsKeepTheSameSummary) {
 
 }  // namespace
 }  // namespace duet
+
+namespace duet {
+namespace {
+
+// Two engines on one shared pool of 40 pages. First the LLM's demand is high (long sequences),
+// then the PRM's: pages move from one model to the other, more than half the pool each time,
+// which no static split of the same 40 pages gives both. A memory policy then caps the PRM.
+struct SharedTwoEngines {
+  SharedTwoEngines()
+      : pool(std::make_shared<BlockPool>(40, std::vector<PoolTenant>{{"llm", 0, 4}, {"prm", 1, 4}})),
+        llm_exec(1.0),
+        prm_exec(0.25),
+        llm("llm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
+            std::make_unique<KvCacheManager>(pool, 0, true), llm_exec),
+        prm("prm", {.max_num_seqs = 8, .max_num_batched_tokens = 256},
+            std::make_unique<KvCacheManager>(pool, 1, true), prm_exec),
+        rt(clock) {
+    llm.scheduler().set_pool_peers({&prm.scheduler()});
+    prm.scheduler().set_pool_peers({&llm.scheduler()});
+    rt.add_engine(llm, "llm-model");
+    rt.add_engine(prm, "prm-model");
+  }
+  std::shared_ptr<BlockPool> pool;
+  FixedTimeExecutor llm_exec, prm_exec;
+  Engine llm, prm;
+  VirtualClock clock;
+  Runtime rt;
+};
+
+std::int32_t peak_used(const EngineRecords& r) {
+  std::int32_t peak = 0;
+  for (const StepRecord& s : r.steps) peak = std::max(peak, s.kv_blocks_used);
+  return peak;
+}
+
+void shifting_demand(Runtime& rt) {
+  Script w;
+  // Phase 1: the LLM generates 3 sequences of 48 tokens (12 pages each); when they are done,
+  // phase 2: the PRM scores 3 prompts of 48 tokens.
+  int done = 0;
+  w.on_start = [](Runtime& r) {
+    for (SeqId i = 1; i <= 3; ++i) r.submit(0, gen(i, 8, 40));
+  };
+  w.finished = [&](Runtime& r, int e, Sequence&) {
+    if (e == 0 && ++done == 3)
+      for (SeqId i = 11; i <= 13; ++i) {
+        Sequence s = gen(i, 48, 1);
+        s.kind = SeqKind::Score;
+        r.submit(1, std::move(s));
+      }
+  };
+  rt.run(w);
+}
+
+TEST(Runtime, OnASharedPoolADemandShiftMovesPagesBetweenModels) {
+  SharedTwoEngines t;
+  shifting_demand(t.rt);
+  const auto& rec = t.rt.records();
+  EXPECT_GE(peak_used(rec[0]), 30);  // 3 x 12 pages (less what finished early)
+  EXPECT_GE(peak_used(rec[1]), 36);
+  for (const EngineRecords& r : rec)
+    for (const StepRecord& s : r.steps) EXPECT_LE(s.kv_blocks_used + s.kv_blocks_free, 40);
+  t.pool->check_consistency();
+}
+
+TEST(Runtime, AMemoryPolicyMovesCeilingsDuringARun) {
+  SharedTwoEngines t;
+  int calls = 0;
+  // Caps the PRM at 20 pages: its 3 prompts of 12 pages can then run only one at a time.
+  t.rt.set_memory_policy([&](const std::vector<EngineStatus>& s) {
+    ++calls;
+    EXPECT_EQ(s.size(), 2u);
+    return std::vector<std::optional<KvLimits>>{std::nullopt, KvLimits{0, 20}};
+  });
+  shifting_demand(t.rt);
+  EXPECT_GT(calls, 0);
+  EXPECT_LE(peak_used(t.rt.records()[1]), 20);
+  EXPECT_EQ(t.pool->limits(1), (KvLimits{0, 20}));
+}
+
+}  // namespace
+}  // namespace duet

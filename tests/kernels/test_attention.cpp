@@ -28,7 +28,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu_ops.hpp"
-#include "exec/kv_layout.hpp"
+#include "core/kv_layout.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
@@ -72,10 +72,6 @@ std::vector<T> download(const DeviceBuffer& buf, std::size_t n, const StreamHand
   return ::testing::AssertionFailure()
          << bad << " of " << got.size() << " elements differ; first at " << first << ": got 0x" << std::hex
          << got[first] << ", want 0x" << want[first];
-}
-
-KvPoolShape shape_of(const KvLayout& l) {
-  return {l.num_layers, l.num_blocks, l.num_kv_heads, l.block_size, l.head_dim};
 }
 
 // --- an attention problem -------------------------------------------------------------------
@@ -150,11 +146,12 @@ Problem make_problem(const Config& cfg, const std::vector<SeqSpec>& seqs, std::u
 
   // Poison everywhere, then random K/V at every position of every context in `layer`.
   p.pool.assign(p.layout.total_elems(), 0.0f);
-  const std::int64_t plane = std::int64_t(num_blocks) * p.layout.block_elems();
-  for (int l = 0; l < p.layout.num_layers; ++l) {
-    std::fill_n(p.pool.begin() + p.layout.offset(l, 0, 0, 0, 0), plane, kPoisonK);
-    std::fill_n(p.pool.begin() + p.layout.offset(l, 1, 0, 0, 0), plane, kPoisonV);
-  }
+  const std::int64_t tile = p.layout.block_elems();  // one (layer, K or V) of a block
+  for (int b = 0; b < num_blocks; ++b)
+    for (int l = 0; l < p.layout.num_layers; ++l) {
+      std::fill_n(p.pool.begin() + p.layout.offset(l, 0, b, 0, 0), tile, kPoisonK);
+      std::fill_n(p.pool.begin() + p.layout.offset(l, 1, b, 0, 0), tile, kPoisonV);
+    }
   for (std::size_t i = 0; i < seqs.size(); ++i)
     for (int pos = 0; pos < seqs[i].context; ++pos) {
       const KvSlot slot = kv_slot(p.tables[i], cfg.block_size, pos);
@@ -236,7 +233,7 @@ GpuResult run_gpu(const Problem& p, Kernel kernel, int num_splits = 1, int extra
   const DeviceProblem d(p, s);
   const AttentionBatch& b = d.batch;
   const DeviceBuffer& out = d.out;
-  const KvPoolShape shape = shape_of(p.layout);
+  const KvLayout shape = p.layout;
   if (kernel == Kernel::Decode) {
     const std::size_t bytes = decode_workspace_bytes(b.num_seqs, p.num_heads, p.cfg.head_dim, num_splits);
     DeviceBuffer workspace(std::max<std::size_t>(bytes, 1));
@@ -353,7 +350,7 @@ void check_kv_write(const KvWriteCase& c, std::uint32_t seed) {
   const DeviceBuffer d_kv = upload(to_bf16_vec(kv), stream.get());
   const DeviceBuffer d_slots = upload(slots, stream.get());
   const bf16* k = d_kv.as<bf16>();
-  kv_write(d_pool.as<bf16>(), shape_of(layout), layer, k, k + row_elems, stride, stride,
+  kv_write(d_pool.as<bf16>(), layout, layer, k, k + row_elems, stride, stride,
            d_slots.as<std::int64_t>(), c.rows, stream.get());
   EXPECT_TRUE(bit_equal(download<bf16>(d_pool, pool.size(), stream), to_bf16_vec(want)));
 }
@@ -381,7 +378,7 @@ TEST(KvCacheWrite, ZeroRowsIsANoOp) {
   const KvLayout layout{1, 2, 1, 16, 64};
   const std::vector<bf16> pool(layout.total_elems(), to_bf16(1.5f));
   const DeviceBuffer d_pool = upload(pool, stream.get());
-  kv_write(d_pool.as<bf16>(), shape_of(layout), 0, nullptr, nullptr, 64, 64, nullptr, 0, stream.get());
+  kv_write(d_pool.as<bf16>(), layout, 0, nullptr, nullptr, 64, 64, nullptr, 0, stream.get());
   EXPECT_TRUE(bit_equal(download<bf16>(d_pool, pool.size(), stream), pool));
 }
 
@@ -409,7 +406,7 @@ TEST(KvCacheCopyBlocks, EveryLayerKAndVBitExact) {
     StreamHandle stream;
     const DeviceBuffer d_pool = upload(to_bf16_vec(pool), stream.get());
     const DeviceBuffer d_src = upload(src, stream.get()), d_dst = upload(dst, stream.get());
-    copy_blocks(d_pool.as<bf16>(), shape_of(layout), d_src.as<std::int32_t>(), d_dst.as<std::int32_t>(), n,
+    copy_blocks(d_pool.as<bf16>(), layout, d_src.as<std::int32_t>(), d_dst.as<std::int32_t>(), n,
                 stream.get());
     EXPECT_TRUE(bit_equal(download<bf16>(d_pool, pool.size(), stream), to_bf16_vec(want)));
   }
@@ -609,12 +606,12 @@ TEST(AttentionPrefill, KvWriteThenPrefillMatchesReference) {
   const DeviceBuffer pool = upload(to_bf16_vec(cached), s);
   const DeviceBuffer d_k = upload(to_bf16_vec(k), s), d_v = upload(to_bf16_vec(v), s);
   const DeviceBuffer d_slots = upload(slots, s);
-  kv_write(pool.as<bf16>(), shape_of(p.layout), p.layer, d_k.as<bf16>(), d_v.as<bf16>(), row_elems, row_elems,
+  kv_write(pool.as<bf16>(), p.layout, p.layer, d_k.as<bf16>(), d_v.as<bf16>(), row_elems, row_elems,
            d_slots.as<std::int64_t>(), p.rows, s);
   EXPECT_TRUE(bit_equal(download<bf16>(pool, p.pool.size(), stream), to_bf16_vec(p.pool)));
 
   const DeviceProblem d(p, s);
-  paged_prefill_attention(pool.as<bf16>(), shape_of(p.layout), p.layer, d.batch, p.max_rows, s);
+  paged_prefill_attention(pool.as<bf16>(), p.layout, p.layer, d.batch, p.max_rows, s);
   const std::vector<bf16> raw = download<bf16>(d.out, std::size_t(p.rows) * p.out_stride, stream);
   std::vector<float> got(raw.size());
   std::transform(raw.begin(), raw.end(), got.begin(), [](bf16 x) { return from_bf16(x); });
@@ -627,11 +624,11 @@ TEST(AttentionPrefill, RejectsBadShapes) {
   AttentionBatch b;
   b.num_seqs = 1;
   b.num_heads = 6;
-  const KvPoolShape shape{1, 4, 4, 16, 64};  // 6 heads over 4 KV heads
+  const KvLayout shape{1, 4, 4, 16, 64};  // 6 heads over 4 KV heads
   EXPECT_THROW(paged_prefill_attention(nullptr, shape, 0, b, 1, nullptr), Error);
   EXPECT_THROW(paged_decode_attention(nullptr, shape, 0, b, 1, nullptr, nullptr), Error);
   b.num_heads = 8;
-  const KvPoolShape odd{1, 4, 4, 16, 60};  // head_dim not a multiple of 8
+  const KvLayout odd{1, 4, 4, 16, 60};  // head_dim not a multiple of 8
   EXPECT_THROW(paged_prefill_attention(nullptr, odd, 0, b, 1, nullptr), Error);
   EXPECT_THROW(paged_decode_attention(nullptr, shape, 0, b, 2, nullptr, nullptr),
                Error);  // splits, no workspace

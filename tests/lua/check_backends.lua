@@ -4,30 +4,37 @@ local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 local problems = math500.load{limit = 3}
 
-local function run(backend)
+-- Both with a pool per engine (static split) and with one pool of pages that both engines share
+-- (kv_pool = "shared": one host arena on the CPU), small enough that pages change hands.
+local function run(backend, kv_pool)
+  local shared = kv_pool == "shared"
+  local blocks = not shared and 512 or nil
   return duet.run{
     backend = backend, gpu = "h100", out = false, progress = false, concurrency = 3,
+    kv_pool = kv_pool, kv_pool_blocks = shared and 160 or nil,
     engines = {
-      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = 512, max_num_batched_tokens = 256},
-      {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = 512, max_num_batched_tokens = 256},
+      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256},
+      {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256},
     },
     workload = beam_search.workload{problems = problems, n = 4, beam_width = 2, num_iterations = 6,
                                     prm_mode = "incremental"},
   }
 end
 
-local sim, cpu = run("sim"), run("cpu")
+for _, kv_pool in ipairs{"static", "shared"} do
+local sim, cpu = run("sim", kv_pool), run("cpu", kv_pool)
 for _, name in ipairs{"llm", "prm"} do
   local a, b = sim.timeline(name), cpu.timeline(name)
   assert(#a.start_s == #b.start_s, string.format("%s: %d steps simulated, %d executed", name, #a.start_s, #b.start_s))
   for i = 1, #a.start_s do
-    for _, col in ipairs{"prefill_tokens", "decode_tokens", "num_seqs", "kv_blocks_used", "prefix_hit_tokens",
-                         "cow_copies"} do
+    for _, col in ipairs{"prefill_tokens", "decode_tokens", "num_seqs", "kv_blocks_used", "kv_blocks_free",
+                         "prefix_hit_tokens", "cow_copies", "evictions", "preemptions"} do
       assert(a[col][i] == b[col][i], string.format("%s step %d: %s %d simulated, %d executed", name, i, col,
                                                    a[col][i], b[col][i]))
     end
   end
-  print(string.format("%s: %d identical steps", name, #a.start_s))
+  print(string.format("%s pool, %s: %d identical steps", kv_pool, name, #a.start_s))
 end
 assert(sim.mean_score == cpu.mean_score)
+end
 print("backends ok")
