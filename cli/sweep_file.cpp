@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "core/mix.hpp"
 
 namespace duet::cli {
 
@@ -15,10 +16,8 @@ namespace {
 // FNV-1a over the script's text: the same on every platform and build. It tells an edited script
 // from the one that wrote a file; it is not a defence against forgery.
 std::string text_hash(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
   char out[32];
-  std::snprintf(out, sizeof out, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(out, sizeof out, "fnv1a64:%016llx", static_cast<unsigned long long>(fnv1a64(text)));
   return out;
 }
 

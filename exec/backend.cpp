@@ -149,7 +149,8 @@ class CudaBackendEngine final : public BuiltEngine {
  private:
   // The shared pool's device arena, made by the first CUDA engine on it (every engine's pages
   // have the same bytes, so the first one's layout sizes it).
-  static std::shared_ptr<CudaKvArena> arena_of(SharedKvPool* shared, const EngineConfig& c, const EngineMemory& m) {
+  static std::shared_ptr<CudaKvArena> arena_of(SharedKvPool* shared, const EngineConfig& c,
+                                               const EngineMemory& m) {
     if (!shared) return nullptr;
     const std::int64_t bytes = KvLayout::of(c.model, m.num_blocks, c.block_size).total_elems() * 2;  // bf16
     if (!shared->device_arena) shared->device_arena = std::make_shared<CudaKvArena>(bytes);

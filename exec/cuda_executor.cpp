@@ -310,8 +310,8 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   mem.kv_pool = layout.total_elems() * 2;
   if (o.kv_arena && o.kv_arena->bytes() != mem.kv_pool)
     throw Error("CudaExecutor: a shared KV arena of " + std::to_string(o.kv_arena->bytes()) + " bytes for " +
-                std::to_string(num_blocks) + " pages of " + std::to_string(layout.page_elems() * 2) + " bytes (" +
-                m.name + ", block_size " + std::to_string(block_size) + ")");
+                std::to_string(num_blocks) + " pages of " + std::to_string(layout.page_elems() * 2) +
+                " bytes (" + m.name + ", block_size " + std::to_string(block_size) + ")");
   mem.activations = std::int64_t(activation_bytes(tokens, rows, meta_bytes, ws_bytes));
   mem.gemm_workspace = std::int64_t(kGemmWorkspace);
   // A borrowed arena is allocated already.

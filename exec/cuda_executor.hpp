@@ -65,7 +65,7 @@ struct CudaExecutorOptions {
   // Copy each step's float32 logits rows back to the host (last_logits()): for tests.
   bool keep_logits = false;
   // A shared pool's arena (exactly KvLayout::total_elems() bf16): borrowed, not allocated.
-  std::shared_ptr<CudaKvArena> kv_arena;
+  std::shared_ptr<CudaKvArena> kv_arena = nullptr;
 };
 
 struct CudaExecutorStats {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/mix.hpp"
 #include "io/file_bytes.hpp"
 #include "io/text_lines.hpp"
 
@@ -295,14 +296,6 @@ TraceFormat detect_format(const std::string& path, std::string_view text) {
 }
 
 // --- Synthetic prompt tokens ---------------------------------------------------------------------
-
-// splitmix64's finalizer: a bijection on 64 bits whose outputs look independent.
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Separate streams for hash-id blocks and per-request tokens, so neither can reproduce the other.
 constexpr std::uint64_t kBlockStream = 0x68617368626c6b31ULL;

@@ -16,8 +16,8 @@ void kv_write(bf16* pool, const KvLayout& shape, int layer, const bf16* k, const
               int v_stride, const std::int64_t* slot_mapping, int rows, Stream s);
 
 // Copy-on-write: block src[i] -> dst[i] in every layer, K and V.
-void copy_blocks(bf16* pool, const KvLayout& shape, const std::int32_t* src, const std::int32_t* dst,
-                 int n, Stream s);
+void copy_blocks(bf16* pool, const KvLayout& shape, const std::int32_t* src, const std::int32_t* dst, int n,
+                 Stream s);
 
 // A batch's attention problem: for sequence i, its queries are rows [query_start[i],
 // query_start[i+1]) of q (heads [num_heads*head_dim], stride q_stride), at absolute positions
@@ -42,12 +42,12 @@ struct AttentionBatch {
 // `num_splits` partitions reduced by a second kernel; workspace from decode_workspace_bytes.
 std::size_t decode_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm_count);
-void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer,
-                            const AttentionBatch& batch, int num_splits, void* workspace, Stream s);
+void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,
+                            int num_splits, void* workspace, Stream s);
 
 // Prefill and chunked prefill (and decodes mixed in): causal, online softmax, K/V tiles in shared
 // memory (FlashAttention-2 style), reading the cached context through the block tables.
-void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer,
-                             const AttentionBatch& batch, int max_query_rows, Stream s);
+void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,
+                             int max_query_rows, Stream s);
 
 }  // namespace duet::kernels

@@ -321,8 +321,8 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm
   return int(std::clamp<long long>(want, 1, cap));
 }
 
-void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer,
-                            const AttentionBatch& batch, int num_splits, void* workspace, Stream s) {
+void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,
+                            int num_splits, void* workspace, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_decode_attention: empty KV pool shape");
   require(layer >= 0 && layer < shape.num_layers, "paged_decode_attention: layer out of range");

@@ -90,7 +90,7 @@ struct Smem {
 struct PrefillParams {
   const bf16* k_pool;  // layer's K tile of block 0; V tile at k_pool + v_offset
   std::int64_t v_offset;
-  std::int64_t block_stride;  // from one block to the next: a page (KvLayout::page_elems)
+  std::int64_t block_stride;    // from one block to the next: a page (KvLayout::page_elems)
   int block_size, block_shift;  // block_shift = log2(block_size), or -1 when not a power of two
   int head_dim, group, qrows;   // qrows = query rows per tile = kBM / group
   const bf16* q;
@@ -342,8 +342,8 @@ void launch_prefill(const PrefillParams& p, dim3 grid, Stream s) {
 
 }  // namespace
 
-void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer,
-                             const AttentionBatch& batch, int max_query_rows, Stream s) {
+void paged_prefill_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,
+                             int max_query_rows, Stream s) {
   require(shape.num_kv_heads > 0 && shape.block_size > 0 && shape.num_blocks > 0,
           "paged_prefill_attention: empty KV pool shape");
   require(layer >= 0 && layer < shape.num_layers, "paged_prefill_attention: layer out of range");

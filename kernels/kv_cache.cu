@@ -115,8 +115,8 @@ void kv_write(bf16* pool, const KvLayout& shape, int layer, const bf16* k, const
   check_launch("kv_write");
 }
 
-void copy_blocks(bf16* pool, const KvLayout& shape, const std::int32_t* src, const std::int32_t* dst,
-                 int n, Stream s) {
+void copy_blocks(bf16* pool, const KvLayout& shape, const std::int32_t* src, const std::int32_t* dst, int n,
+                 Stream s) {
   check_shape(shape, "copy_blocks");
   require(n >= 0, "copy_blocks: negative count");
   if (n == 0) return;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/mix.hpp"
 #include "io/file_bytes.hpp"
 #include "io/text_lines.hpp"
 
@@ -111,14 +112,9 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
 }
 
 std::vector<bool> held_out_rows(const std::vector<std::string>& groups, int every) {
-  // FNV-1a: a hash that is the same on every platform, so the split is too.
-  auto hash = [](const std::string& s) {
-    std::uint64_t h = 14695981039346656037ull;
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    return h;
-  };
+  // A hash that is the same on every platform, so the split is too.
   std::vector<bool> out;
-  for (const std::string& g : groups) out.push_back(hash(g) % std::uint64_t(every) == 0);
+  for (const std::string& g : groups) out.push_back(fnv1a64(g) % std::uint64_t(every) == 0);
   return out;
 }
 

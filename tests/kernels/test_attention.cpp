@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "exec/cpu_ops.hpp"
 #include "core/kv_layout.hpp"
+#include "exec/cpu_ops.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
@@ -350,8 +350,8 @@ void check_kv_write(const KvWriteCase& c, std::uint32_t seed) {
   const DeviceBuffer d_kv = upload(to_bf16_vec(kv), stream.get());
   const DeviceBuffer d_slots = upload(slots, stream.get());
   const bf16* k = d_kv.as<bf16>();
-  kv_write(d_pool.as<bf16>(), layout, layer, k, k + row_elems, stride, stride,
-           d_slots.as<std::int64_t>(), c.rows, stream.get());
+  kv_write(d_pool.as<bf16>(), layout, layer, k, k + row_elems, stride, stride, d_slots.as<std::int64_t>(),
+           c.rows, stream.get());
   EXPECT_TRUE(bit_equal(download<bf16>(d_pool, pool.size(), stream), to_bf16_vec(want)));
 }
 
