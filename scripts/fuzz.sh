@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
   rc=0
   build-fuzz/tests/fuzz/fuzz_$t -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/corpus" "tests/fuzz/corpus/$t" >"$work/fuzz.log" 2>&1 || rc=$?
-  done_line=$(grep -E "^#[0-9]+ +DONE" "$work/fuzz.log" | tail -1 || true)
+  done_line=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$work/fuzz.log" | tail -1 || true)
   execs=$(grep -oP "stat::number_of_executed_units: \K[0-9]+" "$work/fuzz.log" || echo "?")
   rate=$(grep -oP "exec/s: \K[0-9]+" <<<"$done_line" || echo "?")
   cov=$(grep -oP "cov: \K[0-9]+" <<<"$done_line" || echo "?")

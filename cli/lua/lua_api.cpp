@@ -156,7 +156,7 @@ int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yields until time t
 // duet.trace(path, {max_requests, vocab_size, seed, rate_scale}) -> array of
 // {arrival_s, input_tokens, output_tokens, prompt = TokenList}
 int l_trace(lua_State* L) {
-  const std::string path = luaL_checkstring(L, 1);
+  const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     std::size_t max = 0;
     int vocab = 128256;

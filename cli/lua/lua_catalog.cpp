@@ -21,8 +21,8 @@ void push_strings(lua_State* L, const std::vector<std::string>& v) {
 
 }  // namespace
 
-int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and derived figures
-  const std::string name = luaL_checkstring(L, 1);
+int l_model(lua_State* L) {                   // duet.model(name or config.json) -> shape and derived figures
+  const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const ModelSpec m = resolve_model(name);
     lua_createtable(L, 0, 12);
@@ -43,7 +43,7 @@ int l_model(lua_State* L) {  // duet.model(name or config.json) -> shape and der
 }
 
 int l_gpu(lua_State* L) {
-  const std::string name = luaL_checkstring(L, 1);
+  const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const GpuSpec g = gpu_by_name(name);
     lua_createtable(L, 0, 6);

@@ -569,7 +569,7 @@ void push_column(lua_State* L, const std::vector<StepRecord>& steps, T StepRecor
 // timeline as columns, for quick prints and plots from Lua.
 int timeline(lua_State* L) {
   auto* records = static_cast<RecordsPtr*>(luaL_checkudata(L, lua_upvalueindex(1), kRecordsMeta));
-  const std::string name = luaL_checkstring(L, 1);
+  const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   for (const EngineRecords& r : **records) {
     if (r.name != name) continue;
     if (lua_toboolean(L, lua_upvalueindex(2)))
@@ -596,7 +596,7 @@ int timeline(lua_State* L) {
     set_integer(L, "block_size", r.block_size);
     return 1;
   }
-  return luaL_error(L, "timeline: no engine '%s' in this run", name.c_str());
+  return luaL_error(L, "timeline: no engine '%s' in this run", name);
 }
 
 void push_percentiles(lua_State* L, const char* key, const Percentiles& p) {

@@ -58,7 +58,7 @@ void push_json(lua_State* L, const nlohmann::json& j) {
 }  // namespace
 
 int l_read_json(lua_State* L) {
-  const std::string path = luaL_checkstring(L, 1);
+  const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const std::string p = resolve_path(L, path);
     push_json(L, read_json_file(p));
@@ -66,8 +66,8 @@ int l_read_json(lua_State* L) {
   });
 }
 
-int l_read_jsonl(lua_State* L) {  // duet.read_jsonl(path [, limit])
-  const std::string path = luaL_checkstring(L, 1);
+int l_read_jsonl(lua_State* L) {              // duet.read_jsonl(path [, limit])
+  const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   const lua_Integer limit = luaL_optinteger(L, 2, 0);
   return guarded(L, [&] {
     const std::string p = resolve_path(L, path);

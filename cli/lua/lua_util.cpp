@@ -42,12 +42,14 @@ void count_hook(lua_State* L, lua_Debug* ar) {
   if (b && b->stop && b->stop->load() != 0) luaL_error(L, "stopped by signal %d", b->stop->load());
   if (!b || (b->used += kHookEvery) < b->limit) return;
   lua_getinfo(L, "nSl", ar);
-  const std::string what = ar->name ? std::string("function '") + ar->name + "'"
-                                    : "the function defined at line " + std::to_string(ar->linedefined);
+  // The message is built on the Lua stack, not in a std::string: luaL_error longjmps past C++
+  // destructors (LeakSanitizer caught the string this used to leak).
+  const char* what = ar->name ? lua_pushfstring(L, "function '%s'", ar->name)
+                              : lua_pushfstring(L, "the function defined at line %d", ar->linedefined);
   luaL_error(L,
              "%s:%d: %s ran %I Lua instructions without returning to duet (an endless loop?); "
              "raise the limit with --lua-instruction-limit",
-             ar->short_src, ar->currentline, what.c_str(), (LUAI_UACINT)b->used);
+             ar->short_src, ar->currentline, what, (LUAI_UACINT)b->used);
 }
 
 }  // namespace

@@ -16,4 +16,4 @@ if ((rc != 0)); then
   echo "fuzz: $(basename "$fuzzer") failed (exit $rc); the input is in $work/" >&2
   exit "$rc"
 fi
-grep -E "^#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb" "$log"
+grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb" "$log"
