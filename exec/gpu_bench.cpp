@@ -342,9 +342,9 @@ int bench_attention(const GpuBenchOptions& o) {
       end.record(stream.get());
       end.synchronize();
       const double t = double(k::Event::elapsed_ms(start, end)) * 1e-3 / iters;
+      const int table_entries = (c + block_size - 1) / block_size;  // one int32 per block of the context
       const double bytes = double(b) * c * spec.num_kv_heads * spec.head_dim * 2.0 * 2.0 +  // K and V
-                           double(b) * q_width * 2.0 * 2.0 +
-                           double(b) * double(c / block_size) * 4.0;  // whole blocks' table entries
+                           double(b) * q_width * 2.0 * 2.0 + double(b) * table_entries * 4.0;
       const double frac = bytes / t / gpu.spec.hbm_bandwidth;
       met = met && frac >= kTarget;
       worst = std::min(worst, frac);
