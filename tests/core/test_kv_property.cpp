@@ -24,19 +24,10 @@
 #include <vector>
 
 #include "core/kv_cache_manager.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
-
-// Ends the enclosing check function with a message; the test adds the seed and operation index.
-#define KV_CHECK(cond, msg)                                                      \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::ostringstream kv_os_;                                                 \
-      kv_os_ << msg; /* NOLINT(bugprone-macro-parentheses): msg is a << chain */ \
-      return kv_os_.str();                                                       \
-    }                                                                            \
-  } while (0)
 
 // Every block hashes to the same value, so every cached block lands in one collision chain and
 // the pool has to tell blocks apart by their parent and stored tokens alone.
@@ -134,10 +125,10 @@ class KvModel {
     Effect none;
     if (std::string err = apply(none); !err.empty()) return err;
     if (std::string err = check_all(); !err.empty()) return err;
-    KV_CHECK(kv_.pool().num_free() == kv_.pool().num_blocks(),
-             "blocks still in use after freeing every sequence");
-    KV_CHECK(kv_.usage().filled_tokens == 0,
-             "filled_tokens " << kv_.usage().filled_tokens << " with nothing held");
+    DUET_CHECK_OR_RETURN(kv_.pool().num_free() == kv_.pool().num_blocks(),
+                         "blocks still in use after freeing every sequence");
+    DUET_CHECK_OR_RETURN(kv_.usage().filled_tokens == 0,
+                         "filled_tokens " << kv_.usage().filled_tokens << " with nothing held");
     return "";
   }
 
@@ -246,8 +237,8 @@ class KvModel {
         applied = true;
         Sequence& s = *live_[i];
         // A sequence that holds blocks never looks up the cache.
-        KV_CHECK(kv_.lookup_prefix(s) == 0,
-                 "lookup_prefix of sequence " << s.id << " that holds blocks returned a hit");
+        DUET_CHECK_OR_RETURN(kv_.lookup_prefix(s) == 0,
+                             "lookup_prefix of sequence " << s.id << " that holds blocks returned a hit");
         const int remaining = s.num_tokens() - s.num_computed_tokens;
         const int n = coin(50) ? remaining : between(1, remaining);
         std::string err;
@@ -278,8 +269,8 @@ class KvModel {
         dst->num_prompt_tokens = src.num_prompt_tokens;
         dst->num_computed_tokens = src.num_computed_tokens;
         kv_.fork(src, *dst);
-        KV_CHECK(dst->kv.blocks == src.kv.blocks && dst->kv.num_slots == src.kv.num_slots,
-                 "fork of sequence " << src.id << " does not share its block table");
+        DUET_CHECK_OR_RETURN(dst->kv.blocks == src.kv.blocks && dst->kv.num_slots == src.kv.num_slots,
+                             "fork of sequence " << src.id << " does not share its block table");
         live_.push_back(std::move(dst));
         return "";
       }
@@ -289,8 +280,8 @@ class KvModel {
         const std::size_t i = below(live_.size());
         const std::vector<BlockId> table = live_[i]->kv.blocks;
         kv_.free(*live_[i]);
-        KV_CHECK(live_[i]->kv.blocks.empty() && live_[i]->kv.num_slots == 0,
-                 "free left a block table behind");
+        DUET_CHECK_OR_RETURN(live_[i]->kv.blocks.empty() && live_[i]->kv.num_slots == 0,
+                             "free left a block table behind");
         live_.erase(live_.begin() + std::ptrdiff_t(i));
         return check_freed_tail_first(table);
       }
@@ -319,9 +310,9 @@ class KvModel {
         kv_.set_priority(s, priority, shared);
         for (BlockId b : s.kv.blocks) {
           const Block& blk = kv_.pool().block(b);
-          KV_CHECK(!(shared || blk.ref_count == 1) || blk.priority == priority,
-                   "set_priority(" << priority << ", shared " << shared << ") left block " << b
-                                   << " at priority " << int(blk.priority));
+          DUET_CHECK_OR_RETURN(!(shared || blk.ref_count == 1) || blk.priority == priority,
+                               "set_priority(" << priority << ", shared " << shared << ") left block " << b
+                                               << " at priority " << int(blk.priority));
         }
         return "";
       }
@@ -355,12 +346,15 @@ class KvModel {
 
   std::string try_admit(Sequence& s, bool whole, Effect& e, bool& admitted) {
     const int hit = kv_.lookup_prefix(s);
-    KV_CHECK(hit >= 0 && hit % bs_ == 0, "lookup_prefix returned " << hit << ", not whole blocks");
-    KV_CHECK(hit <= s.num_tokens() - 1,
-             "lookup_prefix counted the last token: " << hit << " of " << s.num_tokens());
-    KV_CHECK(hit <= max_hit(s), "lookup_prefix hit " << hit << " tokens of Score sequence " << s.id
-                                                     << ", past score position " << max_hit(s));
-    KV_CHECK(caching_ || hit == 0, "lookup_prefix hit " << hit << " tokens with prefix caching off");
+    DUET_CHECK_OR_RETURN(hit >= 0 && hit % bs_ == 0,
+                         "lookup_prefix returned " << hit << ", not whole blocks");
+    DUET_CHECK_OR_RETURN(hit <= s.num_tokens() - 1,
+                         "lookup_prefix counted the last token: " << hit << " of " << s.num_tokens());
+    DUET_CHECK_OR_RETURN(hit <= max_hit(s), "lookup_prefix hit " << hit << " tokens of Score sequence "
+                                                                 << s.id << ", past score position "
+                                                                 << max_hit(s));
+    DUET_CHECK_OR_RETURN(caching_ || hit == 0,
+                         "lookup_prefix hit " << hit << " tokens with prefix caching off");
     const int remaining = s.num_tokens() - hit;
     const int n = whole ? remaining : between(1, remaining);
     std::string err;
@@ -400,9 +394,9 @@ class KvModel {
       const int expect = std::min(own, max_hit(p) / bs_) * bs_;
       const int hit = kv_.lookup_prefix(p);
       ++stats_.own_hit_checks;
-      KV_CHECK(hit >= expect, "sequence " << p.id << " preempted holding " << own
-                                          << " chained cached blocks finds only " << hit
-                                          << " tokens (expected >= " << expect << ")");
+      DUET_CHECK_OR_RETURN(hit >= expect, "sequence " << p.id << " preempted holding " << own
+                                                      << " chained cached blocks finds only " << hit
+                                                      << " tokens (expected >= " << expect << ")");
     }
     return "";
   }
@@ -420,9 +414,9 @@ class KvModel {
       const BlockId b = table[i];
       const Block& blk = kv_.pool().block(b);
       if (blk.ref_count != 0 || !blk.cached) continue;
-      KV_CHECK(pos[std::size_t(b)] > last_pos[blk.priority], "free did not release tail first: block "
-                                                                 << b << " (index " << i
-                                                                 << ") is evicted after a later one");
+      DUET_CHECK_OR_RETURN(pos[std::size_t(b)] > last_pos[blk.priority],
+                           "free did not release tail first: block " << b << " (index " << i
+                                                                     << ") is evicted after a later one");
       last_pos[blk.priority] = pos[std::size_t(b)];
     }
     return "";
@@ -470,14 +464,15 @@ class KvModel {
     for (const BlockCopy& c : kv_.take_copies()) {
       ++copies_taken_;
       ++stats_.copies;
-      KV_CHECK(c.src != c.dst, "block copy " << c.src << " -> " << c.dst << " onto itself");
-      KV_CHECK(e.writer != nullptr, "a block copy was queued by an operation that allocated nothing");
-      KV_CHECK(
+      DUET_CHECK_OR_RETURN(c.src != c.dst, "block copy " << c.src << " -> " << c.dst << " onto itself");
+      DUET_CHECK_OR_RETURN(e.writer != nullptr,
+                           "a block copy was queued by an operation that allocated nothing");
+      DUET_CHECK_OR_RETURN(
           holders_[std::size_t(c.dst)] == 1 && pool.block(c.dst).ref_count == 1,
           "copy destination " << c.dst << " is held by " << holders_[std::size_t(c.dst)] << " sequences");
-      KV_CHECK(std::find(e.writer->kv.blocks.begin(), e.writer->kv.blocks.end(), c.dst) !=
-                   e.writer->kv.blocks.end(),
-               "copy destination " << c.dst << " is not in the writing sequence's table");
+      DUET_CHECK_OR_RETURN(std::find(e.writer->kv.blocks.begin(), e.writer->kv.blocks.end(), c.dst) !=
+                               e.writer->kv.blocks.end(),
+                           "copy destination " << c.dst << " is not in the writing sequence's table");
       content_[std::size_t(c.dst)] = content_[std::size_t(c.src)];
     }
     if (e.writer) {
@@ -491,20 +486,22 @@ class KvModel {
       const Block& blk = pool.block(b);
       CacheState& was = state_[std::size_t(b)];
       if (blk.generation != was.generation) {
-        KV_CHECK(was.cached, "generation of block " << b << " changed although it held nothing cached");
+        DUET_CHECK_OR_RETURN(was.cached,
+                             "generation of block " << b << " changed although it held nothing cached");
         evictions_seen_ += blk.generation - was.generation;
         stats_.evictions += blk.generation - was.generation;
       }
       if (blk.cached && (!was.cached || blk.generation != was.generation)) {
         // Newly cached: only the writing sequence can have done it, from its own tokens.
-        KV_CHECK(e.writer != nullptr,
-                 "block " << b << " became cached in an operation that allocated nothing");
+        DUET_CHECK_OR_RETURN(e.writer != nullptr,
+                             "block " << b << " became cached in an operation that allocated nothing");
         const auto& table = e.writer->kv.blocks;
         const auto it = std::find(table.begin(), table.end(), b);
-        KV_CHECK(it != table.end(),
-                 "block " << b << " became cached but the writing sequence does not hold it");
+        DUET_CHECK_OR_RETURN(it != table.end(),
+                             "block " << b << " became cached but the writing sequence does not hold it");
         const std::size_t len = std::size_t(it - table.begin() + 1) * std::size_t(bs_);
-        KV_CHECK(len <= e.writer->tokens.size(), "block " << b << " cached before its tokens are known");
+        DUET_CHECK_OR_RETURN(len <= e.writer->tokens.size(),
+                             "block " << b << " cached before its tokens are known");
         CachedPrefix& entry = cached_[b];
         entry.tokens.assign(e.writer->tokens.begin(), e.writer->tokens.begin() + std::ptrdiff_t(len));
         entry.fp = kFpStart;
@@ -526,11 +523,11 @@ class KvModel {
     for (int i = 0; i < hit / bs_; ++i) {
       const BlockId b = s.kv.blocks[std::size_t(i)];
       const auto it = cached_.find(b);
-      KV_CHECK(it != cached_.end(), "prefix hit returned block " << b << " that is not cached");
+      DUET_CHECK_OR_RETURN(it != cached_.end(), "prefix hit returned block " << b << " that is not cached");
       const std::vector<TokenId> want(s.tokens.begin(), s.tokens.begin() + std::ptrdiff_t((i + 1) * bs_));
-      KV_CHECK(it->second.tokens == want, "prefix hit of sequence " << s.id << " returned block " << b
-                                                                    << " at index " << i
-                                                                    << ", cached for a different prefix");
+      DUET_CHECK_OR_RETURN(it->second.tokens == want, "prefix hit of sequence "
+                                                          << s.id << " returned block " << b << " at index "
+                                                          << i << ", cached for a different prefix");
     }
     return "";
   }
@@ -544,49 +541,52 @@ class KvModel {
     for (const auto& sp : live_) {
       const Sequence& s = *sp;
       const KvState& kv = s.kv;
-      KV_CHECK(kv.num_slots == s.num_computed_tokens, "sequence " << s.id << " covers " << kv.num_slots
-                                                                  << " slots but computed "
-                                                                  << s.num_computed_tokens);
-      KV_CHECK(
+      DUET_CHECK_OR_RETURN(kv.num_slots == s.num_computed_tokens,
+                           "sequence " << s.id << " covers " << kv.num_slots << " slots but computed "
+                                       << s.num_computed_tokens);
+      DUET_CHECK_OR_RETURN(
           int(kv.blocks.size()) == (kv.num_slots + bs_ - 1) / bs_,
           "sequence " << s.id << " holds " << kv.blocks.size() << " blocks for " << kv.num_slots << " slots");
       const int full = std::min(kv.num_slots, s.num_tokens()) / bs_;
-      KV_CHECK(kv.num_cached_blocks == (caching_ ? full : 0),
-               "sequence " << s.id << " has num_cached_blocks " << kv.num_cached_blocks << ", expected "
-                           << (caching_ ? full : 0));
+      DUET_CHECK_OR_RETURN(kv.num_cached_blocks == (caching_ ? full : 0),
+                           "sequence " << s.id << " has num_cached_blocks " << kv.num_cached_blocks
+                                       << ", expected " << (caching_ ? full : 0));
       std::uint64_t fp = kFpStart;
       for (std::size_t i = 0; i < kv.blocks.size(); ++i) {
         const BlockId b = kv.blocks[i];
-        KV_CHECK(stamp[std::size_t(b)] != s.id, "sequence " << s.id << " holds block " << b << " twice");
+        DUET_CHECK_OR_RETURN(stamp[std::size_t(b)] != s.id,
+                             "sequence " << s.id << " holds block " << b << " twice");
         stamp[std::size_t(b)] = s.id;
         const int slots_here = std::min(bs_, kv.num_slots - int(i) * bs_);
         fill[std::size_t(b)] = std::max<std::int64_t>(fill[std::size_t(b)], slots_here);
         // The KV in every slot the sequence covers is that of its own token.
         for (int j = 0; j < slots_here; ++j) {
           const TokenId want = s.tokens[i * std::size_t(bs_) + std::size_t(j)];
-          KV_CHECK(content_[std::size_t(b)][std::size_t(j)] == want,
-                   "sequence " << s.id << " slot " << i * std::size_t(bs_) + std::size_t(j) << " (block " << b
-                               << ") holds the KV of token " << content_[std::size_t(b)][std::size_t(j)]
-                               << " instead of " << want);
+          DUET_CHECK_OR_RETURN(content_[std::size_t(b)][std::size_t(j)] == want,
+                               "sequence " << s.id << " slot " << i * std::size_t(bs_) + std::size_t(j)
+                                           << " (block " << b << ") holds the KV of token "
+                                           << content_[std::size_t(b)][std::size_t(j)] << " instead of "
+                                           << want);
           fp = fp_extend(fp, want);
         }
         // A cached block in its table stands for exactly its prefix.
         if (pool.block(b).cached) {
           const auto it = cached_.find(b);
-          KV_CHECK(it != cached_.end(), "cached block " << b << " unknown to the model");
-          KV_CHECK(slots_here == bs_ && it->second.tokens.size() == (i + 1) * std::size_t(bs_) &&
-                       it->second.fp == fp,
-                   "sequence " << s.id << " holds block " << b << " at index " << i
-                               << ", which is cached for a different prefix");
+          DUET_CHECK_OR_RETURN(it != cached_.end(), "cached block " << b << " unknown to the model");
+          DUET_CHECK_OR_RETURN(slots_here == bs_ && it->second.tokens.size() == (i + 1) * std::size_t(bs_) &&
+                                   it->second.fp == fp,
+                               "sequence " << s.id << " holds block " << b << " at index " << i
+                                           << ", which is cached for a different prefix");
         }
       }
       if (caching_ && kv.num_cached_blocks > 0) {
         const BlockRef last = kv.last_cached;
-        KV_CHECK(last.id != kNoBlock, "sequence " << s.id << " has cached blocks but no last_cached");
+        DUET_CHECK_OR_RETURN(last.id != kNoBlock,
+                             "sequence " << s.id << " has cached blocks but no last_cached");
         const Block& lb = pool.block(last.id);
         if (lb.cached && lb.generation == last.generation) {
           const auto it = cached_.find(last.id);
-          KV_CHECK(
+          DUET_CHECK_OR_RETURN(
               it != cached_.end() &&
                   it->second.tokens ==
                       std::vector<TokenId>(s.tokens.begin(),
@@ -597,8 +597,8 @@ class KvModel {
       }
     }
     for (const auto& sp : preempted_)
-      KV_CHECK(sp->kv.blocks.empty() && sp->kv.num_slots == 0 && sp->num_computed_tokens == 0,
-               "preempted sequence " << sp->id << " still holds KV");
+      DUET_CHECK_OR_RETURN(sp->kv.blocks.empty() && sp->kv.num_slots == 0 && sp->num_computed_tokens == 0,
+                           "preempted sequence " << sp->id << " still holds KV");
 
     // Reference counts: exactly the table entries naming the block.
     std::fill(holders_.begin(), holders_.end(), 0);
@@ -608,24 +608,24 @@ class KvModel {
     std::int64_t filled = 0;
     for (BlockId b = 0; b < nb; ++b) {
       const Block& blk = pool.block(b);
-      KV_CHECK(blk.ref_count == holders_[std::size_t(b)], "block " << b << " has ref_count " << blk.ref_count
-                                                                   << " but " << holders_[std::size_t(b)]
-                                                                   << " holders");
+      DUET_CHECK_OR_RETURN(blk.ref_count == holders_[std::size_t(b)],
+                           "block " << b << " has ref_count " << blk.ref_count << " but "
+                                    << holders_[std::size_t(b)] << " holders");
       if (blk.ref_count > 0) {
         ++used;
         filled += fill[std::size_t(b)];
       }
       cached += blk.cached;
     }
-    KV_CHECK(pool.num_free() + used == nb,
-             "num_free " << pool.num_free() << " + used " << used << " != " << nb);
+    DUET_CHECK_OR_RETURN(pool.num_free() + used == nb,
+                         "num_free " << pool.num_free() << " + used " << used << " != " << nb);
     const KvUsage u = kv_.usage();
-    KV_CHECK(
+    DUET_CHECK_OR_RETURN(
         u.total_blocks == nb && u.used_blocks == used && u.cached_blocks == cached && u.block_size == bs_,
         "usage() reports " << u.used_blocks << " used / " << u.cached_blocks << " cached, expected " << used
                            << " / " << cached);
-    KV_CHECK(u.filled_tokens == filled,
-             "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
+    DUET_CHECK_OR_RETURN(u.filled_tokens == filled,
+                         "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
 
     // The eviction order: every free block once, nothing else; priorities ascending; blocks
     // holding nothing worth keeping ahead of every cached one.
@@ -635,17 +635,18 @@ class KvModel {
     bool cached_seen = false;
     for (BlockId b : order) {
       const Block& blk = pool.block(b);
-      KV_CHECK(!seen[std::size_t(b)], "block " << b << " twice in the eviction order");
+      DUET_CHECK_OR_RETURN(!seen[std::size_t(b)], "block " << b << " twice in the eviction order");
       seen[std::size_t(b)] = 1;
-      KV_CHECK(blk.ref_count == 0, "block " << b << " in the eviction order is held");
+      DUET_CHECK_OR_RETURN(blk.ref_count == 0, "block " << b << " in the eviction order is held");
       const int key = blk.cached ? blk.priority : 0;
-      KV_CHECK(key >= last_key, "eviction order not by priority at block " << b);
+      DUET_CHECK_OR_RETURN(key >= last_key, "eviction order not by priority at block " << b);
       last_key = key;
-      KV_CHECK(blk.cached || !cached_seen, "uncached free block " << b << " queued behind a cached one");
+      DUET_CHECK_OR_RETURN(blk.cached || !cached_seen,
+                           "uncached free block " << b << " queued behind a cached one");
       cached_seen |= blk.cached;
     }
-    KV_CHECK(int(order.size()) == nb - used,
-             "eviction order has " << order.size() << " blocks, " << nb - used << " free");
+    DUET_CHECK_OR_RETURN(int(order.size()) == nb - used,
+                         "eviction order has " << order.size() << " blocks, " << nb - used << " free");
     try {
       pool.check_consistency();
     } catch (const std::exception& ex) {
@@ -655,43 +656,46 @@ class KvModel {
     // Cached blocks store the last block of the prefix the model says they stand for, and the
     // parent link (while live) names the block of the prefix one block shorter. By induction
     // along the links this is the walk from each block back to the root.
-    KV_CHECK(int(cached_.size()) == cached,
-             "model knows " << cached_.size() << " cached blocks, pool " << cached);
+    DUET_CHECK_OR_RETURN(int(cached_.size()) == cached,
+                         "model knows " << cached_.size() << " cached blocks, pool " << cached);
     for (const auto& [b, entry] : cached_) {
       const Block& blk = pool.block(b);
-      KV_CHECK(blk.cached, "block " << b << " in the model is not cached");
+      DUET_CHECK_OR_RETURN(blk.cached, "block " << b << " in the model is not cached");
       const std::size_t len = entry.tokens.size();
-      KV_CHECK(len >= std::size_t(bs_) && len % std::size_t(bs_) == 0,
-               "cached prefix of block " << b << " has length " << len);
+      DUET_CHECK_OR_RETURN(len >= std::size_t(bs_) && len % std::size_t(bs_) == 0,
+                           "cached prefix of block " << b << " has length " << len);
       const auto stored = pool.stored_tokens(b);
-      KV_CHECK(std::equal(stored.begin(), stored.end(), entry.tokens.end() - bs_),
-               "block " << b << " stores tokens other than the last block of its prefix");
-      KV_CHECK(std::equal(stored.begin(), stored.end(), content_[std::size_t(b)].begin()),
-               "cached block " << b << " holds KV other than its stored tokens (written after caching?)");
+      DUET_CHECK_OR_RETURN(std::equal(stored.begin(), stored.end(), entry.tokens.end() - bs_),
+                           "block " << b << " stores tokens other than the last block of its prefix");
+      DUET_CHECK_OR_RETURN(
+          std::equal(stored.begin(), stored.end(), content_[std::size_t(b)].begin()),
+          "cached block " << b << " holds KV other than its stored tokens (written after caching?)");
       const BlockRef parent = blk.parent;
       if (parent.id == kNoBlock) {
-        KV_CHECK(len == std::size_t(bs_),
-                 "root block " << b << " stands for a prefix of " << len << " tokens");
+        DUET_CHECK_OR_RETURN(len == std::size_t(bs_),
+                             "root block " << b << " stands for a prefix of " << len << " tokens");
       } else {
-        KV_CHECK(len > std::size_t(bs_), "block " << b << " stands for a one-block prefix but has a parent");
+        DUET_CHECK_OR_RETURN(len > std::size_t(bs_),
+                             "block " << b << " stands for a one-block prefix but has a parent");
         const Block& pb = pool.block(parent.id);
         if (pb.cached && pb.generation == parent.generation) {
           const auto pit = cached_.find(parent.id);
-          KV_CHECK(pit != cached_.end() && pit->second.tokens.size() == len - std::size_t(bs_) &&
-                       pit->second.fp == entry.parent_fp,
-                   "block " << b << "'s parent " << parent.id << " stands for a different prefix");
+          DUET_CHECK_OR_RETURN(
+              pit != cached_.end() && pit->second.tokens.size() == len - std::size_t(bs_) &&
+                  pit->second.fp == entry.parent_fp,
+              "block " << b << "'s parent " << parent.id << " stands for a different prefix");
         }
       }
     }
 
     const KvCounters k = kv_.counters();
-    KV_CHECK(k.cow_copies == copies_taken_,
-             "cow_copies " << k.cow_copies << " but " << copies_taken_ << " copies taken");
-    KV_CHECK(k.query_tokens == expected_query_tokens_ && k.hit_tokens == expected_hit_tokens_,
-             "query/hit tokens " << k.query_tokens << "/" << k.hit_tokens << ", expected "
-                                 << expected_query_tokens_ << "/" << expected_hit_tokens_);
-    KV_CHECK(k.evictions == evictions_seen_,
-             "evictions " << k.evictions << " but " << evictions_seen_ << " seen");
+    DUET_CHECK_OR_RETURN(k.cow_copies == copies_taken_,
+                         "cow_copies " << k.cow_copies << " but " << copies_taken_ << " copies taken");
+    DUET_CHECK_OR_RETURN(k.query_tokens == expected_query_tokens_ && k.hit_tokens == expected_hit_tokens_,
+                         "query/hit tokens " << k.query_tokens << "/" << k.hit_tokens << ", expected "
+                                             << expected_query_tokens_ << "/" << expected_hit_tokens_);
+    DUET_CHECK_OR_RETURN(k.evictions == evictions_seen_,
+                         "evictions " << k.evictions << " but " << evictions_seen_ << " seen");
     return "";
   }
 

@@ -19,19 +19,10 @@
 #include "core/engine.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/naive_allocator.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
-
-// Ends the enclosing check function with a message; the caller adds the seed and step index.
-#define SCHED_CHECK(cond, msg)                                                      \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::ostringstream sched_os_;                                                 \
-      sched_os_ << msg; /* NOLINT(bugprone-macro-parentheses): msg is a << chain */ \
-      return sched_os_.str();                                                       \
-    }                                                                               \
-  } while (0)
 
 constexpr TokenId kVocab = 4;      // small, so that prompts share blocks and preempted
                                    // sequences resume from the prefix cache
@@ -161,15 +152,17 @@ class SchedulerRun {
       // Progress: running_[0] (or the admitted head) computes at least one token every step and
       // is never a victim while others run, so no step is empty and the run needs at most one
       // step per token that has to be computed.
-      SCHED_CHECK(!out.batch.empty(), where << "empty batch while work is pending ("
-                                            << engine_->scheduler().num_waiting() << " waiting, "
-                                            << engine_->scheduler().num_running() << " running)");
-      SCHED_CHECK(stats_.steps <= step_cap_, where << "more steps than tokens to compute: no progress");
+      DUET_CHECK_OR_RETURN(!out.batch.empty(), where << "empty batch while work is pending ("
+                                                     << engine_->scheduler().num_waiting() << " waiting, "
+                                                     << engine_->scheduler().num_running() << " running)");
+      DUET_CHECK_OR_RETURN(stats_.steps <= step_cap_,
+                           where << "more steps than tokens to compute: no progress");
       if (std::string err = after_step(out); !err.empty()) return where + err;
     }
-    SCHED_CHECK(live_.empty(), live_.size() << " sequences never finished");
+    DUET_CHECK_OR_RETURN(live_.empty(), live_.size() << " sequences never finished");
     if (paged_) {
-      SCHED_CHECK(paged_->pool().num_free() == paged_->pool().num_blocks(), "blocks still held at the end");
+      DUET_CHECK_OR_RETURN(paged_->pool().num_free() == paged_->pool().num_blocks(),
+                           "blocks still held at the end");
       stats_.hit_tokens = paged_->counters().hit_tokens;
     }
     stats_.preemptions = engine_->scheduler().num_preemptions();
@@ -246,11 +239,11 @@ class SchedulerRun {
     const SchedulerConfig& cfg = c_.config;
     const Scheduler& sched = engine_->scheduler();
     const int bs = engine_->kv().block_size();
-    SCHED_CHECK(b.num_tokens() <= cfg.max_num_batched_tokens,
-                "batch of " << b.num_tokens() << " tokens over max_num_batched_tokens "
-                            << cfg.max_num_batched_tokens);
-    SCHED_CHECK(sched.num_running() <= std::size_t(cfg.max_num_seqs),
-                sched.num_running() << " running sequences over max_num_seqs " << cfg.max_num_seqs);
+    DUET_CHECK_OR_RETURN(b.num_tokens() <= cfg.max_num_batched_tokens,
+                         "batch of " << b.num_tokens() << " tokens over max_num_batched_tokens "
+                                     << cfg.max_num_batched_tokens);
+    DUET_CHECK_OR_RETURN(sched.num_running() <= std::size_t(cfg.max_num_seqs),
+                         sched.num_running() << " running sequences over max_num_seqs " << cfg.max_num_seqs);
     int prefill = 0, decode = 0;
     bool admitted = false;
     std::vector<SeqId> ids;
@@ -260,77 +253,83 @@ class SchedulerRun {
       ids.push_back(s.id);
       (item.is_decode ? decode : prefill) += item.num_new_tokens;
       const int end = item.context_len + item.num_new_tokens;
-      SCHED_CHECK(s.status == SeqStatus::Running, "sequence " << s.id << " in the batch is not running");
-      SCHED_CHECK(item.num_new_tokens >= 1 && end <= s.num_tokens(),
-                  "sequence " << s.id << " scheduled for [" << item.context_len << ", " << end << ") of "
-                              << s.num_tokens() << " tokens");
-      SCHED_CHECK(item.context_len == s.num_computed_tokens,
-                  "sequence " << s.id << ": context_len " << item.context_len << " but "
-                              << s.num_computed_tokens << " computed");
+      DUET_CHECK_OR_RETURN(s.status == SeqStatus::Running,
+                           "sequence " << s.id << " in the batch is not running");
+      DUET_CHECK_OR_RETURN(item.num_new_tokens >= 1 && end <= s.num_tokens(),
+                           "sequence " << s.id << " scheduled for [" << item.context_len << ", " << end
+                                       << ") of " << s.num_tokens() << " tokens");
+      DUET_CHECK_OR_RETURN(item.context_len == s.num_computed_tokens,
+                           "sequence " << s.id << ": context_len " << item.context_len << " but "
+                                       << s.num_computed_tokens << " computed");
       if (was.status == SeqStatus::Running) {
-        SCHED_CHECK(item.context_len == was.computed, "running sequence "
-                                                          << s.id << " resumes at " << item.context_len
-                                                          << " after computing " << was.computed);
+        DUET_CHECK_OR_RETURN(item.context_len == was.computed,
+                             "running sequence " << s.id << " resumes at " << item.context_len
+                                                 << " after computing " << was.computed);
       } else {
         // An admission starts after its prefix hit: whole blocks, never the last token.
         admitted = true;
-        SCHED_CHECK(was.status == SeqStatus::Waiting && was.computed == 0,
-                    "admitted sequence " << s.id << " was not waiting empty-handed");
-        SCHED_CHECK(item.context_len % bs == 0 && item.context_len <= s.num_tokens() - 1 &&
-                        (item.context_len == 0 || (paged_ && c_.prefix_caching)),
-                    "sequence " << s.id << " admitted at context_len " << item.context_len);
+        DUET_CHECK_OR_RETURN(was.status == SeqStatus::Waiting && was.computed == 0,
+                             "admitted sequence " << s.id << " was not waiting empty-handed");
+        DUET_CHECK_OR_RETURN(item.context_len % bs == 0 && item.context_len <= s.num_tokens() - 1 &&
+                                 (item.context_len == 0 || (paged_ && c_.prefix_caching)),
+                             "sequence " << s.id << " admitted at context_len " << item.context_len);
       }
       // The block table covers every slot the step writes.
-      SCHED_CHECK(s.kv.blocks.size() * std::size_t(bs) >= std::size_t(end) && s.kv.num_slots == end,
-                  "sequence " << s.id << " has " << s.kv.blocks.size() << " blocks (" << s.kv.num_slots
-                              << " slots) for " << end << " tokens");
+      DUET_CHECK_OR_RETURN(s.kv.blocks.size() * std::size_t(bs) >= std::size_t(end) && s.kv.num_slots == end,
+                           "sequence " << s.id << " has " << s.kv.blocks.size() << " blocks ("
+                                       << s.kv.num_slots << " slots) for " << end << " tokens");
       if (!cfg.enable_chunked_prefill)
-        SCHED_CHECK(end == s.num_tokens(),
-                    "chunked prefill is off but sequence " << s.id << " got a partial chunk");
+        DUET_CHECK_OR_RETURN(end == s.num_tokens(),
+                             "chunked prefill is off but sequence " << s.id << " got a partial chunk");
       // What the executor must produce for it.
       if (s.kind == SeqKind::Generate) {
-        SCHED_CHECK((item.want == Want::Sample) == (end == s.num_tokens()) && item.want != Want::Score,
-                    "generate sequence " << s.id << " has the wrong want");
-        SCHED_CHECK(item.is_decode == (item.num_new_tokens == 1 && item.context_len >= s.num_prompt_tokens),
-                    "sequence " << s.id << " is_decode wrong");
+        DUET_CHECK_OR_RETURN(
+            (item.want == Want::Sample) == (end == s.num_tokens()) && item.want != Want::Score,
+            "generate sequence " << s.id << " has the wrong want");
+        DUET_CHECK_OR_RETURN(
+            item.is_decode == (item.num_new_tokens == 1 && item.context_len >= s.num_prompt_tokens),
+            "sequence " << s.id << " is_decode wrong");
       } else {
-        SCHED_CHECK((item.want == Want::Score) == !due_positions(item).empty() && !item.is_decode,
-                    "score sequence " << s.id << " has the wrong want");
+        DUET_CHECK_OR_RETURN((item.want == Want::Score) == !due_positions(item).empty() && !item.is_decode,
+                             "score sequence " << s.id << " has the wrong want");
         // Every position whose logits are still needed lies ahead of the context: a prefix hit
         // (or anything else) that skipped one would leave it unscored for good.
         const std::size_t scored = std::min(s.scores.size(), s.score_positions.size());
-        SCHED_CHECK(scored == s.score_positions.size() || s.score_positions[scored] >= item.context_len,
-                    "score sequence " << s.id << " resumes at " << item.context_len
-                                      << " past unscored position " << s.score_positions[scored]
-                                      << " (prefix hit " << s.num_cached_prompt_tokens << ")");
+        DUET_CHECK_OR_RETURN(
+            scored == s.score_positions.size() || s.score_positions[scored] >= item.context_len,
+            "score sequence " << s.id << " resumes at " << item.context_len << " past unscored position "
+                              << s.score_positions[scored] << " (prefix hit " << s.num_cached_prompt_tokens
+                              << ")");
       }
       // First admissions follow arrival order (FCFS); a re-admission after preemption may not.
       if (std::isnan(first_scheduled_[s.id])) {
-        SCHED_CHECK(s.num_preemptions == 0, "sequence " << s.id << " preempted before it was ever scheduled");
-        SCHED_CHECK(std::int64_t(s.arrival_order) > last_first_admitted_,
-                    "sequence " << s.id << " (arrival " << s.arrival_order
-                                << ") first scheduled after arrival " << last_first_admitted_);
+        DUET_CHECK_OR_RETURN(s.num_preemptions == 0,
+                             "sequence " << s.id << " preempted before it was ever scheduled");
+        DUET_CHECK_OR_RETURN(std::int64_t(s.arrival_order) > last_first_admitted_,
+                             "sequence " << s.id << " (arrival " << s.arrival_order
+                                         << ") first scheduled after arrival " << last_first_admitted_);
         last_first_admitted_ = std::int64_t(s.arrival_order);
         first_scheduled_[s.id] = double(stats_.steps);
       }
     }
-    SCHED_CHECK(prefill == b.num_prefill_tokens && decode == b.num_decode_tokens,
-                "batch token counts " << b.num_prefill_tokens << "+" << b.num_decode_tokens
-                                      << " but items add up to " << prefill << "+" << decode);
+    DUET_CHECK_OR_RETURN(prefill == b.num_prefill_tokens && decode == b.num_decode_tokens,
+                         "batch token counts " << b.num_prefill_tokens << "+" << b.num_decode_tokens
+                                               << " but items add up to " << prefill << "+" << decode);
     std::sort(ids.begin(), ids.end());
-    SCHED_CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
-                "a sequence appears twice in the batch");
+    DUET_CHECK_OR_RETURN(std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
+                         "a sequence appears twice in the batch");
 
     for (const Sequence* p : b.preempted) {
-      SCHED_CHECK(!std::binary_search(ids.begin(), ids.end(), p->id),
-                  "preempted sequence " << p->id << " is in the batch");
-      SCHED_CHECK(before_[p->id].status == SeqStatus::Running,
-                  "preempted sequence " << p->id << " was not running");
-      SCHED_CHECK(p->status == SeqStatus::Waiting && p->num_computed_tokens == 0 && p->kv.blocks.empty(),
-                  "preempted sequence " << p->id << " keeps its state");
+      DUET_CHECK_OR_RETURN(!std::binary_search(ids.begin(), ids.end(), p->id),
+                           "preempted sequence " << p->id << " is in the batch");
+      DUET_CHECK_OR_RETURN(before_[p->id].status == SeqStatus::Running,
+                           "preempted sequence " << p->id << " was not running");
+      DUET_CHECK_OR_RETURN(
+          p->status == SeqStatus::Waiting && p->num_computed_tokens == 0 && p->kv.blocks.empty(),
+          "preempted sequence " << p->id << " keeps its state");
     }
-    SCHED_CHECK(b.preempted.empty() || !admitted, "admissions in a step that preempted");
-    SCHED_CHECK(b.copies.empty(), "copies queued without any fork");
+    DUET_CHECK_OR_RETURN(b.preempted.empty() || !admitted, "admissions in a step that preempted");
+    DUET_CHECK_OR_RETURN(b.copies.empty(), "copies queued without any fork");
     return check_kv();
   }
 
@@ -353,25 +352,25 @@ class SchedulerRun {
       }
       int used = 0;
       for (BlockId b = 0; b < nb; ++b) {
-        SCHED_CHECK(pool.block(b).ref_count == holders[std::size_t(b)],
-                    "block " << b << " has ref_count " << pool.block(b).ref_count << " but "
-                             << holders[std::size_t(b)] << " holders");
+        DUET_CHECK_OR_RETURN(pool.block(b).ref_count == holders[std::size_t(b)],
+                             "block " << b << " has ref_count " << pool.block(b).ref_count << " but "
+                                      << holders[std::size_t(b)] << " holders");
         if (holders[std::size_t(b)] > 0) {
           ++used;
           filled += fill[std::size_t(b)];
         }
       }
-      SCHED_CHECK(pool.num_free() + used == nb && u.used_blocks == used,
-                  "num_free " << pool.num_free() << ", usage " << u.used_blocks << ", counted " << used
-                              << " of " << nb);
+      DUET_CHECK_OR_RETURN(pool.num_free() + used == nb && u.used_blocks == used,
+                           "num_free " << pool.num_free() << ", usage " << u.used_blocks << ", counted "
+                                       << used << " of " << nb);
       const std::vector<BlockId> order = pool.eviction_order();
       std::vector<char> seen(std::size_t(nb), 0);
       for (BlockId b : order) {
-        SCHED_CHECK(!seen[std::size_t(b)] && holders[std::size_t(b)] == 0,
-                    "eviction order lists block " << b << " wrongly");
+        DUET_CHECK_OR_RETURN(!seen[std::size_t(b)] && holders[std::size_t(b)] == 0,
+                             "eviction order lists block " << b << " wrongly");
         seen[std::size_t(b)] = 1;
       }
-      SCHED_CHECK(int(order.size()) == nb - used, "eviction order misses free blocks");
+      DUET_CHECK_OR_RETURN(int(order.size()) == nb - used, "eviction order misses free blocks");
       try {
         pool.check_consistency();
       } catch (const std::exception& ex) {
@@ -383,60 +382,64 @@ class SchedulerRun {
       int regions = 0;
       for (const Sequence* s : live_) {
         if (s->kv.naive_region < 0) {
-          SCHED_CHECK(s->kv.blocks.empty(), "sequence " << s->id << " has blocks but no region");
+          DUET_CHECK_OR_RETURN(s->kv.blocks.empty(), "sequence " << s->id << " has blocks but no region");
           continue;
         }
-        SCHED_CHECK(!region_taken[std::size_t(s->kv.naive_region)],
-                    "region " << s->kv.naive_region << " given twice");
+        DUET_CHECK_OR_RETURN(!region_taken[std::size_t(s->kv.naive_region)],
+                             "region " << s->kv.naive_region << " given twice");
         region_taken[std::size_t(s->kv.naive_region)] = 1;
         ++regions;
         for (std::size_t i = 0; i < s->kv.blocks.size(); ++i)
-          SCHED_CHECK(s->kv.blocks[i] == s->kv.naive_region * naive_->blocks_per_region() + BlockId(i),
-                      "sequence " << s->id << "'s blocks are not its region");
+          DUET_CHECK_OR_RETURN(
+              s->kv.blocks[i] == s->kv.naive_region * naive_->blocks_per_region() + BlockId(i),
+              "sequence " << s->id << "'s blocks are not its region");
         filled += s->kv.num_slots;
       }
-      SCHED_CHECK(naive_->num_regions() - naive_->free_regions() == regions &&
-                      u.used_blocks == regions * naive_->blocks_per_region(),
-                  regions << " regions held but the allocator counts "
-                          << naive_->num_regions() - naive_->free_regions());
+      DUET_CHECK_OR_RETURN(naive_->num_regions() - naive_->free_regions() == regions &&
+                               u.used_blocks == regions * naive_->blocks_per_region(),
+                           regions << " regions held but the allocator counts "
+                                   << naive_->num_regions() - naive_->free_regions());
     }
-    SCHED_CHECK(u.filled_tokens == filled,
-                "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
+    DUET_CHECK_OR_RETURN(u.filled_tokens == filled,
+                         "usage().filled_tokens " << u.filled_tokens << ", expected " << filled);
     return "";
   }
 
   std::string after_step(const StepOutcome& out) {
     for (Sequence* s : out.finished) {
       const Expect& e = expect_[s->id];
-      SCHED_CHECK(s->finished() && s->kv.blocks.empty(), "finished sequence " << s->id << " keeps its KV");
+      DUET_CHECK_OR_RETURN(s->finished() && s->kv.blocks.empty(),
+                           "finished sequence " << s->id << " keeps its KV");
       if (e.kind == SeqKind::Generate) {
         const int n = s->num_output_tokens();
-        SCHED_CHECK(s->num_computed_tokens == s->num_tokens() - 1,
-                    "sequence " << s->id << " finished uncomputed");
+        DUET_CHECK_OR_RETURN(s->num_computed_tokens == s->num_tokens() - 1,
+                             "sequence " << s->id << " finished uncomputed");
         if (e.ignore_eos) {
-          SCHED_CHECK(s->finish_reason == FinishReason::Length && n == e.max_tokens,
-                      "sequence " << s->id << " with ignore_eos finished with " << n << " of " << e.max_tokens
-                                  << " tokens");
+          DUET_CHECK_OR_RETURN(s->finish_reason == FinishReason::Length && n == e.max_tokens,
+                               "sequence " << s->id << " with ignore_eos finished with " << n << " of "
+                                           << e.max_tokens << " tokens");
         } else {
           const bool stopped =
               s->finish_reason == FinishReason::Stop && s->tokens.back() == kStopToken && n <= e.max_tokens;
           const bool length = s->finish_reason == FinishReason::Length && n == e.max_tokens;
-          SCHED_CHECK(stopped || length, "sequence " << s->id << " finished wrongly with " << n << " tokens");
+          DUET_CHECK_OR_RETURN(stopped || length,
+                               "sequence " << s->id << " finished wrongly with " << n << " tokens");
           // No stop token before the last one.
-          SCHED_CHECK(std::count(s->tokens.begin() + e.prompt, s->tokens.end() - 1, kStopToken) == 0,
-                      "sequence " << s->id << " generated past a stop token");
+          DUET_CHECK_OR_RETURN(std::count(s->tokens.begin() + e.prompt, s->tokens.end() - 1, kStopToken) == 0,
+                               "sequence " << s->id << " generated past a stop token");
         }
       } else {
-        SCHED_CHECK(s->finish_reason == FinishReason::Scored && s->num_computed_tokens == s->num_tokens(),
-                    "score sequence " << s->id << " finished wrongly");
+        DUET_CHECK_OR_RETURN(
+            s->finish_reason == FinishReason::Scored && s->num_computed_tokens == s->num_tokens(),
+            "score sequence " << s->id << " finished wrongly");
         std::vector<float> want(e.score_positions.begin(), e.score_positions.end());
         // One score per position, in position order, however often it was preempted or hit.
-        SCHED_CHECK(s->scores == want, "score sequence " << s->id << " got " << s->scores.size()
-                                                         << " scores for " << want.size() << " positions ("
-                                                         << str(want) << " <- " << str(s->scores) << "; "
-                                                         << s->num_tokens() << " tokens, prefix hit "
-                                                         << s->num_cached_prompt_tokens << ", preempted "
-                                                         << s->num_preemptions << " times)");
+        DUET_CHECK_OR_RETURN(s->scores == want, "score sequence "
+                                                    << s->id << " got " << s->scores.size() << " scores for "
+                                                    << want.size() << " positions (" << str(want) << " <- "
+                                                    << str(s->scores) << "; " << s->num_tokens()
+                                                    << " tokens, prefix hit " << s->num_cached_prompt_tokens
+                                                    << ", preempted " << s->num_preemptions << " times)");
       }
       std::erase(live_, s);
       engine_->release(s->id);  // at once, as Runtime::handle does
@@ -446,16 +449,17 @@ class SchedulerRun {
     for (const Sequence* s : live_) {
       waiting += s->status == SeqStatus::Waiting;
       running += s->status == SeqStatus::Running;
-      SCHED_CHECK(s->status != SeqStatus::Waiting || (s->kv.blocks.empty() && s->num_computed_tokens == 0),
-                  "waiting sequence " << s->id << " holds KV");
-      SCHED_CHECK(s->status != SeqStatus::Running || s->kv.num_slots == s->num_computed_tokens,
-                  "running sequence " << s->id << " covers " << s->kv.num_slots << " slots after computing "
-                                      << s->num_computed_tokens);
+      DUET_CHECK_OR_RETURN(
+          s->status != SeqStatus::Waiting || (s->kv.blocks.empty() && s->num_computed_tokens == 0),
+          "waiting sequence " << s->id << " holds KV");
+      DUET_CHECK_OR_RETURN(s->status != SeqStatus::Running || s->kv.num_slots == s->num_computed_tokens,
+                           "running sequence " << s->id << " covers " << s->kv.num_slots
+                                               << " slots after computing " << s->num_computed_tokens);
     }
     const Scheduler& sched = engine_->scheduler();
-    SCHED_CHECK(sched.num_waiting() == waiting && sched.num_running() == running,
-                "scheduler counts " << sched.num_waiting() << " waiting / " << sched.num_running()
-                                    << " running, sequences " << waiting << " / " << running);
+    DUET_CHECK_OR_RETURN(sched.num_waiting() == waiting && sched.num_running() == running,
+                         "scheduler counts " << sched.num_waiting() << " waiting / " << sched.num_running()
+                                             << " running, sequences " << waiting << " / " << running);
     return check_kv();
   }
 

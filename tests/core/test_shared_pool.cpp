@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
@@ -153,15 +154,6 @@ TEST(SharedPool, AOneTenantPoolWithoutLimitsIsAPrivatePool) {
 
 // --- property tests ----------------------------------------------------------------------------
 
-#define POOL_CHECK(cond, msg) \
-  do {                        \
-    if (!(cond)) {            \
-      std::ostringstream os_; \
-      os_ << msg;             \
-      return os_.str();       \
-    }                         \
-  } while (0)
-
 struct PoolCase {
   const char* name;
   std::uint64_t seed;
@@ -210,7 +202,8 @@ class SharedPoolModel {
       for (auto& s : live_[t]) kv_[std::size_t(t)]->free(*s);
     live_[0].clear();
     live_[1].clear();
-    POOL_CHECK(pool_->num_free() == pool_->num_blocks(), "pages still in use after freeing everything");
+    DUET_CHECK_OR_RETURN(pool_->num_free() == pool_->num_blocks(),
+                         "pages still in use after freeing everything");
     return "";
   }
 
@@ -294,7 +287,7 @@ class SharedPoolModel {
       try {
         kv.set_limits(l);
       } catch (const Error&) {
-        POOL_CHECK(pool_->limits(t) == before, "refused limits changed the pool");
+        DUET_CHECK_OR_RETURN(pool_->limits(t) == before, "refused limits changed the pool");
       }
     }
     return "";
@@ -304,8 +297,9 @@ class SharedPoolModel {
   std::string replay() {
     for (int t = 0; t < 2; ++t)
       for (const BlockCopy& c : kv_[std::size_t(t)]->take_copies()) {
-        POOL_CHECK(pool_->block(c.src).tenant == t && pool_->block(c.dst).tenant == t,
-                   "model " << t << " copies page " << c.src << " -> " << c.dst << " of another model");
+        DUET_CHECK_OR_RETURN(
+            pool_->block(c.src).tenant == t && pool_->block(c.dst).tenant == t,
+            "model " << t << " copies page " << c.src << " -> " << c.dst << " of another model");
         content_[std::size_t(c.dst)] = content_[std::size_t(c.src)];
       }
     for (const Write& w : writes_) {
@@ -326,37 +320,39 @@ class SharedPoolModel {
         const int bs = c_.bs[m];
         for (std::size_t i = 0; i < s->kv.blocks.size(); ++i) {
           const BlockId b = s->kv.blocks[i];
-          POOL_CHECK(owner[std::size_t(b)] == -1 || owner[std::size_t(b)] == m,
-                     "page " << b << " is in tables of both models");
-          POOL_CHECK(pool_->block(b).tenant == m,
-                     "model " << m << " holds page " << b << " of another model");
+          DUET_CHECK_OR_RETURN(owner[std::size_t(b)] == -1 || owner[std::size_t(b)] == m,
+                               "page " << b << " is in tables of both models");
+          DUET_CHECK_OR_RETURN(pool_->block(b).tenant == m,
+                               "model " << m << " holds page " << b << " of another model");
           if (holders[std::size_t(b)]++ == 0) ++held[m];
           owner[std::size_t(b)] = m;
           const int slots = std::min(bs, s->kv.num_slots - int(i) * bs);
           for (int j = 0; j < slots; ++j) {
             const Slot want{m, s->tokens[i * std::size_t(bs) + std::size_t(j)]};
-            POOL_CHECK(content_[std::size_t(b)][std::size_t(j)] == want,
-                       "model " << m << " sequence " << s->id << " reads page " << b << " slot " << j
-                                << " written by model " << content_[std::size_t(b)][std::size_t(j)].tenant
-                                << " (token " << content_[std::size_t(b)][std::size_t(j)].token << ")");
+            DUET_CHECK_OR_RETURN(content_[std::size_t(b)][std::size_t(j)] == want,
+                                 "model " << m << " sequence " << s->id << " reads page " << b << " slot "
+                                          << j << " written by model "
+                                          << content_[std::size_t(b)][std::size_t(j)].tenant << " (token "
+                                          << content_[std::size_t(b)][std::size_t(j)].token << ")");
           }
         }
       }
     for (BlockId b = 0; b < c_.pages; ++b)
-      POOL_CHECK(pool_->block(b).ref_count == holders[std::size_t(b)], "page " << b << " ref count is off");
+      DUET_CHECK_OR_RETURN(pool_->block(b).ref_count == holders[std::size_t(b)],
+                           "page " << b << " ref count is off");
     // Pages per model sum to the total.
-    POOL_CHECK(held[0] == pool_->tenant_used(0) && held[1] == pool_->tenant_used(1),
-               "used pages " << pool_->tenant_used(0) << "/" << pool_->tenant_used(1) << ", tables hold "
-                             << held[0] << "/" << held[1]);
-    POOL_CHECK(held[0] + held[1] + pool_->num_free() == c_.pages,
-               "pages per model and free pages do not sum to " << c_.pages);
+    DUET_CHECK_OR_RETURN(held[0] == pool_->tenant_used(0) && held[1] == pool_->tenant_used(1),
+                         "used pages " << pool_->tenant_used(0) << "/" << pool_->tenant_used(1)
+                                       << ", tables hold " << held[0] << "/" << held[1]);
+    DUET_CHECK_OR_RETURN(held[0] + held[1] + pool_->num_free() == c_.pages,
+                         "pages per model and free pages do not sum to " << c_.pages);
     // A model that grew stayed within its ceiling and left the other's floor within its reach.
     for (int m = 0; m < 2; ++m) {
       if (held[m] <= used0[std::size_t(m)]) continue;
-      POOL_CHECK(held[m] <= pool_->limits(m).max_blocks, "model " << m << " grew past its ceiling");
+      DUET_CHECK_OR_RETURN(held[m] <= pool_->limits(m).max_blocks, "model " << m << " grew past its ceiling");
       const int o = 1 - m;
-      POOL_CHECK(pool_->num_free() >= std::max(0, pool_->limits(o).min_blocks - held[o]),
-                 "model " << m << " took pages that model " << o << "'s floor reserves");
+      DUET_CHECK_OR_RETURN(pool_->num_free() >= std::max(0, pool_->limits(o).min_blocks - held[o]),
+                           "model " << m << " took pages that model " << o << "'s floor reserves");
     }
     for (BlockId b = 0; b < c_.pages; ++b) {
       const int m = owner[std::size_t(b)];
@@ -366,7 +362,7 @@ class SharedPoolModel {
     }
     for (int m = 0; m < 2; ++m) {
       const KvUsage u = kv_[std::size_t(m)]->usage();
-      POOL_CHECK(
+      DUET_CHECK_OR_RETURN(
           u.used_blocks == held[m] && u.free_blocks() == pool_->available(m) && u.total_blocks == c_.pages,
           "usage of model " << m << " disagrees with the pool");
     }

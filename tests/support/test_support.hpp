@@ -7,12 +7,25 @@
 #include <cstdint>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/sequence.hpp"
+
+// For property tests' check functions, which return "" when every invariant holds: ends the
+// enclosing function with the message `msg` (a << chain, e.g. "block " << b << " lost") when `cond`
+// fails. The caller adds the seed and the operation index.
+#define DUET_CHECK_OR_RETURN(cond, msg)                                             \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::ostringstream check_os_;                                                 \
+      check_os_ << msg; /* NOLINT(bugprone-macro-parentheses): msg is a << chain */ \
+      return check_os_.str();                                                       \
+    }                                                                               \
+  } while (0)
 
 namespace duet::test_support {
 
