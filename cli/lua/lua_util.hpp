@@ -97,6 +97,8 @@ inline void set_string(lua_State* L, const char* key, const char* v) {
 
 // Runs a C++ body for a Lua C function. C++ errors become Lua errors only after every C++ object
 // of the body is destroyed: lua_error unwinds with longjmp, which must never skip a destructor.
+// That holds for the caller's frame too: a Lua C function that calls guarded() keeps its arguments
+// as Lua's strings (const char* from luaL_checkstring), never in a std::string declared outside body.
 template <typename F>
 int guarded(lua_State* L, F&& body) {
   bool failed = false;
