@@ -19,6 +19,7 @@
 #include "core/engine.hpp"
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/kv_layout.hpp"
 #include "core/output_script.hpp"
 
 namespace duet {
@@ -158,46 +159,66 @@ struct Row {
 };
 
 struct Rig {
+  // The model alone, on its own pool of num_blocks blocks of 4 tokens.
   Rig(const ModelSpec& spec, int num_blocks, int max_batched_tokens, CpuExecutorOptions options = {})
-      : weights(random_weights(spec)),
-        exec(weights, num_blocks, kBlockSize, options),
-        engine("llm", {.max_num_seqs = 8, .max_num_batched_tokens = max_batched_tokens, .max_model_len = 256},
-               std::make_unique<KvCacheManager>(KvCacheConfig{num_blocks, kBlockSize, true}), exec) {}
+      : Rig(spec, std::make_unique<KvCacheManager>(KvCacheConfig{num_blocks, 4, true}), num_blocks, 4,
+            max_batched_tokens, options, {}) {}
+  // One tenant of a shared pool: its pages are the pool's, its KV lives in `arena`.
+  Rig(const ModelSpec& spec, const std::shared_ptr<BlockPool>& pool, int tenant, std::span<float> arena,
+      int max_batched_tokens, std::uint64_t weight_seed)
+      : Rig(spec, std::make_unique<KvCacheManager>(pool, tenant, true), pool->num_blocks(),
+            pool->block_size(tenant), max_batched_tokens, {}, arena, weight_seed) {}
+
+  Rig(const ModelSpec& spec, std::unique_ptr<KvCacheManager> kv, int num_blocks, int block_size,
+      int max_batched_tokens, CpuExecutorOptions options, std::span<float> arena,
+      std::uint64_t weight_seed = 7)
+      : block_size(block_size),
+        weights(random_weights(spec, weight_seed)),
+        exec(weights, num_blocks, block_size, options, arena),
+        engine(spec.name,
+               {.max_num_seqs = 8, .max_num_batched_tokens = max_batched_tokens, .max_model_len = 256},
+               std::move(kv), exec) {}
 
   // Steps until idle, keeping every logits row the executor computed.
   void run() {
-    while (engine.has_work()) {
-      const StepOutcome o = engine.step(0.0);
-      if (o.batch.empty()) return ADD_FAILURE() << "stuck: work that cannot be scheduled", void();
-      ++steps;
-      bool decode = false, prefill = false;
-      for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
-        (o.batch.items[i].is_decode ? decode : prefill) = true;
-        const ItemLogits& l = exec.last_logits().at(i);
-        for (std::size_t k = 0; k < l.positions.size(); ++k) {
-          const auto row = l.logits.row(Eigen::Index(k));
-          rows.push_back(
-              {o.batch.items[i].seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
-        }
+    while (engine.has_work())
+      if (!step()) return ADD_FAILURE() << "stuck: work that cannot be scheduled", void();
+  }
+
+  // One engine step; false when nothing could be scheduled.
+  bool step() {
+    const StepOutcome o = engine.step(0.0);
+    if (o.batch.empty()) return false;
+    ++steps;
+    bool decode = false, prefill = false;
+    for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
+      (o.batch.items[i].is_decode ? decode : prefill) = true;
+      const ItemLogits& l = exec.last_logits().at(i);
+      for (std::size_t k = 0; k < l.positions.size(); ++k) {
+        const auto row = l.logits.row(Eigen::Index(k));
+        rows.push_back(
+            {o.batch.items[i].seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
       }
-      mixed_steps += decode && prefill;
-      same_step_hits += count_same_step_hits(o.batch);
-      EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
-      EXPECT_GT(o.result.duration_s, 0.0);
     }
+    mixed_steps += decode && prefill;
+    same_step_hits += count_same_step_hits(o.batch);
+    peak_blocks_used = std::max(peak_blocks_used, engine.kv().usage().used_blocks);
+    EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
+    EXPECT_GT(o.result.duration_s, 0.0);
+    return true;
   }
 
   // Items whose cached context includes a block that another item of the same batch writes: a
   // prefix hit on KV that is computed in the very step that reads it.
-  static int count_same_step_hits(const Batch& batch) {
+  int count_same_step_hits(const Batch& batch) const {
     std::set<BlockId> written;
     for (const BatchItem& it : batch.items)
-      for (int p = it.context_len; p < it.context_len + it.num_new_tokens; p += kBlockSize)
-        if (std::size_t(p / kBlockSize) < it.seq->kv.blocks.size())
-          written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
+      for (int p = it.context_len; p < it.context_len + it.num_new_tokens; p += block_size)
+        if (std::size_t(p / block_size) < it.seq->kv.blocks.size())
+          written.insert(it.seq->kv.blocks[std::size_t(p / block_size)]);
     int hits = 0;
     for (const BatchItem& it : batch.items)
-      for (int b = 0; b < it.context_len / kBlockSize; ++b)
+      for (int b = 0; b < it.context_len / block_size; ++b)
         hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
     return hits;
   }
@@ -212,7 +233,7 @@ struct Rig {
     return engine.add(std::move(s), 0.0);
   }
 
-  static constexpr int kBlockSize = 4;
+  int block_size;
   LlamaWeights weights;
   CpuExecutor exec;
   Engine engine;
@@ -220,6 +241,7 @@ struct Rig {
   int steps = 0;
   int mixed_steps = 0;
   int same_step_hits = 0;
+  std::int32_t peak_blocks_used = 0;
 };
 
 // The tiny test model's vocabulary.
@@ -397,6 +419,99 @@ TEST(CpuExecutor, PreemptedRequestsContinueAsIfNeverPreempted) {
   for (SeqId id = 1; id <= 3; ++id)
     EXPECT_EQ(outputs(*tight->engine.find(id)), outputs(*roomy->engine.find(id))) << "sequence " << id;
   expect_rows_match_reference(*tight);
+}
+
+// --- Two models on one shared pool -------------------------------------------------------------
+
+// A model with twice the tiny model's layers and half its block: its pages have the same bytes
+// (2 x 4 layers x 2 heads x 2 slots x 16 = 2 x 2 x 2 x 4 x 16 floats), so both share one arena.
+ModelSpec deep_spec() {
+  ModelSpec m = tiny_spec();
+  m.name = "deep";
+  m.num_layers = 4;
+  return m;
+}
+
+// Each model's work, the same on a shared pool and alone: three requests (one sampled) that
+// outgrow a tight pool, and a kept parent sharing the first one's prompt, forked three ways.
+void submit_requests(Rig& rig, std::uint64_t seed) {
+  const std::vector<TokenId> prompt = random_tokens(8, seed);
+  for (SeqId id = 1; id <= 3; ++id)
+    rig.add(id, id == 1 ? prompt : random_tokens(8, seed + id), 12,
+            sampling(id == 2 ? 0.9f : 0.0f, seed + id));
+  rig.add(4, concat(prompt, random_tokens(3, seed + 4)), 1).keep_kv = true;
+}
+void fork_parent(Rig& rig, std::uint64_t seed) {
+  for (SeqId id = 10; id < 13; ++id) {
+    Sequence child;
+    child.id = id;
+    child.tokens = random_tokens(2, seed + id);
+    child.sampling = sampling(id == 12 ? 1.0f : 0.0f, seed + id);
+    child.sampling.max_tokens = 4;
+    rig.engine.fork(4, std::move(child), 0.0);
+  }
+  rig.engine.release(4);
+}
+
+// Steps the two engines in turn until both are idle.
+void run_together(Rig& a, Rig& b) {
+  while (a.engine.has_work() || b.engine.has_work()) {
+    const bool stepped_a = a.engine.has_work() && a.step();
+    const bool stepped_b = b.engine.has_work() && b.step();
+    if (!stepped_a && !stepped_b) return ADD_FAILURE() << "stuck: neither engine can schedule", void();
+  }
+}
+
+// The shared pool's correctness checks, for both models on one host arena: every logits row
+// equals the full recompute of its sequence (paged = unpaged), and every sequence draws the same
+// tokens as on a roomy private pool, through prefix hits, copy-on-write forks and preemption,
+// while pages pass from one model to the other.
+TEST(CpuExecutor, TwoModelsOnOneSharedArenaMatchFullRecompute) {
+  constexpr std::int32_t kPages = 24;  // the tiny model alone needs 15 + forks, the deep one 30
+  auto pool = std::make_shared<BlockPool>(kPages, std::vector<PoolTenant>{{"tiny", 0, 4}, {"deep", 1, 2}});
+  ASSERT_EQ(KvLayout::of(tiny_spec(), kPages, 4).page_elems(),
+            KvLayout::of(deep_spec(), kPages, 2).page_elems());
+  std::vector<float> arena(std::size_t(KvLayout::of(tiny_spec(), kPages, 4).total_elems()), 0.0f);
+  Rig tiny(tiny_spec(), pool, 0, arena, 16, 7);
+  Rig deep(deep_spec(), pool, 1, arena, 16, 8);
+  tiny.engine.scheduler().set_pool_peers({&deep.engine.scheduler()});
+  deep.engine.scheduler().set_pool_peers({&tiny.engine.scheduler()});
+  submit_requests(tiny, 100);
+  submit_requests(deep, 200);
+  run_together(tiny, deep);
+  // The parents are released below: their rows are checked now.
+  std::map<SeqId, Eigen::MatrixXd> ref[2] = {expect_rows_match_reference(tiny),
+                                             expect_rows_match_reference(deep)};
+  tiny.rows.clear();
+  deep.rows.clear();
+  fork_parent(tiny, 100);
+  fork_parent(deep, 200);
+  run_together(tiny, deep);
+  ref[0].merge(expect_rows_match_reference(tiny));
+  ref[1].merge(expect_rows_match_reference(deep));
+  pool->check_consistency();
+
+  EXPECT_GT(tiny.engine.scheduler().num_preemptions() + deep.engine.scheduler().num_preemptions(), 0);
+  EXPECT_GT(tiny.peak_blocks_used + deep.peak_blocks_used, kPages) << "pages passed between the models";
+  EXPECT_GT(tiny.engine.kv().counters().cow_copies + deep.engine.kv().counters().cow_copies, 0);
+  EXPECT_GT(tiny.engine.kv().counters().hit_tokens + deep.engine.kv().counters().hit_tokens, 0);
+  for (int m = 0; m < 2; ++m) {
+    Rig* rig = m == 0 ? &tiny : &deep;
+    const std::uint64_t seed = m == 0 ? 100 : 200;
+    SCOPED_TRACE(rig->engine.name());
+    const int block = rig->block_size;
+    Rig alone(rig->weights.spec, std::make_unique<KvCacheManager>(KvCacheConfig{256, block, true}), 256,
+              block, 16, {}, {}, m == 0 ? 7 : 8);
+    submit_requests(alone, seed);
+    alone.run();
+    fork_parent(alone, seed);
+    alone.run();
+    for (SeqId id : {1, 2, 3, 10, 11, 12}) {
+      const Sequence& s = *rig->engine.find(id);
+      EXPECT_EQ(outputs(s), outputs(*alone.engine.find(id))) << "sequence " << id;
+      if (s.sampling.temperature == 0.0f) expect_greedy(s, ref[m][id]);
+    }
+  }
 }
 
 TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
