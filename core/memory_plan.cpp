@@ -166,12 +166,12 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
   return plan;
 }
 
-std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int largest_model_block_size) {
-  if (largest_model_block_size <= 0)
-    throw Error("block_size must be positive, got " + std::to_string(largest_model_block_size));
-  std::int64_t widest = 0;
-  for (const ModelSpec& m : models) widest = std::max(widest, m.kv_bytes_per_token());
-  const std::int64_t page = widest * largest_model_block_size;
+std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int smallest_model_block_size) {
+  if (smallest_model_block_size <= 0)
+    throw Error("block_size must be positive, got " + std::to_string(smallest_model_block_size));
+  std::int64_t narrowest = std::numeric_limits<std::int64_t>::max();
+  for (const ModelSpec& m : models) narrowest = std::min(narrowest, m.kv_bytes_per_token());
+  const std::int64_t page = narrowest * smallest_model_block_size;
   std::vector<int> sizes;
   for (const ModelSpec& m : models) {
     if (page % m.kv_bytes_per_token() != 0)

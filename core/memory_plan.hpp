@@ -56,9 +56,11 @@ enum class KvPoolKind { Static, Shared };
 KvPoolKind kv_pool_kind_from_name(const std::string& name);  // "static", "shared"
 const char* kv_pool_kind_name(KvPoolKind kind);
 
-// The default block size of the model with the most KV bytes per token on a shared pool (the PRM,
-// Llama-3.1-8B: 16, so that Llama-3.2-1B gets 64). Measured against 4 (and 16 for the 1B) in the
-// simulator on the thesis workload: docs/lua-api.md, "Shared KV pool".
+// The default block size of the model with the fewest KV bytes per token on a shared pool (the
+// generator, Llama-3.2-1B: vLLM's 16, so that Llama-3.1-8B gets 4). Against 64/16 on the thesis
+// workload in the simulator (scripts/shared_pool.lua, H100, 256-500 problems): 16/4 gave 11-12%
+// more problems/s at every point, as its smaller generator blocks waste less of each beam's last
+// block and the PRM's smaller blocks let its prefix cache hit more of each scored trajectory.
 inline constexpr int kSharedPoolBlockSize = 16;
 
 struct SharedPoolMemory {
@@ -92,10 +94,10 @@ struct KvPoolRequest {
 MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests,
                        const KvPoolRequest& pool = {});
 
-// Block sizes with equal bytes for models sharing one pool: the model with the most KV bytes per
-// token gets `largest_model_block_size` tokens, every other one as many more as its tokens are
-// smaller (Llama-3.1-8B at 16 gives Llama-3.2-1B 64). Throws duet::Error naming the model whose
-// block cannot have those bytes.
-std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int largest_model_block_size);
+// Block sizes with equal bytes for models sharing one pool: the model with the fewest KV bytes per
+// token gets `smallest_model_block_size` tokens, every other one as many fewer as its tokens are
+// larger (Llama-3.2-1B at 16 gives Llama-3.1-8B 4). Throws duet::Error naming the model whose
+// block cannot have those bytes (a whole number of tokens, at least one).
+std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int smallest_model_block_size);
 
 }  // namespace duet

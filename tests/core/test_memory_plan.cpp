@@ -269,5 +269,62 @@ TEST_F(MemoryPlanH100, ActivationBytesGrowWithBatchedTokens) {
   EXPECT_LT(el.num_blocks, es.num_blocks);
 }
 
+// --- A shared pool (kv_pool = "shared") ---------------------------------------------------------
+
+TEST_F(MemoryPlanH100, ASharedPoolHoldsTheKvBytesOfEveryBudget) {
+  EngineMemoryRequest llm = by_utilisation("llm", "llama-3.2-1b", 0.3),
+                      prm = by_utilisation("prm", "llama-3.1-8b", 0.6);
+  llm.block_size = 64;  // 64 x 32 KiB = 16 x 128 KiB = 2 MiB
+  const MemoryPlan plan = plan_memory(h100, {llm, prm}, {KvPoolKind::Shared, std::nullopt});
+  ASSERT_TRUE(plan.shared.has_value());
+  // The KV bytes of the static plan above, together: 22,013,092,659 + 33,677,788,774 bytes,
+  // in pages of 2,097,152 bytes: floor(55,690,881,433 / 2,097,152) = 26,555.
+  EXPECT_EQ(plan.shared->kv_bytes, 22'013'092'659 + 33'677'788'774);
+  EXPECT_EQ(plan.shared->page_bytes, 2'097'152);
+  EXPECT_EQ(plan.shared->num_pages, 26'555);
+  for (const EngineMemory& e : plan.engines) EXPECT_EQ(e.num_blocks, 26'555) << e.label;
+  EXPECT_EQ(plan_memory(h100, {llm, prm}, {KvPoolKind::Shared, 100}).shared->num_pages, 100);
+}
+
+TEST_F(MemoryPlanH100, UnequalBlockBytesOnASharedPoolAreAnError) {
+  // Both at block 16: 512 KiB against 2 MiB.
+  const std::string msg = error_of([&] {
+    plan_memory(h100,
+                {by_utilisation("llm", "llama-3.2-1b", 0.3), by_utilisation("prm", "llama-3.1-8b", 0.6)},
+                {KvPoolKind::Shared, std::nullopt});
+  });
+  EXPECT_TRUE(contains(msg, "engine 'prm' has blocks of 2097152 bytes")) << msg;
+  EXPECT_TRUE(contains(msg, "engine 'llm' of 524288")) << msg;
+  EXPECT_TRUE(contains(msg, "equal bytes")) << msg;
+}
+
+TEST(SharedPoolBlockSizes, TheDefaultPairingHasEqualBytes) {
+  const ModelSpec small = model_by_name("llama-3.2-1b"), large = model_by_name("llama-3.1-8b");
+  EXPECT_EQ(equal_byte_block_sizes({small, large}, kSharedPoolBlockSize), (std::vector<int>{16, 4}));
+  EXPECT_EQ(equal_byte_block_sizes({large, small}, kSharedPoolBlockSize), (std::vector<int>{4, 16}));
+  EXPECT_EQ(equal_byte_block_sizes({small, large}, 64), (std::vector<int>{64, 16}));
+  EXPECT_EQ(equal_byte_block_sizes({small, small}, 16), (std::vector<int>{16, 16}));
+}
+
+TEST(SharedPoolBlockSizes, AModelWhoseBlockCannotMatchIsAnError) {
+  const ModelSpec small = model_by_name("llama-3.2-1b");
+  ModelSpec odd = small;  // 12 KV heads: 48 KiB per token, not a divisor of 16 x 32 KiB
+  odd.name = "odd";
+  odd.num_kv_heads = 12;
+  odd.num_heads = 24;
+  const std::string msg = error_of([&] { equal_byte_block_sizes({small, odd}, 16); });
+  EXPECT_TRUE(contains(msg, "no block size gives odd")) << msg;
+  EXPECT_TRUE(contains(msg, "block_size")) << msg;
+  EXPECT_TRUE(contains(error_of([&] { equal_byte_block_sizes({small}, 0); }), "block_size must be positive"));
+  // Blocks of 16 tokens of a model with 32x the KV bytes per token of another leave it half a token.
+  ModelSpec wide = small;
+  wide.name = "wide";
+  wide.num_layers = small.num_layers * 32;
+  EXPECT_TRUE(contains(error_of([&] {
+                         equal_byte_block_sizes({small, wide}, 16);
+                       }),
+                       "no block size gives wide"));
+}
+
 }  // namespace
 }  // namespace duet
