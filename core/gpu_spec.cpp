@@ -27,13 +27,19 @@ GpuSpec h200() { return {"H200", 143771 * kMiB, 4.8e12, 989.4e12, 132, kLaunch};
 // 108 SMs. nvidia-smi reports 81,920 MiB in total.
 GpuSpec a100_80gb() { return {"A100-80GB", 81920 * kMiB, 2.039e12, 312e12, 108, kLaunch}; }
 
+// The same datasheet (40GB SXM4): 1,555 GB/s HBM2, the same compute. nvidia-smi reports 40,536 MiB.
+// Two models' weights (Llama-3.2-1B and -3.1-8B: 18.5 GB) leave it about 17 GB of KV at 0.9: a
+// GPU where the beam search's KV binds.
+GpuSpec a100_40gb() { return {"A100-40GB", 40536 * kMiB, 1.555e12, 312e12, 108, kLaunch}; }
+
 struct BuiltinGpu {
   const char* name;
   GpuSpec (*make)();
 };
 
 constexpr BuiltinGpu kBuiltins[] = {
-    {"h100-sxm", h100_sxm}, {"h100", h100_sxm}, {"h200", h200}, {"a100-80gb", a100_80gb}, {"a100", a100_80gb},
+    {"h100-sxm", h100_sxm},   {"h100", h100_sxm},  {"h200", h200},
+    {"a100-80gb", a100_80gb}, {"a100", a100_80gb}, {"a100-40gb", a100_40gb},
 };
 
 }  // namespace
@@ -63,8 +69,10 @@ GpuSpec gpu_by_device_name(const std::string& device_name) {
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::toupper(c); });
   if (n.find("H200") != std::string::npos) return gpu_by_name("h200");
   if (n.find("H100") != std::string::npos) return gpu_by_name("h100");
-  if (n.find("A100") != std::string::npos) return gpu_by_name("a100");
-  throw Error("no built-in GPU spec for device '" + device_name + "': name one (h100, h200, a100)");
+  if (n.find("A100") != std::string::npos)
+    return gpu_by_name(n.find("40GB") != std::string::npos ? "a100-40gb" : "a100");
+  throw Error("no built-in GPU spec for device '" + device_name +
+              "': name one (h100, h200, a100, a100-40gb)");
 }
 
 }  // namespace duet

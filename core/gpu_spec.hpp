@@ -15,7 +15,7 @@ struct GpuSpec {
   double kernel_launch_s = 0;  // host-side cost of one kernel launch
 };
 
-// Built-ins by name, case-insensitive: "h100" / "h100-sxm", "h200", "a100" / "a100-80gb".
+// Built-ins by name, case-insensitive: "h100" / "h100-sxm", "h200", "a100" / "a100-80gb", "a100-40gb".
 GpuSpec gpu_by_name(const std::string& name);
 std::vector<std::string> builtin_gpu_names();
 

@@ -29,6 +29,14 @@ TEST(GpuSpec, BuiltInNamesResolveCaseInsensitively) {
   EXPECT_EQ(gpu_by_name("a100").name, gpu_by_name("A100-80GB").name);
   EXPECT_EQ(gpu_by_name("a100").hbm_bytes, gpu_by_name("a100-80gb").hbm_bytes);
   EXPECT_NE(gpu_by_name("h100").name, gpu_by_name("h200").name);
+  // The 40 GB A100: half the memory, the same compute, less bandwidth.
+  const GpuSpec a100_40 = gpu_by_name("A100-40GB"), a100_80 = gpu_by_name("a100");
+  EXPECT_EQ(a100_40.name, "A100-40GB");
+  EXPECT_LT(a100_40.hbm_bytes, a100_80.hbm_bytes / 2 + 1);
+  EXPECT_LT(a100_40.hbm_bandwidth, a100_80.hbm_bandwidth);
+  EXPECT_EQ(a100_40.bf16_flops, a100_80.bf16_flops);
+  EXPECT_EQ(gpu_by_device_name("NVIDIA A100-SXM4-40GB").name, "A100-40GB");
+  EXPECT_EQ(gpu_by_device_name("NVIDIA A100-SXM4-80GB").name, "A100-80GB");
 }
 
 TEST(GpuSpec, EveryListedNameResolves) {
