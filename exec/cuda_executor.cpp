@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/output_script.hpp"
 #include "exec/batch_check.hpp"
@@ -37,16 +38,6 @@ double seconds_since(Clock::time_point t0, Clock::time_point t1) {
 }
 
 constexpr std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
-
-// float32 -> bfloat16, round to nearest even (NaN stays a quiet NaN): what kernels::to_bf16 does,
-// inlined because an 8B model has 8e9 values to convert.
-inline bf16 to_bf16_rne(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16(u >> 16);
-}
 
 std::string gib(std::int64_t bytes) {
   char buf[32];
@@ -413,7 +404,7 @@ void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
                       " and " + std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
                       shape_string(specs[i].shape));
         buf.resize(std::size_t(numel));
-        for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = to_bf16_rne(t.data[e]);
+        for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = float_to_bf16(t.data[e]);
         scratch = {};
         std::lock_guard<std::mutex> lock(copy_mutex);
         k::copy_to_device(base + wplan.dst[i], buf.data(), buf.size() * sizeof(bf16), stream->get());
@@ -798,7 +789,7 @@ std::vector<float> CudaExecutor::kv_pool_to_host() const {
   k::copy_to_host(raw.data(), m.pool->data(), raw.size() * sizeof(bf16), m.stream->get());
   m.stream->synchronize();
   std::vector<float> out(raw.size());
-  for (std::size_t e = 0; e < raw.size(); ++e) out[e] = k::from_bf16(raw[e]);
+  for (std::size_t e = 0; e < raw.size(); ++e) out[e] = bf16_to_float(raw[e]);
   return out;
 }
 
