@@ -763,32 +763,19 @@ void CudaExecutor::Impl::collect(const Batch& batch, const Step& step) {
   ev_end->synchronize();
 }
 
-// Sampled or scripted, as CpuExecutor::outputs.
+// Sampled or scripted, as CpuExecutor's outputs. The output buffer holds the sampled tokens of
+// rows [0, Rs), then the scores: a graph step's row per item, or an eager step's score rows, which
+// follow its sampled rows.
 StepResult CudaExecutor::Impl::outputs(const Batch& batch, const Step& step) {
-  StepResult result;
+  const std::int32_t* tokens = host_out.data();
+  const float* scores = reinterpret_cast<const float*>(host_out.data() + step.f.Rs);
+  StepResult result = step_outputs(
+      batch, opt.honour_scripts, V, [&](std::size_t i) { return TokenId(tokens[step.logit_row[i]]); },
+      [&](std::size_t i, std::size_t q) {
+        const int row = step.logit_row[i];
+        return scores[step.graph ? row : row - step.f.Rs + int(q)];
+      });
   result.duration_s = double(k::Event::elapsed_ms(*ev_start, *ev_end)) * 1e-3;
-  result.tokens.reserve(batch.items.size());
-  const std::int32_t* out_tokens = host_out.data();
-  const float* out_scores = reinterpret_cast<const float*>(host_out.data() + step.f.Rs);
-  for (std::size_t i = 0; i < batch.items.size(); ++i) {
-    const BatchItem& it = batch.items[i];
-    const Sequence& seq = *it.seq;
-    const bool scripted = opt.honour_scripts && seq.script.force;
-    const int row = step.logit_row[i];
-    TokenId token = kNoToken;
-    if (it.want == Want::Sample)
-      token = scripted ? scripted_token(seq, seq.num_output_tokens(), V) : TokenId(out_tokens[row]);
-    result.tokens.push_back(token);
-    const auto positions_scored = positions_to_score(it);
-    const int first =
-        positions_scored.empty() ? 0 : int(positions_scored.data() - seq.score_positions.data());
-    for (std::size_t q = 0; q < positions_scored.size(); ++q) {
-      // Graph steps hold one row per item; eager ones the score rows after the sampled rows.
-      const int score_index = step.graph ? row : row - step.f.Rs + int(q);
-      result.scores.push_back(scripted ? scripted_score(seq, first + int(q), positions_scored[q])
-                                       : out_scores[score_index]);
-    }
-  }
   if (opt.keep_logits) keep_item_logits(batch, step);
   return result;
 }
