@@ -24,4 +24,24 @@ float scripted_score(const Sequence& seq, int k, int position) {
   return float((double(h >> 11) + 0.5) * 0x1.0p-53);
 }
 
+StepResult step_outputs(const Batch& batch, bool honour_scripts, int vocab_size, const SampledToken& sampled,
+                        const ScoredPosition& scored) {
+  StepResult r;
+  r.tokens.reserve(batch.items.size());
+  for (std::size_t i = 0; i < batch.items.size(); ++i) {
+    const BatchItem& it = batch.items[i];
+    const Sequence& s = *it.seq;
+    const bool scripted = honour_scripts && s.script.force;
+    TokenId token = kNoToken;
+    if (it.want == Want::Sample)
+      token = scripted ? scripted_token(s, s.num_output_tokens(), vocab_size) : sampled(i);
+    r.tokens.push_back(token);
+    const auto positions = positions_to_score(it);
+    const int first = positions.empty() ? 0 : int(positions.data() - s.score_positions.data());
+    for (std::size_t k = 0; k < positions.size(); ++k)
+      r.scores.push_back(scripted ? scripted_score(s, first + int(k), positions[k]) : scored(i, k));
+  }
+  return r;
+}
+
 }  // namespace duet

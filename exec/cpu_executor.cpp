@@ -226,32 +226,22 @@ std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& p
   return out;
 }
 
-// Tokens and scores from the logits, or from the sequence's script when it is forced (the
-// simulator's convention: token number = output index, score number = index in score_positions).
+// Tokens and scores from the step's logits (an item's row 0 is its sampled row or its first
+// scored one), or from the sequence's script when it is forced.
 StepResult CpuExecutor::outputs(const Batch& batch) const {
-  StepResult r;
-  r.tokens.reserve(batch.items.size());
   const std::size_t vocab = std::size_t(weights_.spec.vocab_size);
-  for (std::size_t i = 0; i < batch.items.size(); ++i) {
-    const BatchItem& it = batch.items[i];
-    const Sequence& s = *it.seq;
-    const bool scripted = options_.honour_scripts && s.script.force;
-    const MatrixRM& logits = last_logits_[i].logits;
-    TokenId token = kNoToken;
-    if (it.want == Want::Sample) {
-      const int index = s.num_output_tokens();
-      token = scripted ? scripted_token(s, index, int(vocab))
-                       : sample_token({logits.row(0).data(), vocab}, s.sampling, index);
-    }
-    r.tokens.push_back(token);
-    const auto positions = positions_to_score(it);
-    const int first = positions.empty() ? 0 : int(positions.data() - s.score_positions.data());
-    for (std::size_t k = 0; k < positions.size(); ++k)
-      r.scores.push_back(scripted ? scripted_score(s, first + int(k), positions[k])
-                                  : prm_score({logits.row(Eigen::Index(k)).data(), vocab},
-                                              options_.prm_plus_id, options_.prm_minus_id));
-  }
-  return r;
+  auto row = [&](std::size_t item, std::size_t k) -> std::span<const float> {
+    return {last_logits_[item].logits.row(Eigen::Index(k)).data(), vocab};
+  };
+  return step_outputs(
+      batch, options_.honour_scripts, int(vocab),
+      [&](std::size_t i) {
+        const Sequence& s = *batch.items[i].seq;
+        return sample_token(row(i, 0), s.sampling, s.num_output_tokens());
+      },
+      [&](std::size_t i, std::size_t k) {
+        return prm_score(row(i, k), options_.prm_plus_id, options_.prm_minus_id);
+      });
 }
 
 }  // namespace duet

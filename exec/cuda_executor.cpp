@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/output_script.hpp"
 #include "exec/batch_check.hpp"
@@ -37,16 +38,6 @@ double seconds_since(Clock::time_point t0, Clock::time_point t1) {
 }
 
 constexpr std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
-
-// float32 -> bfloat16, round to nearest even (NaN stays a quiet NaN): what kernels::to_bf16 does,
-// inlined because an 8B model has 8e9 values to convert.
-inline bf16 to_bf16_rne(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16(u >> 16);
-}
 
 std::string gib(std::int64_t bytes) {
   char buf[32];
@@ -163,6 +154,16 @@ MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
   return m;
 }
 
+// Sampling keyed by (seed, output index), as CpuExecutor's sample_token.
+k::SampleParams sample_params(const Sequence& s) {
+  k::SampleParams sp;
+  sp.temperature = s.sampling.temperature;
+  sp.top_p = s.sampling.top_p;
+  sp.seed = s.sampling.seed;
+  sp.counter = std::uint64_t(s.num_output_tokens());
+  return sp;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -209,8 +210,9 @@ struct CudaExecutor::Impl {
   std::vector<std::int32_t> host_out;
   std::vector<float> host_logits;
 
-  std::map<std::tuple<int, int, int>, k::Graph> graphs;  // (bucket, splits, table width)
-  std::set<std::tuple<int, int, int>> failed_keys;
+  using GraphKey = std::tuple<int, int, int>;  // (bucket, splits, table width)
+  std::map<GraphKey, k::Graph> graphs;
+  std::set<GraphKey> failed_keys;
 
   CudaExecutorStats stats;
   CudaExecutorMemory mem;
@@ -237,17 +239,37 @@ struct CudaExecutor::Impl {
     int score_row0 = 0, Rp = 0;  // PRM-scored rows, logits rows [score_row0, score_row0 + Rp)
     MetaLayout ml;
   };
+  // A planned step: the forward pass's shape, and where each item's outputs land.
+  struct Step {
+    Fwd f;
+    bool graph = false;          // decode-only, padded to a graph bucket: one logits row per item
+    std::vector<int> logit_row;  // per item: Sample its row, Score its first score row, else -1
+  };
+  // The step's metadata arrays in the staging buffer, at MetaLayout's offsets.
+  struct HostMeta {
+    std::int32_t *tokens, *positions, *query_start, *context_len, *tables, *rows, *copy_src, *copy_dst;
+    std::int64_t* slots;
+    k::SampleParams* params;
+  };
+  StepResult execute(const Batch& batch);
+  Step plan(const Batch& batch);
+  Step plan_shape(const Batch& batch) const;
+  HostMeta host_meta(const MetaLayout& ml);
+  void write_items(const Batch& batch, Step& step, const HostMeta& m) const;
+  static void write_graph_padding(const Fwd& f, int n, const HostMeta& m);
+  void stage(const Step& step);
+  void launch(const Batch& batch, const Step& step);
+  void replay_or_capture(const Fwd& f);
+  void capture(const Fwd& f, const GraphKey& key);
   void forward(const Fwd& f);
+  void collect(const Batch& batch, const Step& step);
+  StepResult outputs(const Batch& batch, const Step& step);
+  void keep_item_logits(const Batch& batch, const Step& step);
   void ensure(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
   template <typename T>
   T* meta_ptr(std::size_t off) const {
     return reinterpret_cast<T*>(static_cast<std::byte*>(meta.get()) + off);
   }
-  template <typename T>
-  T* stage(std::size_t off) {
-    return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(staging.data()) + off);
-  }
-  StepResult execute(const Batch& batch);
 };
 
 void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size,
@@ -413,7 +435,7 @@ void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
                       " and " + std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
                       shape_string(specs[i].shape));
         buf.resize(std::size_t(numel));
-        for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = to_bf16_rne(t.data[e]);
+        for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = float_to_bf16(t.data[e]);
         scratch = {};
         std::lock_guard<std::mutex> lock(copy_mutex);
         k::copy_to_device(base + wplan.dst[i], buf.data(), buf.size() * sizeof(bf16), stream->get());
@@ -496,16 +518,54 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
                   opt.prm_minus_id, s);
 }
 
+// A step: plan it on the host, stage its metadata, launch its device work, collect its outputs.
 StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t0 = Clock::now();
   check_batch(batch, layout, spec.vocab_size, "CudaExecutor");
+  used_graph = false;
+  last_logits.clear();
+  const Step step = plan(batch);
+  const auto t_prep = Clock::now();
+  stage(step);
+  launch(batch, step);
+  const auto t_launched = Clock::now();
+  collect(batch, step);
+  const auto t_synced = Clock::now();
+  StepResult result = outputs(batch, step);
+  const auto t_end = Clock::now();
+  prep_s = seconds_since(t0, t_prep);
+  // The output copies block until the forward is done (pageable host memory): waiting, not work.
+  cpu_s = seconds_since(t0, t_launched) + seconds_since(t_synced, t_end);
+  wall_s = seconds_since(t0, t_end);
+  result.cpu_s = cpu_s;
+  return result;
+}
+
+// The step's shape, device buffers large enough for it, and its metadata in the staging buffer.
+CudaExecutor::Impl::Step CudaExecutor::Impl::plan(const Batch& batch) {
+  Step step = plan_shape(batch);
+  const Fwd& f = step.f;
+  const std::size_t ws_need =
+      f.decode ? k::decode_workspace_bytes(f.S, spec.num_heads, spec.head_dim, f.splits) : std::size_t(0);
+  // The output buffer holds 2 entries per logits row: a graph samples and scores every row.
+  ensure(f.T, f.R, f.ml.total, ws_need);
+  const HostMeta m = host_meta(f.ml);
+  write_items(batch, step, m);
+  if (step.graph) write_graph_padding(f, int(batch.items.size()), m);
+  for (std::size_t c = 0; c < batch.copies.size(); ++c) {
+    m.copy_src[c] = batch.copies[c].src;
+    m.copy_dst[c] = batch.copies[c].dst;
+  }
+  return step;
+}
+
+// A decode-only batch that a graph bucket holds is padded to the bucket, its rows the items, each
+// sampled and scored; any other batch runs eagerly on its own rows, the sampled logits rows first
+// and the scored ones after them.
+CudaExecutor::Impl::Step CudaExecutor::Impl::plan_shape(const Batch& batch) const {
   const int n = int(batch.items.size());
   const int C = int(batch.copies.size());
   const int bs = layout.block_size;
-  used_graph = false;
-  last_logits.clear();
-
-  // --- The step's shape ---
   bool decode_only = n > 0;
   int T = 0, W = 0, max_q = 1, max_ctx = 0, Rs = 0, Rp = 0;
   for (const BatchItem& it : batch.items) {
@@ -519,11 +579,12 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
     if (it.want == Want::Score) Rp += int(positions_to_score(it).size());
   }
   const auto bucket_it = std::lower_bound(buckets.begin(), buckets.end(), n);
-  const bool graph = decode_only && bucket_it != buckets.end();
-  Fwd f;
+  Step step;
+  step.graph = decode_only && bucket_it != buckets.end();
+  Fwd& f = step.f;
   f.decode = decode_only;
   f.max_q = max_q;
-  if (graph) {
+  if (step.graph) {
     const int b = *bucket_it;
     f.T = f.S = f.R = b;
     f.W = next_pow2(std::max(W, 1));
@@ -544,191 +605,199 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
     if (decode_only) f.splits = std::max(1, k::choose_decode_splits(n, spec.num_kv_heads, max_ctx, sm_count));
     f.ml = meta_layout(T, n, f.W, f.R, Rs, C);
   }
-  const std::size_t ws_need =
-      f.decode ? k::decode_workspace_bytes(f.S, spec.num_heads, spec.head_dim, f.splits) : std::size_t(0);
-  // The output buffer holds 2 entries per logits row: a graph samples and scores every row.
-  ensure(f.T, f.R, f.ml.total, ws_need);
+  return step;
+}
 
-  // --- Host arrays, in the staging buffer ---
-  if (staging.size() < f.ml.total / 8 + 1) staging.resize(f.ml.total / 8 + 1);
-  auto* tokens = stage<std::int32_t>(f.ml.tokens);
-  auto* positions = stage<std::int32_t>(f.ml.positions);
-  auto* slots = stage<std::int64_t>(f.ml.slots);
-  auto* qstart = stage<std::int32_t>(f.ml.query_start);
-  auto* ctx = stage<std::int32_t>(f.ml.context_len);
-  auto* tables = stage<std::int32_t>(f.ml.tables);
-  auto* rows = stage<std::int32_t>(f.ml.rows);
-  auto* params = stage<k::SampleParams>(f.ml.params);
-  std::vector<int> first_row(static_cast<std::size_t>(n));
-  std::vector<int> logit_row(std::size_t(n), -1);  // Sample: the row; Score: the first score row
-  {
-    int r = 0, sample_row = 0, score_row = Rs;
-    for (int i = 0; i < n; ++i) {
-      const BatchItem& it = batch.items[std::size_t(i)];
-      const Sequence& s = *it.seq;
-      first_row[std::size_t(i)] = r;
-      qstart[i] = r;
-      ctx[i] = it.context_len + it.num_new_tokens;
-      const int need = (ctx[i] + bs - 1) / bs;
-      std::int32_t* table = tables + std::size_t(i) * std::size_t(f.W);
-      for (int b = 0; b < f.W; ++b) table[b] = b < need ? s.kv.blocks[std::size_t(b)] : 0;
-      for (int p = it.context_len; p < ctx[i]; ++p, ++r) {
-        tokens[r] = s.tokens[std::size_t(p)];
-        positions[r] = p;
-        slots[r] = std::int64_t(s.kv.blocks[std::size_t(p / bs)]) * bs + p % bs;
-      }
-      k::SampleParams sp;
-      sp.temperature = s.sampling.temperature;
-      sp.top_p = s.sampling.top_p;
-      sp.seed = s.sampling.seed;
-      sp.counter = std::uint64_t(s.num_output_tokens());
-      if (graph) {
-        params[i] = sp;  // rows are the items: every row is sampled and scored
-        logit_row[std::size_t(i)] = i;
-      } else if (it.want == Want::Sample) {
-        rows[sample_row] = r - 1;
-        params[sample_row] = sp;
-        logit_row[std::size_t(i)] = sample_row++;
-      } else if (it.want == Want::Score) {
-        logit_row[std::size_t(i)] = score_row;
-        for (int p : positions_to_score(it))
-          rows[score_row++] = first_row[std::size_t(i)] + p - it.context_len;
-      }
+CudaExecutor::Impl::HostMeta CudaExecutor::Impl::host_meta(const MetaLayout& ml) {
+  if (staging.size() < ml.total / 8 + 1) staging.resize(ml.total / 8 + 1);
+  std::byte* base = reinterpret_cast<std::byte*>(staging.data());
+  auto i32 = [&](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
+  return {.tokens = i32(ml.tokens),
+          .positions = i32(ml.positions),
+          .query_start = i32(ml.query_start),
+          .context_len = i32(ml.context_len),
+          .tables = i32(ml.tables),
+          .rows = i32(ml.rows),
+          .copy_src = i32(ml.copy_src),
+          .copy_dst = i32(ml.copy_dst),
+          .slots = reinterpret_cast<std::int64_t*>(base + ml.slots),
+          .params = reinterpret_cast<k::SampleParams*>(base + ml.params)};
+}
+
+// Each item's rows (token, position, KV slot), query start, context length and block table, and
+// the logits rows it samples (with its sampling parameters) or scores.
+void CudaExecutor::Impl::write_items(const Batch& batch, Step& step, const HostMeta& m) const {
+  const Fwd& f = step.f;
+  const int n = int(batch.items.size());
+  const int bs = layout.block_size;
+  step.logit_row.assign(std::size_t(n), -1);
+  int r = 0, sample_row = 0, score_row = f.score_row0;
+  for (int i = 0; i < n; ++i) {
+    const BatchItem& it = batch.items[std::size_t(i)];
+    const Sequence& s = *it.seq;
+    const int first_row = r;
+    m.query_start[i] = r;
+    m.context_len[i] = it.context_len + it.num_new_tokens;
+    const int need = (m.context_len[i] + bs - 1) / bs;
+    std::int32_t* table = m.tables + std::size_t(i) * std::size_t(f.W);
+    for (int b = 0; b < f.W; ++b) table[b] = b < need ? s.kv.blocks[std::size_t(b)] : 0;
+    for (int p = it.context_len; p < m.context_len[i]; ++p, ++r) {
+      m.tokens[r] = s.tokens[std::size_t(p)];
+      m.positions[r] = p;
+      m.slots[r] = std::int64_t(s.kv.blocks[std::size_t(p / bs)]) * bs + p % bs;
     }
-    qstart[n] = r;
-    if (graph) {
-      // Padding rows: token 0 at position 0; kv_write skips their negative slot, and their
-      // attention reads slot 0 of block 0 (finite, whatever it holds). Rows are independent all
-      // the way to the sampler, so nothing of theirs reaches a real row.
-      for (int i = n; i < f.S; ++i) {
-        tokens[i] = 0;
-        positions[i] = 0;
-        slots[i] = -1;
-        qstart[i + 1] = i + 1;
-        ctx[i] = 1;
-        std::fill_n(tables + std::size_t(i) * std::size_t(f.W), f.W, 0);
-        rows[i] = i;
-        params[i] = k::SampleParams{};
-      }
-      for (int i = 0; i < n; ++i) rows[i] = i;
-    }
-    auto* copy_src = stage<std::int32_t>(f.ml.copy_src);
-    auto* copy_dst = stage<std::int32_t>(f.ml.copy_dst);
-    for (int c = 0; c < C; ++c) {
-      copy_src[c] = batch.copies[std::size_t(c)].src;
-      copy_dst[c] = batch.copies[std::size_t(c)].dst;
+    int& logit_row = step.logit_row[std::size_t(i)];
+    if (step.graph) {
+      m.params[i] = sample_params(s);  // rows are the items: every row is sampled and scored
+      logit_row = i;
+    } else if (it.want == Want::Sample) {
+      m.rows[sample_row] = r - 1;
+      m.params[sample_row] = sample_params(s);
+      logit_row = sample_row++;
+    } else if (it.want == Want::Score) {
+      logit_row = score_row;
+      for (int p : positions_to_score(it)) m.rows[score_row++] = first_row + p - it.context_len;
     }
   }
-  const auto t_prep = Clock::now();
+  m.query_start[n] = r;
+}
 
-  // --- Device work ---
+// A graph's rows after the n items, up to its bucket: token 0 at position 0; kv_write skips their
+// negative slot, and their attention reads slot 0 of block 0 (finite, whatever it holds). Rows
+// are independent all the way to the sampler, so nothing of theirs reaches a real row.
+void CudaExecutor::Impl::write_graph_padding(const Fwd& f, int n, const HostMeta& m) {
+  for (int i = n; i < f.S; ++i) {
+    m.tokens[i] = 0;
+    m.positions[i] = 0;
+    m.slots[i] = -1;
+    m.query_start[i + 1] = i + 1;
+    m.context_len[i] = 1;
+    std::fill_n(m.tables + std::size_t(i) * std::size_t(f.W), f.W, 0);
+    m.rows[i] = i;
+    m.params[i] = k::SampleParams{};
+  }
+  for (int i = 0; i < n; ++i) m.rows[i] = i;
+}
+
+// The step's metadata in one upload; the step's device time starts here.
+void CudaExecutor::Impl::stage(const Step& step) {
   const k::Stream s = stream->get();
   ev_start->record(s);
-  k::copy_to_device(meta.get(), staging.data(), f.ml.total, s);
+  k::copy_to_device(meta.get(), staging.data(), step.f.ml.total, s);
+}
+
+void CudaExecutor::Impl::launch(const Batch& batch, const Step& step) {
+  const int C = int(batch.copies.size());
   // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
   // tokens before the fork writes its own after them.
   if (C > 0)
-    k::copy_blocks(pool_bf16(), layout, meta_ptr<const std::int32_t>(f.ml.copy_src),
-                   meta_ptr<const std::int32_t>(f.ml.copy_dst), C, s);
-  if (n > 0) {
-    ++stats.steps;
-    if (graph) {
-      const auto key = std::make_tuple(f.S, f.splits, f.W);
-      const auto g = graphs.find(key);
-      if (g != graphs.end()) {
-        g->second.launch(s);
-        used_graph = true;
-        ++stats.graph_steps;
-      } else {
-        // First step of this shape: run it eagerly (its results are this step's, and every kernel
-        // and cuBLASLt plan has run once), then capture the same launches for the next ones.
-        forward(f);
-        ++stats.eager_steps;
-        if (!failed_keys.count(key)) {
-          stream->synchronize();
-          try {
-            k::begin_capture(s);
-            try {
-              forward(f);
-            } catch (...) {
-              try {
-                k::end_capture(s);
-              } catch (...) {
-              }
-              throw;
-            }
-            k::Graph captured = k::end_capture(s);
-            graphs.emplace(key, std::move(captured));
-            ++stats.graphs_captured;
-          } catch (const std::exception& e) {
-            failed_keys.insert(key);
-            ++stats.capture_failures;
-            std::fprintf(stderr,
-                         "CudaExecutor: CUDA graph capture failed for batch %d (%s); running eagerly\n", f.S,
-                         e.what());
-          }
-        }
-      }
-    } else {
-      forward(f);
-      ++stats.eager_steps;
-    }
+    k::copy_blocks(pool_bf16(), layout, meta_ptr<const std::int32_t>(step.f.ml.copy_src),
+                   meta_ptr<const std::int32_t>(step.f.ml.copy_dst), C, stream->get());
+  if (batch.items.empty()) return;
+  ++stats.steps;
+  if (step.graph) {
+    replay_or_capture(step.f);
+  } else {
+    forward(step.f);
+    ++stats.eager_steps;
   }
-  const auto t_launched = Clock::now();
+}
+
+// Replays the graph of this shape. The first step of a shape runs eagerly instead (its results
+// are this step's, and every kernel and cuBLASLt plan has run once), then captures the same
+// launches for the next ones.
+void CudaExecutor::Impl::replay_or_capture(const Fwd& f) {
+  const GraphKey key = std::make_tuple(f.S, f.splits, f.W);
+  const auto g = graphs.find(key);
+  if (g != graphs.end()) {
+    g->second.launch(stream->get());
+    used_graph = true;
+    ++stats.graph_steps;
+    return;
+  }
+  forward(f);
+  ++stats.eager_steps;
+  if (!failed_keys.count(key)) capture(f, key);
+}
+
+// A capture that fails leaves this shape to eager steps, for good.
+void CudaExecutor::Impl::capture(const Fwd& f, const GraphKey& key) {
+  const k::Stream s = stream->get();
+  stream->synchronize();
+  try {
+    k::begin_capture(s);
+    try {
+      forward(f);
+    } catch (...) {
+      try {
+        k::end_capture(s);
+      } catch (...) {
+      }
+      throw;
+    }
+    k::Graph captured = k::end_capture(s);
+    graphs.emplace(key, std::move(captured));
+    ++stats.graphs_captured;
+  } catch (const std::exception& e) {
+    failed_keys.insert(key);
+    ++stats.capture_failures;
+    std::fprintf(stderr, "CudaExecutor: CUDA graph capture failed for batch %d (%s); running eagerly\n", f.S,
+                 e.what());
+  }
+}
+
+// The sampled tokens and scores (and with keep_logits the logits rows) to the host; the step's
+// device time ends here, and the host waits for it.
+void CudaExecutor::Impl::collect(const Batch& batch, const Step& step) {
+  const k::Stream s = stream->get();
+  const Fwd& f = step.f;
+  const bool any = !batch.items.empty();
   const int out_rows = f.Rs + f.Rp;
   host_out.resize(std::size_t(out_rows));
-  if (n > 0 && out_rows > 0) k::copy_to_host(host_out.data(), out.get(), std::size_t(out_rows) * 4, s);
-  if (n > 0 && opt.keep_logits && f.R > 0) {
+  if (any && out_rows > 0) k::copy_to_host(host_out.data(), out.get(), std::size_t(out_rows) * 4, s);
+  if (any && opt.keep_logits && f.R > 0) {
     host_logits.resize(std::size_t(f.R) * std::size_t(V));
     k::copy_to_host(host_logits.data(), logits.get(), host_logits.size() * sizeof(float), s);
   }
   ev_end->record(s);
   ev_end->synchronize();
-  const auto t_synced = Clock::now();
+}
 
-  // --- Outputs: sampled or scripted, as CpuExecutor::outputs ---
-  StepResult result;
+// Sampled or scripted, as CpuExecutor's outputs. The output buffer holds the sampled tokens of
+// rows [0, Rs), then the scores: a graph step's row per item, or an eager step's score rows, which
+// follow its sampled rows.
+StepResult CudaExecutor::Impl::outputs(const Batch& batch, const Step& step) {
+  const std::int32_t* tokens = host_out.data();
+  const float* scores = reinterpret_cast<const float*>(host_out.data() + step.f.Rs);
+  StepResult result = step_outputs(
+      batch, opt.honour_scripts, V, [&](std::size_t i) { return TokenId(tokens[step.logit_row[i]]); },
+      [&](std::size_t i, std::size_t q) {
+        const int row = step.logit_row[i];
+        return scores[step.graph ? row : row - step.f.Rs + int(q)];
+      });
   result.duration_s = double(k::Event::elapsed_ms(*ev_start, *ev_end)) * 1e-3;
-  result.tokens.reserve(std::size_t(n));
-  const std::int32_t* out_tokens = host_out.data();
-  const float* out_scores = reinterpret_cast<const float*>(host_out.data() + f.Rs);
-  if (opt.keep_logits) last_logits.resize(std::size_t(n));
-  for (int i = 0; i < n; ++i) {
-    const BatchItem& it = batch.items[std::size_t(i)];
-    const Sequence& seq = *it.seq;
-    const bool scripted = opt.honour_scripts && seq.script.force;
-    const int row = logit_row[std::size_t(i)];
-    TokenId token = kNoToken;
-    if (it.want == Want::Sample)
-      token = scripted ? scripted_token(seq, seq.num_output_tokens(), V) : TokenId(out_tokens[row]);
-    result.tokens.push_back(token);
-    const auto positions_scored = positions_to_score(it);
-    const int first =
-        positions_scored.empty() ? 0 : int(positions_scored.data() - seq.score_positions.data());
-    for (std::size_t q = 0; q < positions_scored.size(); ++q) {
-      // Graph steps hold one row per item; eager ones the score rows after the sampled rows.
-      const int score_index = graph ? row : row - f.Rs + int(q);
-      result.scores.push_back(scripted ? scripted_score(seq, first + int(q), positions_scored[q])
-                                       : out_scores[score_index]);
-    }
-    if (opt.keep_logits) {
-      ItemLogits& l = last_logits[std::size_t(i)];
-      if (it.want == Want::Sample) l.positions = {it.context_len + it.num_new_tokens - 1};
-      if (it.want == Want::Score) l.positions.assign(positions_scored.begin(), positions_scored.end());
-      l.logits.resize(Eigen::Index(l.positions.size()), V);
-      for (std::size_t q = 0; q < l.positions.size(); ++q)
-        std::memcpy(l.logits.row(Eigen::Index(q)).data(),
-                    host_logits.data() + std::size_t(row + int(q)) * std::size_t(V),
-                    sizeof(float) * std::size_t(V));
-    }
-  }
-  const auto t_end = Clock::now();
-  prep_s = seconds_since(t0, t_prep);
-  // The output copies block until the forward is done (pageable host memory): waiting, not work.
-  cpu_s = seconds_since(t0, t_launched) + seconds_since(t_synced, t_end);
-  wall_s = seconds_since(t0, t_end);
-  result.cpu_s = cpu_s;
+  if (opt.keep_logits) keep_item_logits(batch, step);
   return result;
+}
+
+// Each item's logits rows, as CpuExecutor::last_logits() holds them.
+void CudaExecutor::Impl::keep_item_logits(const Batch& batch, const Step& step) {
+  last_logits.resize(batch.items.size());
+  for (std::size_t i = 0; i < batch.items.size(); ++i) {
+    const BatchItem& it = batch.items[i];
+    ItemLogits& l = last_logits[i];
+    if (it.want == Want::Sample) l.positions = {it.context_len + it.num_new_tokens - 1};
+    if (it.want == Want::Score) {
+      const auto scored = positions_to_score(it);
+      l.positions.assign(scored.begin(), scored.end());
+    }
+    l.logits.resize(Eigen::Index(l.positions.size()), V);
+    const int row = step.logit_row[i];
+    for (std::size_t q = 0; q < l.positions.size(); ++q)
+      std::memcpy(l.logits.row(Eigen::Index(q)).data(),
+                  host_logits.data() + std::size_t(row + int(q)) * std::size_t(V),
+                  sizeof(float) * std::size_t(V));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -798,7 +867,7 @@ std::vector<float> CudaExecutor::kv_pool_to_host() const {
   k::copy_to_host(raw.data(), m.pool->data(), raw.size() * sizeof(bf16), m.stream->get());
   m.stream->synchronize();
   std::vector<float> out(raw.size());
-  for (std::size_t e = 0; e < raw.size(); ++e) out[e] = k::from_bf16(raw[e]);
+  for (std::size_t e = 0; e < raw.size(); ++e) out[e] = bf16_to_float(raw[e]);
   return out;
 }
 

@@ -80,8 +80,6 @@ const char* safetensors_dtype_name(DType dtype) {
 
 // --- Element conversions -------------------------------------------------------------------------
 
-float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t(bits) << 16); }
-
 float f16_to_float(std::uint16_t bits) {
   const std::uint32_t sign = std::uint32_t(bits & 0x8000) << 16;
   const std::uint32_t exponent = (bits >> 10) & 0x1f;
@@ -93,16 +91,6 @@ float f16_to_float(std::uint16_t bits) {
   }
   if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
   return std::bit_cast<float>(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
-
-std::uint16_t float_to_bf16(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  // Truncating a NaN could clear every mantissa bit and make it inf; force a quiet-NaN bit.
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((bits >> 16) | 0x0040);
-  // Adding 0x7fff (+1 when the kept part is odd) rounds to nearest, ties to even; a carry into
-  // the exponent is the correct result, up to inf.
-  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return std::uint16_t((bits + rounding) >> 16);
 }
 
 std::uint16_t float_to_f16(float value) {

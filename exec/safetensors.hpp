@@ -14,16 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.hpp"  // float_to_bf16, bf16_to_float
 #include "core/model_spec.hpp"
 
 namespace duet {
 
 // --- Element conversions -------------------------------------------------------------------------
 
-float bf16_to_float(std::uint16_t bits);
+// bfloat16: core/bf16.hpp. float16, rounding as float_to_bf16 does (nearest even; NaN stays a
+// quiet NaN with its sign; overflow becomes inf):
 float f16_to_float(std::uint16_t bits);
-// Round to nearest, ties to even; NaN stays a (quiet) NaN with its sign, overflow becomes inf.
-std::uint16_t float_to_bf16(float value);
 std::uint16_t float_to_f16(float value);
 
 // Raw little-endian bytes of `values` at `dtype` (what a safetensors file stores).

@@ -4,7 +4,6 @@
 // and ignore the status (a failed free at shutdown is not actionable).
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -203,28 +202,6 @@ Graph& Graph::operator=(Graph&& o) noexcept {
 void Graph::launch(Stream stream) const {
   if (!exec_) throw Error("Graph::launch: the graph is empty (not captured, or moved from)");
   check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
-}
-
-// --- bf16 on the host ---------------------------------------------------------------------------
-
-bf16 to_bf16(float x) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &x, sizeof bits);
-  // NaN: keep the sign and the top payload bits and force the quiet bit, so that a NaN whose
-  // payload lives only in the low 16 bits does not truncate to infinity.
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16((bits >> 16) | 0x0040u);
-  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Halfway cases go
-  // up only when the kept part is odd; overflow past the largest finite value gives infinity,
-  // which is the correctly rounded result.
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return bf16(bits >> 16);
-}
-
-float from_bf16(bf16 x) {
-  const std::uint32_t bits = std::uint32_t(x) << 16;
-  float f = 0.0f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
 }
 
 }  // namespace duet::kernels

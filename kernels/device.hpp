@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "core/bf16.hpp"
+
 struct CUstream_st;
 struct CUevent_st;
 struct CUgraphExec_st;
@@ -102,8 +104,8 @@ class Graph {
 };
 Graph end_capture(Stream stream);
 
-// Host <-> bf16 conversions (round to nearest even), for tests and weight upload.
-bf16 to_bf16(float x);
-float from_bf16(bf16 x);
+// Host <-> bf16 for tests and benchmarks: core/bf16.hpp's conversions on the kernels' bf16 type.
+inline bf16 to_bf16(float x) { return duet::float_to_bf16(x); }
+inline float from_bf16(bf16 x) { return duet::bf16_to_float(x); }
 
 }  // namespace duet::kernels

@@ -1,7 +1,8 @@
-// The safetensors reader and writer: bit-exact round trips, element conversions (bf16, f16 with
-// their special values and rounding), every header validation error and its message, sharded
-// checkpoints, and fuzzing (truncations, byte flips, random headers) that must end in either a
-// consistent file or a duet::Error, never a crash or an out-of-bounds read.
+// The safetensors reader and writer: bit-exact round trips, element conversions (f16 with its
+// special values and rounding; bf16's are tests/core/test_bf16.cpp's), every header validation
+// error and its message, sharded checkpoints, and fuzzing (truncations, byte flips, random
+// headers) that must end in either a consistent file or a duet::Error, never a crash or an
+// out-of-bounds read.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -160,50 +161,6 @@ TEST(Safetensors, ViewsSurviveMovingTheFile) {
 }
 
 // --- Element conversions -------------------------------------------------------------------------
-
-TEST(Safetensors, Bf16RoundsToNearestEven) {
-  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3f80);             // tie, 0x3f80 is even
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82);   // tie, 0x3f81 is odd
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // just above the tie
-  EXPECT_EQ(float_to_bf16(-(1.0f + 0x1p-8f + 0x1p-20f)), 0xbf81);
-  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
-  EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
-  EXPECT_EQ(float_to_bf16(-0.0f), 0x8000);
-  // A NaN whose payload sits only in the low 16 bits must not turn into inf.
-  const std::uint16_t nan = float_to_bf16(std::bit_cast<float>(0x7f800001u));
-  EXPECT_TRUE(std::isnan(bf16_to_float(nan)));
-  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
-}
-
-TEST(Safetensors, Bf16EveryValueRoundTrips) {
-  for (std::uint32_t b = 0; b < 0x10000; ++b) {
-    const float f = bf16_to_float(std::uint16_t(b));
-    if (std::isnan(f)) EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f)))) << b;
-    else ASSERT_EQ(float_to_bf16(f), b) << b;
-  }
-}
-
-// A reference nearest-even rounding to bf16 computed in double, independent of the bit trick.
-std::uint16_t reference_bf16(float x) {
-  const std::uint32_t bits = float_bits(x);
-  const std::uint16_t down = std::uint16_t(bits >> 16);  // toward zero
-  const double lo = std::fabs(double(bf16_to_float(down)));
-  const double hi =
-      (down & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128) : std::fabs(double(bf16_to_float(down + 1)));
-  const double ax = std::fabs(double(x));
-  if (ax - lo < hi - ax || (ax - lo == hi - ax && (down & 1) == 0)) return down;
-  return std::uint16_t(down + 1);
-}
-
-TEST(Safetensors, Bf16MatchesReferenceRoundingOnRandomFloats) {
-  std::mt19937_64 rng(7);
-  for (int i = 0; i < 200000; ++i) {
-    const float x = std::bit_cast<float>(std::uint32_t(rng()));
-    if (std::isnan(x) || std::isinf(x)) continue;
-    ASSERT_EQ(float_to_bf16(x), reference_bf16(x)) << std::hexfloat << x;
-  }
-}
 
 TEST(Safetensors, F16SpecialValues) {
   EXPECT_EQ(float_bits(f16_to_float(0x0000)), float_bits(0.0f));

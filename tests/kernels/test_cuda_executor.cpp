@@ -1,12 +1,13 @@
 // CudaExecutor against CpuExecutor, both driven by real core Engines (Scheduler + KvCacheManager)
 // so that the batches are the ones serving produces: chunked prefills mixed with decodes,
 // prefix-cache hits (some on blocks written in the same step), copy-on-write forks, decode-only
-// batches replayed from CUDA graphs, PRM scoring and forced scripts. Without a CUDA device every
-// test skips with the reason.
+// batches replayed from CUDA graphs, PRM scoring and forced scripts, and two models' engines on
+// one shared KV arena (kv_pool = "shared"). Without a CUDA device every test skips with the reason.
 //
-// Models: the tiny model (models/tiny-llama/config.json) and a 2-layer slice of Llama-3.2-1B's
-// shapes (hidden 2048, 32/8 heads of 64, intermediate 8192, vocabulary 128256, tied, llama3 RoPE
-// scaling), both with dummy weights (vLLM's load_format = "dummy").
+// Models: the tiny model (models/tiny-llama/config.json), the same 4 layers deep (for the shared
+// pool), and a 2-layer slice of Llama-3.2-1B's shapes (hidden 2048, 32/8 heads of 64, intermediate
+// 8192, vocabulary 128256, tied, llama3 RoPE scaling), all with dummy weights (vLLM's
+// load_format = "dummy").
 //
 // What differs between the two executors, and the tolerances that follow:
 //  - Weights: the GPU runs bf16 weights, the CPU float32. The CPU reference here runs the weights
@@ -34,16 +35,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/block_pool.hpp"
 #include "core/engine.hpp"
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/kv_layout.hpp"
 #include "core/output_script.hpp"
 #include "exec/cpu_executor.hpp"
 #include "exec/cpu_ops.hpp"
@@ -117,7 +123,8 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
 // --- Engines around either executor --------------------------------------------------------------
 
 struct RigConfig {
-  int num_blocks = 256;
+  int num_blocks = 256;  // a shared pool's pages
+  int block_size = kBlockSize;
   int max_num_seqs = 8;
   int max_num_batched_tokens = 24;
   int max_model_len = 512;
@@ -144,7 +151,9 @@ struct Snapshot {
   std::vector<float> scores;
 };
 
-std::unique_ptr<CudaExecutor> make_gpu(const LlamaWeights& w, const RigConfig& c) {
+// On a KV pool of its own, or on a shared pool's arena.
+std::unique_ptr<CudaExecutor> make_gpu(const LlamaWeights& w, const RigConfig& c,
+                                       std::shared_ptr<CudaKvArena> arena = nullptr) {
   CudaExecutorOptions o;
   o.prm_plus_id = c.prm_plus_id;
   o.prm_minus_id = c.prm_minus_id;
@@ -155,70 +164,81 @@ std::unique_ptr<CudaExecutor> make_gpu(const LlamaWeights& w, const RigConfig& c
   o.max_num_seqs = c.max_num_seqs;
   o.max_model_len = c.max_model_len;
   o.keep_logits = true;
-  return std::make_unique<CudaExecutor>(w, c.num_blocks, kBlockSize, o);
+  o.kv_arena = std::move(arena);
+  return std::make_unique<CudaExecutor>(w, c.num_blocks, c.block_size, o);
 }
 
-std::unique_ptr<CpuExecutor> make_cpu(const LlamaWeights& w, const RigConfig& c) {
+std::unique_ptr<CpuExecutor> make_cpu(const LlamaWeights& w, const RigConfig& c,
+                                      std::span<float> arena = {}) {
   return std::make_unique<CpuExecutor>(
-      w, c.num_blocks, kBlockSize,
+      w, c.num_blocks, c.block_size,
       CpuExecutorOptions{
-          .prm_plus_id = c.prm_plus_id, .prm_minus_id = c.prm_minus_id, .honour_scripts = c.honour_scripts});
+          .prm_plus_id = c.prm_plus_id, .prm_minus_id = c.prm_minus_id, .honour_scripts = c.honour_scripts},
+      arena);
 }
 
 template <typename Exec>
 struct Rig {
-  Rig(const LlamaWeights& w, const RigConfig& c, std::unique_ptr<Exec> e)
+  // On a KV pool of its own, or as a tenant of a shared pool (`kv`).
+  Rig(const LlamaWeights& w, const RigConfig& c, std::unique_ptr<Exec> e,
+      std::unique_ptr<KvCacheManager> kv = nullptr)
       : weights(w),
+        block_size(c.block_size),
         exec(std::move(e)),
         engine("llm",
                {.max_num_seqs = c.max_num_seqs,
                 .max_num_batched_tokens = c.max_num_batched_tokens,
                 .enable_chunked_prefill = true,
                 .max_model_len = c.max_model_len},
-               std::make_unique<KvCacheManager>(KvCacheConfig{c.num_blocks, kBlockSize, c.prefix_caching}),
+               kv ? std::move(kv)
+                  : std::make_unique<KvCacheManager>(
+                        KvCacheConfig{c.num_blocks, c.block_size, c.prefix_caching}),
                *exec) {}
 
   // Steps until idle, keeping every logits row the executor computed.
   void run() {
-    while (engine.has_work()) {
-      const StepOutcome o = engine.step(0.0);
-      ++steps;
-      bool decode = false, prefill = false;
-      for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
-        const BatchItem& it = o.batch.items[i];
-        (it.is_decode ? decode : prefill) = true;
-        const ItemLogits& l = exec->last_logits().at(i);
-        for (std::size_t k = 0; k < l.positions.size(); ++k) {
-          const auto row = l.logits.row(Eigen::Index(k));
-          rows.push_back({it.seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
-        }
-        const Sequence& s = *it.seq;
-        seen[s.id] = {s.tokens, s.num_prompt_tokens, s.sampling.temperature, s.score_positions, s.scores};
+    while (engine.has_work()) step();
+  }
+
+  void step() {
+    const StepOutcome o = engine.step(0.0);
+    ++steps;
+    if (o.batch.empty()) return;  // on a shared pool: waiting for pages another model holds
+    bool decode = false, prefill = false;
+    for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
+      const BatchItem& it = o.batch.items[i];
+      (it.is_decode ? decode : prefill) = true;
+      const ItemLogits& l = exec->last_logits().at(i);
+      for (std::size_t k = 0; k < l.positions.size(); ++k) {
+        const auto row = l.logits.row(Eigen::Index(k));
+        rows.push_back({it.seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
       }
-      mixed_steps += decode && prefill;
-      decode_only_steps += decode && !prefill;
-      copies += int(o.batch.copies.size());
-      same_step_hits += count_same_step_hits(o.batch);
-      if constexpr (std::is_same_v<Exec, CudaExecutor>) {
-        graph_steps += exec->last_used_graph();
-        if (decode && !prefill)
-          (exec->last_used_graph() ? graph_decode_sizes : eager_decode_sizes)
-              .insert(int(o.batch.items.size()));
-      }
-      EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
-      EXPECT_GT(o.result.duration_s, 0.0);
+      const Sequence& s = *it.seq;
+      seen[s.id] = {s.tokens, s.num_prompt_tokens, s.sampling.temperature, s.score_positions, s.scores};
+      pages.insert(s.kv.blocks.begin(), s.kv.blocks.end());
     }
+    mixed_steps += decode && prefill;
+    decode_only_steps += decode && !prefill;
+    copies += int(o.batch.copies.size());
+    same_step_hits += count_same_step_hits(o.batch);
+    if constexpr (std::is_same_v<Exec, CudaExecutor>) {
+      graph_steps += exec->last_used_graph();
+      if (decode && !prefill)
+        (exec->last_used_graph() ? graph_decode_sizes : eager_decode_sizes).insert(int(o.batch.items.size()));
+    }
+    EXPECT_EQ(o.result.tokens.size(), o.batch.items.size());
+    EXPECT_GT(o.result.duration_s, 0.0);
   }
 
   // Items whose cached context includes a block that another item of the same batch writes.
-  static int count_same_step_hits(const Batch& batch) {
+  int count_same_step_hits(const Batch& batch) const {
     std::set<BlockId> written;
     for (const BatchItem& it : batch.items)
       for (int p = it.context_len; p < it.context_len + it.num_new_tokens; ++p)
-        written.insert(it.seq->kv.blocks[std::size_t(p / kBlockSize)]);
+        written.insert(it.seq->kv.blocks[std::size_t(p / block_size)]);
     int hits = 0;
     for (const BatchItem& it : batch.items)
-      for (int b = 0; b < it.context_len / kBlockSize; ++b)
+      for (int b = 0; b < it.context_len / block_size; ++b)
         hits += written.count(it.seq->kv.blocks[std::size_t(b)]) > 0;
     return hits;
   }
@@ -234,16 +254,31 @@ struct Rig {
   }
 
   const LlamaWeights& weights;
+  int block_size;
   std::unique_ptr<Exec> exec;
   Engine engine;
   std::vector<Row> rows;
   std::map<SeqId, Snapshot> seen;
+  std::set<BlockId> pages;  // every block the batches used
   int steps = 0, mixed_steps = 0, decode_only_steps = 0, graph_steps = 0, copies = 0, same_step_hits = 0;
   std::set<int> graph_decode_sizes, eager_decode_sizes;  // decode-only batch sizes by path
 };
 
 using GpuRig = Rig<CudaExecutor>;
 using CpuRig = Rig<CpuExecutor>;
+
+// Steps each rig in turn until all are idle: on a shared pool, their steps interleave.
+template <typename Exec>
+void run_together(std::initializer_list<Rig<Exec>*> rigs) {
+  auto busy = [&] {
+    return std::any_of(rigs.begin(), rigs.end(), [](auto* r) { return r->engine.has_work(); });
+  };
+  for (int round = 0; busy(); ++round) {
+    ASSERT_LT(round, 100000) << "the engines stopped making progress";
+    for (Rig<Exec>* rig : rigs)
+      if (rig->engine.has_work()) rig->step();
+  }
+}
 
 using test_support::concat;
 using test_support::random_tokens;
@@ -401,35 +436,45 @@ int expect_same_or_near_tie(const GpuRig& ra, const GpuRig& rb, SeqId a, SeqId b
 // short. A budget of 24 tokens chunks every long prefill and mixes chunks with decodes; the later
 // requests hit the first one's cached blocks, some while it is still writing them. Then a parent
 // is forked three ways (copy-on-write of its shared partial block) and the children decode
-// together: decode-only batches of 3, replayed from the bucket-4 graph.
-void shared_prefix_then_forks(GpuRig& rig, int vocab) {
-  const std::vector<TokenId> prefix = random_tokens(40, 1, vocab);
-  rig.add(1, concat(prefix, random_tokens(1, 2, vocab)), 8);
-  rig.add(2, concat(prefix, random_tokens(5, 3, vocab)), 8, sampling(0.8f, 42, 0.9f));
-  rig.add(3, concat(prefix, random_tokens(1, 2, vocab)), 8);  // request 1's prompt again
-  rig.add(4, random_tokens(5, 4, vocab), 12);
-  rig.run();
-
-  Sequence& parent = rig.add(5, random_tokens(21, 5, vocab), 1);  // 21 + 1 tokens: a partial second block
-  parent.keep_kv = true;
-  rig.run();
-  for (SeqId id = 10; id < 13; ++id) {
-    Sequence child;
-    child.id = id;
-    child.tokens = random_tokens(2, id, vocab);
-    child.sampling = sampling(id == 12 ? 1.0f : 0.0f, id);
-    child.sampling.max_tokens = 10;
-    rig.engine.fork(5, std::move(child), 0.0);
+// together: decode-only batches of 3, replayed from the bucket-4 graph. Each rig serves the same
+// requests, the rigs' steps interleaved.
+template <typename Exec>
+void shared_prefix_then_forks(std::initializer_list<Rig<Exec>*> rigs) {
+  for (Rig<Exec>* rig : rigs) {
+    const int vocab = rig->weights.spec.vocab_size;
+    const std::vector<TokenId> prefix = random_tokens(40, 1, vocab);
+    rig->add(1, concat(prefix, random_tokens(1, 2, vocab)), 8);
+    rig->add(2, concat(prefix, random_tokens(5, 3, vocab)), 8, sampling(0.8f, 42, 0.9f));
+    rig->add(3, concat(prefix, random_tokens(1, 2, vocab)), 8);  // request 1's prompt again
+    rig->add(4, random_tokens(5, 4, vocab), 12);
   }
-  rig.engine.release(5);
-  rig.run();
+  run_together(rigs);
+
+  for (Rig<Exec>* rig : rigs) {
+    // 21 + 1 tokens: a partial second block
+    Sequence& parent = rig->add(5, random_tokens(21, 5, rig->weights.spec.vocab_size), 1);
+    parent.keep_kv = true;
+  }
+  run_together(rigs);
+  for (Rig<Exec>* rig : rigs) {
+    for (SeqId id = 10; id < 13; ++id) {
+      Sequence child;
+      child.id = id;
+      child.tokens = random_tokens(2, id, rig->weights.spec.vocab_size);
+      child.sampling = sampling(id == 12 ? 1.0f : 0.0f, id);
+      child.sampling.max_tokens = 10;
+      rig->engine.fork(5, std::move(child), 0.0);
+    }
+    rig->engine.release(5);
+  }
+  run_together(rigs);
 }
 
 void check_generation(const ModelSpec& spec) {
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
   GpuRig rig(w, c, make_gpu(w, c));
-  shared_prefix_then_forks(rig, spec.vocab_size);
+  shared_prefix_then_forks({&rig});
   EXPECT_GT(rig.engine.kv().counters().hit_tokens, 0) << "prefix-cache hits";
   EXPECT_GT(rig.mixed_steps, 0) << "steps that mix prefill chunks and decodes";
   EXPECT_GT(rig.same_step_hits, 0) << "a prefix hit on a block written in the same step";
@@ -467,10 +512,10 @@ TEST(CudaExecutor, EagerDecodeMatchesGraphDecode) {
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
   GpuRig graphs(w, c, make_gpu(w, c));
-  shared_prefix_then_forks(graphs, spec.vocab_size);
+  shared_prefix_then_forks({&graphs});
   c.cuda_graphs = false;
   GpuRig eager(w, c, make_gpu(w, c));
-  shared_prefix_then_forks(eager, spec.vocab_size);
+  shared_prefix_then_forks({&eager});
   EXPECT_GT(graphs.graph_steps, 0);
   EXPECT_EQ(eager.graph_steps, 0);
   EXPECT_EQ(eager.exec->stats().graphs_captured, 0);
@@ -545,9 +590,95 @@ TEST(CudaExecutor, PrmScoresMatchCpuReference) {
   EXPECT_GT(rig.engine.find(2)->num_cached_prompt_tokens, 0);
 }
 
-// Forced scripts: identical token streams on both executors, so the two engines schedule the same
-// batches over the same block tables; every logits row and the whole KV pool can be compared
-// one to one, forks (copy-on-write) included.
+// Forced scripts: three requests on a 35-token prefix (the first kept), a Score request with two
+// of its three scores scripted, then two forks of the first. Each rig serves the same requests,
+// the rigs' steps interleaved.
+template <typename Exec>
+void forced_scripts_with_forks(std::initializer_list<Rig<Exec>*> rigs) {
+  for (Rig<Exec>* rig : rigs) {
+    const int vocab = rig->weights.spec.vocab_size;
+    const std::vector<TokenId> prefix = random_tokens(35, 7, vocab);
+    for (SeqId id = 1; id <= 3; ++id) {
+      Sequence s;
+      s.id = id;
+      s.tokens = concat(prefix, random_tokens(int(id), 20 + id, vocab));
+      s.num_prompt_tokens = s.num_tokens();
+      s.sampling.max_tokens = 9;
+      s.script.seed = 1000 + id;
+      s.script.force = true;
+      s.keep_kv = id == 1;
+      rig->engine.add(std::move(s), 0.0);
+    }
+    Sequence score;
+    score.id = 4;
+    score.kind = SeqKind::Score;
+    score.tokens = random_tokens(30, 8, vocab);
+    score.num_prompt_tokens = 30;
+    score.score_positions = {3, 17, 29};
+    score.script.seed = 77;
+    score.script.force = true;
+    score.script.scores = {0.25f, 0.75f};
+    rig->engine.add(std::move(score), 0.0);
+  }
+  run_together(rigs);
+  for (Rig<Exec>* rig : rigs) {
+    for (SeqId id = 10; id < 12; ++id) {
+      Sequence child;
+      child.id = id;
+      child.tokens = random_tokens(1, id, rig->weights.spec.vocab_size);
+      child.sampling.max_tokens = 6;
+      child.script.seed = id;
+      child.script.force = true;
+      rig->engine.fork(1, std::move(child), 0.0);
+    }
+    rig->engine.release(1);
+  }
+  run_together(rigs);
+}
+
+// Identical token streams on both executors: the two engines schedule the same batches over the
+// same block tables, so every token, score and logits row compares one to one.
+void expect_lockstep(const GpuRig& gpu, const CpuRig& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.seen.size(), cpu.seen.size()) << what;
+  for (const auto& [id, s] : cpu.seen) {
+    EXPECT_EQ(gpu.seen.at(id).tokens, s.tokens) << what << ": sequence " << id;
+    EXPECT_EQ(gpu.seen.at(id).scores, s.scores) << what << ": sequence " << id;
+  }
+  EXPECT_EQ(gpu.copies, cpu.copies) << what;
+  EXPECT_EQ(gpu.steps, cpu.steps) << what;
+  // Logits, row for row (the forward pass still ran on the scripted tokens).
+  ASSERT_EQ(gpu.rows.size(), cpu.rows.size()) << what;
+  double worst = 0;
+  for (std::size_t r = 0; r < gpu.rows.size(); ++r) {
+    ASSERT_EQ(gpu.rows[r].id, cpu.rows[r].id) << what;
+    ASSERT_EQ(gpu.rows[r].position, cpu.rows[r].position) << what;
+    const double scale = row_scale(cpu.rows[r].logits);
+    double err = 0;
+    for (std::size_t v = 0; v < cpu.rows[r].logits.size(); ++v)
+      err = std::max(err, std::fabs(double(gpu.rows[r].logits[v]) - double(cpu.rows[r].logits[v])));
+    worst = std::max(worst, err / scale);
+    EXPECT_LE(err, kLogitMaxTol * scale) << what << ": row " << r;
+  }
+  std::printf("  [%s: %zu rows in lockstep, worst logits error %.2e of the row scale]\n", what.c_str(),
+              gpu.rows.size(), worst);
+}
+
+// A KV pool the GPU filled (bf16, as float32) against the CPU's, block for block.
+void expect_kv_close(const std::vector<float>& gpu, std::span<const float> cpu, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  double scale = 1.0, max_err = 0, sq = 0;
+  for (float v : cpu) scale = std::max(scale, double(std::fabs(v)));
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    const double e = std::fabs(double(gpu[i]) - double(cpu[i]));
+    max_err = std::max(max_err, e);
+    sq += e * e;
+  }
+  const double rms = std::sqrt(sq / double(gpu.size()));
+  std::printf("  [%s: KV max error %.2e, RMS %.2e (scale %.2f)]\n", what.c_str(), max_err, rms, scale);
+  EXPECT_LE(max_err, kKvMaxTol * scale) << what;
+  EXPECT_LE(rms, kKvRmsTol * scale) << what;
+}
+
 TEST(CudaExecutor, ForcedScriptsLockstepWithCpuExecutor) {
   DUET_REQUIRE_CUDA_DEVICE();
   const ModelSpec spec = tiny_model();
@@ -556,87 +687,144 @@ TEST(CudaExecutor, ForcedScriptsLockstepWithCpuExecutor) {
   c.num_blocks = 64;
   GpuRig gpu(w, c, make_gpu(w, c));
   CpuRig cpu(w, c, make_cpu(w, c));
-  auto drive = [&](auto& rig) {
-    const std::vector<TokenId> prefix = random_tokens(35, 7, spec.vocab_size);
-    for (SeqId id = 1; id <= 3; ++id) {
-      Sequence s;
-      s.id = id;
-      s.tokens = concat(prefix, random_tokens(int(id), 20 + id, spec.vocab_size));
-      s.num_prompt_tokens = s.num_tokens();
-      s.sampling.max_tokens = 9;
-      s.script.seed = 1000 + id;
-      s.script.force = true;
-      s.keep_kv = id == 1;
-      rig.engine.add(std::move(s), 0.0);
-    }
-    Sequence score;
-    score.id = 4;
-    score.kind = SeqKind::Score;
-    score.tokens = random_tokens(30, 8, spec.vocab_size);
-    score.num_prompt_tokens = 30;
-    score.score_positions = {3, 17, 29};
-    score.script.seed = 77;
-    score.script.force = true;
-    score.script.scores = {0.25f, 0.75f};
-    rig.engine.add(std::move(score), 0.0);
-    rig.run();
-    for (SeqId id = 10; id < 12; ++id) {
-      Sequence child;
-      child.id = id;
-      child.tokens = random_tokens(1, id, spec.vocab_size);
-      child.sampling.max_tokens = 6;
-      child.script.seed = id;
-      child.script.force = true;
-      rig.engine.fork(1, std::move(child), 0.0);
-    }
-    rig.engine.release(1);
-    rig.run();
-  };
-  drive(gpu);
-  drive(cpu);
-  ASSERT_EQ(gpu.seen.size(), cpu.seen.size());
-  for (const auto& [id, s] : cpu.seen) {
-    EXPECT_EQ(gpu.seen.at(id).tokens, s.tokens) << "sequence " << id;
-    EXPECT_EQ(gpu.seen.at(id).scores, s.scores) << "sequence " << id;
-  }
+  forced_scripts_with_forks({&gpu});
+  forced_scripts_with_forks({&cpu});
+  expect_lockstep(gpu, cpu, "lockstep");
   EXPECT_GT(gpu.copies, 0);
-  EXPECT_EQ(gpu.copies, cpu.copies);
-  EXPECT_EQ(gpu.steps, cpu.steps);
   // The scripted tokens and scores are the script's.
   EXPECT_EQ(gpu.seen.at(4).scores,
             (std::vector<float>{0.25f, 0.75f, scripted_score(*gpu.engine.find(4), 2, 29)}));
+  expect_kv_close(gpu.exec->kv_pool_to_host(), cpu.exec->kv_pool(), "lockstep");
+}
 
-  // Logits, row for row (the forward pass still ran on the scripted tokens).
-  ASSERT_EQ(gpu.rows.size(), cpu.rows.size());
-  double worst = 0;
-  for (std::size_t r = 0; r < gpu.rows.size(); ++r) {
-    ASSERT_EQ(gpu.rows[r].id, cpu.rows[r].id);
-    ASSERT_EQ(gpu.rows[r].position, cpu.rows[r].position);
-    const double scale = row_scale(cpu.rows[r].logits);
-    double err = 0;
-    for (std::size_t v = 0; v < cpu.rows[r].logits.size(); ++v)
-      err = std::max(err, std::fabs(double(gpu.rows[r].logits[v]) - double(cpu.rows[r].logits[v])));
-    worst = std::max(worst, err / scale);
-    EXPECT_LE(err, kLogitMaxTol * scale) << "row " << r;
+// --- Two models on one shared pool ----------------------------------------------------------------
+
+// Models A and B of kv_pool = "shared": the tiny model (2 layers) with blocks of 16 tokens, and the
+// tiny model 4 layers deep (its own dummy weights) with blocks of 8. Their pages have equal
+// bytes, 2 (K, V) x layers x block x 2 KV heads x 64 = 8,192 values, so a page holds a block of
+// either.
+ModelSpec model_a() { return tiny_model(); }
+
+ModelSpec model_b() {
+  ModelSpec m = tiny_model();
+  m.num_layers = 4;
+  m.name += "-4-layers";
+  return m;
+}
+
+RigConfig shared_config(int pages, int block_size) {
+  RigConfig c;
+  c.num_blocks = pages;
+  c.block_size = block_size;
+  return c;
+}
+
+std::int64_t page_elems(const ModelSpec& m, const RigConfig& c) {
+  return KvLayout::of(m, c.num_blocks, c.block_size).page_elems();
+}
+
+// A's and B's engines on one pool of pages over one KV arena, each scheduler seeing the other's
+// idle KV, as exec/backend.cpp assembles them. `make(weights, config)` builds an executor on the
+// arena.
+template <typename Exec>
+struct SharedPair {
+  template <typename MakeExecutor>
+  SharedPair(const RigConfig& ca, const RigConfig& cb, MakeExecutor make)
+      : pool(std::make_shared<BlockPool>(
+            ca.num_blocks, std::vector<PoolTenant>{{"a", 0, ca.block_size}, {"b", 1, cb.block_size}})),
+        a(rounded_weights(model_a()), ca, make(rounded_weights(model_a()), ca),
+          std::make_unique<KvCacheManager>(pool, 0, ca.prefix_caching)),
+        b(rounded_weights(model_b()), cb, make(rounded_weights(model_b()), cb),
+          std::make_unique<KvCacheManager>(pool, 1, cb.prefix_caching)) {
+    a.engine.scheduler().set_pool_peers({&b.engine.scheduler()});
+    b.engine.scheduler().set_pool_peers({&a.engine.scheduler()});
   }
-  // The KV pools, block for block.
-  const std::vector<float> g = gpu.exec->kv_pool_to_host();
-  const std::span<const float> want = cpu.exec->kv_pool();
-  ASSERT_EQ(g.size(), want.size());
-  double scale = 1.0, max_err = 0, sq = 0;
-  for (float v : want) scale = std::max(scale, double(std::fabs(v)));
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double e = std::fabs(double(g[i]) - double(want[i]));
-    max_err = std::max(max_err, e);
-    sq += e * e;
+
+  // Pages both models' batches used, at one time or another.
+  int pages_shared() const {
+    return int(
+        std::count_if(a.pages.begin(), a.pages.end(), [&](BlockId p) { return b.pages.count(p) > 0; }));
   }
-  const double rms = std::sqrt(sq / double(g.size()));
-  std::printf(
-      "  [lockstep: %zu rows, worst logits error %.2e of scale; KV pool max error %.2e, RMS %.2e (scale "
-      "%.2f)]\n",
-      gpu.rows.size(), worst, max_err, rms, scale);
-  EXPECT_LE(max_err, kKvMaxTol * scale);
-  EXPECT_LE(rms, kKvRmsTol * scale);
+  std::int64_t preemptions() const {
+    return a.engine.scheduler().num_preemptions() + b.engine.scheduler().num_preemptions();
+  }
+
+  std::shared_ptr<BlockPool> pool;
+  Rig<Exec> a, b;
+};
+
+// Pages few enough that the two models take them from each other, evict each other's cached
+// blocks and preempt.
+constexpr int kSharedPages = 14;
+
+// Both models generate on one arena, their steps interleaved, with prefix hits, forks and
+// pages changing hands: each model's logits rows and greedy tokens match the CPU reference on
+// the sequence's tokens (a private pool), as TinyModelMatchesCpuReference checks for one model.
+TEST(CudaExecutor, TwoModelsOnOneSharedArenaMatchCpuReference) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const RigConfig ca = shared_config(kSharedPages, 16), cb = shared_config(kSharedPages, 8);
+  ASSERT_EQ(page_elems(model_a(), ca), page_elems(model_b(), cb));
+  auto arena = std::make_shared<CudaKvArena>(kSharedPages * page_elems(model_a(), ca) * 2);
+  SharedPair<CudaExecutor> gpu(
+      ca, cb, [&](const LlamaWeights& w, const RigConfig& c) { return make_gpu(w, c, arena); });
+  shared_prefix_then_forks({&gpu.a, &gpu.b});
+  EXPECT_GT(gpu.pages_shared(), 0) << "pages that held blocks of both models";
+  EXPECT_GT(gpu.preemptions(), 0);
+  for (GpuRig* rig : {&gpu.a, &gpu.b}) {
+    EXPECT_GT(rig->engine.kv().counters().hit_tokens, 0) << "prefix-cache hits";
+    EXPECT_GT(rig->copies, 0) << "a copy-on-write block copy";
+    EXPECT_GT(rig->graph_steps, 0) << "decode steps replayed from a CUDA graph";
+    const Reference ref = expect_rows_match_cpu(*rig, rig->weights.spec.name.c_str());
+    expect_all_greedy(*rig, ref);
+  }
+  gpu.pool->check_consistency();
+  std::printf("  [shared pool of %d pages: %d used by both models, %lld preemptions]\n", kSharedPages,
+              gpu.pages_shared(), (long long)gpu.preemptions());
+}
+
+// Forced scripts on both models, on the GPU (one CudaKvArena) and on the CPU (one host arena):
+// the same batches on both, so every token, score and logits row compares one to one, and so
+// does the whole arena, page by page, whichever model wrote each page last.
+TEST(CudaExecutor, TwoModelsOnOneSharedArenaLockstepWithCpuExecutors) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const RigConfig ca = shared_config(kSharedPages, 16), cb = shared_config(kSharedPages, 8);
+  const std::int64_t elems = kSharedPages * page_elems(model_a(), ca);
+  auto device_arena = std::make_shared<CudaKvArena>(elems * 2);
+  std::vector<float> host_arena(std::size_t(elems), 0.0f);
+  SharedPair<CudaExecutor> gpu(
+      ca, cb, [&](const LlamaWeights& w, const RigConfig& c) { return make_gpu(w, c, device_arena); });
+  SharedPair<CpuExecutor> cpu(
+      ca, cb, [&](const LlamaWeights& w, const RigConfig& c) { return make_cpu(w, c, host_arena); });
+  forced_scripts_with_forks({&gpu.a, &gpu.b});
+  forced_scripts_with_forks({&cpu.a, &cpu.b});
+  expect_lockstep(gpu.a, cpu.a, "model A");
+  expect_lockstep(gpu.b, cpu.b, "model B");
+  EXPECT_GT(gpu.pages_shared(), 0) << "pages that held blocks of both models";
+  EXPECT_EQ(gpu.preemptions(), cpu.preemptions());
+  expect_kv_close(gpu.a.exec->kv_pool_to_host(), host_arena, "shared arena");
+}
+
+// A shared arena must be exactly the pool's bytes: one page more or less, or a stray byte, is
+// refused with the figures.
+TEST(CudaExecutor, RefusesAKvArenaOfTheWrongSize) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const ModelSpec spec = tiny_model();
+  const std::int64_t page_bytes = KvLayout::of(spec, 1, kBlockSize).page_elems() * 2;
+  CudaExecutorOptions o;
+  for (const std::int64_t bytes : {7 * page_bytes, 9 * page_bytes, 8 * page_bytes + 2}) {
+    o.kv_arena = std::make_shared<CudaKvArena>(bytes);
+    try {
+      const CudaExecutor exec(rounded_weights(spec), 8, kBlockSize, o);
+      ADD_FAILURE() << "an arena of " << bytes << " bytes was accepted for 8 pages of " << page_bytes;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shared KV arena of " + std::to_string(bytes) + " bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  o.kv_arena = std::make_shared<CudaKvArena>(8 * page_bytes);
+  const CudaExecutor fits(rounded_weights(spec), 8, kBlockSize, o);
+  EXPECT_EQ(fits.memory().kv_pool, 8 * page_bytes);
 }
 
 // A beam search: beams generate greedy steps of 4 tokens; every beam is expanded with two
