@@ -2,12 +2,26 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
 
 namespace duet {
+
+namespace {
+
+// Whether free block a is evicted before b: the one worth less first. Uncached blocks (worth
+// -inf) go most recently freed first, as the front of a list holds them; cached ones of equal
+// worth least recently freed first.
+bool evicts_before(const Block& a, const Block& b) {
+  if (a.worth != b.worth) return a.worth < b.worth;
+  return a.cached ? a.freed_at < b.freed_at : a.freed_at > b.freed_at;
+}
+
+}  // namespace
 
 BlockPool::BlockPool(std::int32_t num_blocks, int block_size, std::uint32_t model_id, BlockHashFn hash_fn)
     : BlockPool(num_blocks, std::vector<PoolTenant>{PoolTenant{"model", model_id, block_size, hash_fn}}) {}
@@ -23,12 +37,18 @@ BlockPool::BlockPool(std::int32_t num_blocks, std::vector<PoolTenant> tenants)
     if (t.block_size <= 0)
       throw Error("BlockPool: block_size must be positive, got " + std::to_string(t.block_size) + " for '" +
                   t.label + "'");
+    if (!(t.eviction_cost >= 0) || !std::isfinite(t.eviction_cost))
+      throw Error("BlockPool: eviction_cost must be finite and not negative, got " +
+                  std::to_string(t.eviction_cost) + " for '" + t.label + "'");
     token_stride_ = std::max(token_stride_, t.block_size);
     tenants_.push_back(Tenant{std::move(t), {}, 0, 0, {}});
   }
   blocks_.resize(num_blocks);
   tokens_.resize(std::size_t(num_blocks) * std::size_t(token_stride_));
-  for (BlockId b = 0; b < num_blocks; ++b) push_back(b, 0);
+  for (BlockId b = 0; b < num_blocks; ++b) {
+    blocks_[b].worth = -std::numeric_limits<double>::infinity();
+    push_back(b, 0);
+  }
   num_free_ = num_blocks;
 }
 
@@ -70,6 +90,32 @@ void BlockPool::set_limits(int tenant, KvLimits limits) {
   tenants_[std::size_t(tenant)].limits = limits;
 }
 
+int BlockPool::list_of(const Block& blk) const {
+  return (blk.cached ? blk.priority : 0) * kMaxTenants + blk.tenant;
+}
+
+void BlockPool::enlist(BlockId b) {
+  Block& blk = blocks_[b];
+  blk.freed_at = ++free_clock_;
+  if (blk.cached) {
+    blk.worth = inflation_ + tenants_[blk.tenant].spec.eviction_cost;
+    push_back(b, list_of(blk));
+  } else {
+    blk.worth = -std::numeric_limits<double>::infinity();
+    push_front(b, list_of(blk));
+  }
+}
+
+BlockId BlockPool::eviction_head() const {
+  const int first = std::countr_zero(nonempty_) / kMaxTenants * kMaxTenants;
+  BlockId best = kNoBlock;
+  for (int list = first; list < first + num_tenants(); ++list) {
+    const BlockId head = lists_[list].head;
+    if (head != kNoBlock && (best == kNoBlock || evicts_before(blocks_[head], blocks_[best]))) best = head;
+  }
+  return best;
+}
+
 void BlockPool::push_front(BlockId b, int list) {
   Block& blk = blocks_[b];
   List& l = lists_[list];
@@ -79,7 +125,7 @@ void BlockPool::push_front(BlockId b, int list) {
   else l.tail = b;
   l.head = b;
   blk.in_free_list = true;
-  nonempty_ |= 1u << list;
+  nonempty_ |= std::uint64_t(1) << list;
 }
 
 void BlockPool::push_back(BlockId b, int list) {
@@ -91,20 +137,18 @@ void BlockPool::push_back(BlockId b, int list) {
   else l.head = b;
   l.tail = b;
   blk.in_free_list = true;
-  nonempty_ |= 1u << list;
+  nonempty_ |= std::uint64_t(1) << list;
 }
 
 void BlockPool::unlink(BlockId b) {
   Block& blk = blocks_[b];
-  // A block on the free lists is on the list of its priority, except uncached blocks, which
-  // always sit at the front of list 0.
-  const int list = blk.cached ? blk.priority : 0;
+  const int list = list_of(blk);
   List& l = lists_[list];
   if (blk.prev != kNoBlock) blocks_[blk.prev].next = blk.next;
   else l.head = blk.next;
   if (blk.next != kNoBlock) blocks_[blk.next].prev = blk.prev;
   else l.tail = blk.prev;
-  if (l.head == kNoBlock) nonempty_ &= ~(1u << list);
+  if (l.head == kNoBlock) nonempty_ &= ~(std::uint64_t(1) << list);
   blk.prev = blk.next = kNoBlock;
   blk.in_free_list = false;
 }
@@ -131,11 +175,11 @@ void BlockPool::uncache(BlockId b) {
 BlockId BlockPool::allocate(int tenant) {
   check_tenant(tenant, "allocate");
   if (nonempty_ == 0 || available(tenant) <= 0) return kNoBlock;
-  const int list = std::countr_zero(nonempty_);
-  const BlockId b = lists_[list].head;
+  const BlockId b = eviction_head();
   unlink(b);
   Block& blk = blocks_[b];
   if (blk.cached) {
+    inflation_ = std::max(inflation_, blk.worth);
     ++tenants_[blk.tenant].stats.evictions;
     uncache(b);
     ++stats_.evictions;
@@ -154,8 +198,7 @@ void BlockPool::free(BlockId b) {
   Block& blk = blocks_[b];
   if (blk.ref_count <= 0) throw std::logic_error("BlockPool::free of free block " + std::to_string(b));
   if (--blk.ref_count > 0) return;
-  if (blk.cached) push_back(b, blk.priority);
-  else push_front(b, 0);
+  enlist(b);
   ++num_free_;
   --tenants_[blk.tenant].used;
 }
@@ -178,7 +221,7 @@ void BlockPool::set_priority(BlockId b, int priority) {
   if (blk.in_free_list && blk.cached) {
     unlink(b);
     blk.priority = static_cast<std::int8_t>(priority);
-    push_back(b, priority);
+    enlist(b);
   } else {
     blk.priority = static_cast<std::int8_t>(priority);
   }
@@ -229,8 +272,14 @@ BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<cons
 std::vector<BlockId> BlockPool::eviction_order() const {
   std::vector<BlockId> order;
   order.reserve(std::size_t(num_free_));
-  for (const List& l : lists_)
-    for (BlockId b = l.head; b != kNoBlock; b = blocks_[b].next) order.push_back(b);
+  for (int p = 0; p < kNumPriorities; ++p) {
+    const std::size_t from = order.size();
+    for (int list = p * kMaxTenants; list < (p + 1) * kMaxTenants; ++list)
+      for (BlockId b = lists_[list].head; b != kNoBlock; b = blocks_[b].next) order.push_back(b);
+    // The tenants' lists, each in order, merged as allocate() takes their heads.
+    std::stable_sort(order.begin() + std::ptrdiff_t(from), order.end(),
+                     [&](BlockId a, BlockId b) { return evicts_before(blocks_[a], blocks_[b]); });
+  }
   return order;
 }
 
@@ -238,9 +287,9 @@ void BlockPool::check_consistency() const {
   auto fail = [](const std::string& what) { throw std::logic_error("BlockPool: " + what); };
   std::vector<char> seen(blocks_.size(), 0);
   std::int32_t listed = 0;
-  for (int p = 0; p < kNumPriorities; ++p) {
+  for (int p = 0; p < kNumPriorities * kMaxTenants; ++p) {
     const List& l = lists_[p];
-    if (bool(nonempty_ & (1u << p)) != (l.head != kNoBlock))
+    if (bool(nonempty_ & (std::uint64_t(1) << p)) != (l.head != kNoBlock))
       fail("non-empty mask disagrees with list " + std::to_string(p));
     BlockId prev = kNoBlock;
     for (BlockId b = l.head; b != kNoBlock; b = blocks_[b].next) {
@@ -248,7 +297,11 @@ void BlockPool::check_consistency() const {
       if (seen[b]++) fail("block " + std::to_string(b) + " listed twice");
       if (blk.prev != prev) fail("broken prev link at block " + std::to_string(b));
       if (!blk.in_free_list || blk.ref_count != 0) fail("listed block " + std::to_string(b) + " is in use");
-      if ((blk.cached ? blk.priority : 0) != p) fail("block " + std::to_string(b) + " on the wrong list");
+      if (list_of(blk) != p) fail("block " + std::to_string(b) + " on the wrong list");
+      if (prev != kNoBlock && evicts_before(blk, blocks_[prev]))
+        fail("block " + std::to_string(b) + " is out of eviction order in list " + std::to_string(p));
+      if (blk.cached != (blk.worth > -std::numeric_limits<double>::infinity()))
+        fail("block " + std::to_string(b) + "'s worth disagrees with its being cached");
       prev = b;
       ++listed;
     }

@@ -3,16 +3,21 @@
 // that several models (tenants) share (kv_pool = "shared").
 //
 // Free blocks sit on intrusive doubly linked lists (index links inside the Block records), one
-// list per retention priority. The concatenation of the lists, lowest priority first and each
-// front to back, *is* the eviction order: allocate() takes its head. Freed blocks that hold a
-// cached (hashed) full block stay in the hash map and remain hittable until allocate() reuses
-// them (lazy eviction). Blocks that hold nothing worth keeping go to the very front.
+// list per retention priority and tenant. allocate() takes the lowest priority's first block, in
+// least recently freed order across the tenants' lists. Freed blocks that hold a cached (hashed)
+// full block stay in the hash map and remain hittable until allocate() reuses them (lazy
+// eviction). Blocks that hold nothing worth keeping go to the very front.
 //
-// allocate, free, touch and set_priority are O(1); lookup is O(1) expected.
+// allocate, free, touch and set_priority are O(tenants); lookup is O(1) expected.
 //
 // Shared pools. A page holds one block of any tenant: the tenants' block sizes differ, their block
-// bytes do not (the memory plan checks that). Eviction is global: one set of free lists, so the
-// least recently freed block of the lowest priority goes first, whoever's it is. The prefix cache
+// bytes do not (the memory plan checks that). Eviction is global: the least recently freed block
+// of the lowest priority goes first, whoever's it is. Tenants may give a cached block a cost (what
+// losing it costs, e.g. its recompute FLOPs): eviction is then GreedyDual (Young, "The k-server
+// dual and loose competitiveness for paging", Algorithmica 1994; Cao & Irani, USITS 1997): a
+// block freed when the pool's inflation is L is worth L + its cost, the least worth goes first,
+// and L rises to what each evicted block was worth. Equal costs give least recently freed order,
+// so a costlier tenant's blocks outlive a cheaper one's by the difference. The prefix cache
 // stays per tenant: a block hits only for the tenant that cached it (its hash covers the tenant's
 // model id too). Floors and ceilings (KvLimits) bound what each tenant holds: a tenant may take a
 // page only while every other tenant could still reach its floor from the free pages, and only
@@ -43,6 +48,7 @@ struct PoolTenant {
   std::uint32_t model_id = 0;
   int block_size = 16;
   BlockHashFn hash_fn = hash_block;
+  double eviction_cost = 0;  // what one evicted cached block costs (same units for every tenant)
 };
 
 // Pages one tenant holds in use: at least min_blocks stay within its reach, at most max_blocks it
@@ -72,6 +78,10 @@ struct Block {
   BlockId prev = kNoBlock;  // free-list links
   BlockId next = kNoBlock;
   BlockId hash_next = kNoBlock;  // next block with the same hash (collisions)
+  // While free: when it was freed (a counter), and what it is worth to keep (a cached block:
+  // the inflation when freed + its tenant's eviction_cost; an uncached one: -inf, goes first).
+  std::uint64_t freed_at = 0;
+  double worth = 0;
 };
 
 struct BlockPoolStats {
@@ -147,9 +157,15 @@ class BlockPool {
   void check_consistency() const;
 
  private:
+  // The free list a block is on (by its priority and tenant; uncached blocks on priority 0's).
+  int list_of(const Block& blk) const;
+  // Puts a freed block on its list: a cached one at the back, worth the inflation + its cost.
+  void enlist(BlockId b);
   void push_front(BlockId b, int list);
   void push_back(BlockId b, int list);
   void unlink(BlockId b);
+  // The next block to evict: the head, least worth first, of the lowest priority's lists.
+  BlockId eviction_head() const;
   void uncache(BlockId b);
   // Pages the tenants other than `tenant` still need to reach their floors.
   std::int32_t reserved_for_others(int tenant) const;
@@ -170,10 +186,12 @@ class BlockPool {
   std::vector<Block> blocks_;
   std::vector<TokenId> tokens_;  // token_stride_ tokens per page, valid while cached
   std::vector<Tenant> tenants_;
-  int token_stride_ = 0;  // the largest tenant block size
-  List lists_[kNumPriorities];
-  std::uint32_t nonempty_ = 0;  // bit p set when lists_[p] has a block
-  HashIndex by_hash_;           // hash -> first block of its collision chain
+  int token_stride_ = 0;                      // the largest tenant block size
+  List lists_[kNumPriorities * kMaxTenants];  // [priority][tenant]
+  std::uint64_t nonempty_ = 0;                // bit i set when lists_[i] has a block
+  std::uint64_t free_clock_ = 0;              // counts frees: Block::freed_at
+  double inflation_ = 0;                      // GreedyDual's L
+  HashIndex by_hash_;                         // hash -> first block of its collision chain
   std::int32_t num_free_ = 0;
   std::int32_t num_cached_ = 0;
   BlockPoolStats stats_;

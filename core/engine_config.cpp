@@ -32,12 +32,18 @@ SchedulerConfig scheduler_config(const EngineConfig& c) {
   return SchedulerConfig{c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill, c.max_model_len};
 }
 
-std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs,
-                                            const MemoryPlan& plan) {
+std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs, const MemoryPlan& plan,
+                                            KvEviction eviction) {
   if (!plan.shared) throw std::logic_error("make_shared_pool: the plan has no shared pool");
   std::vector<PoolTenant> tenants;
-  for (std::size_t i = 0; i < configs.size(); ++i)
-    tenants.push_back({configs[i].name, std::uint32_t(i), configs[i].block_size, hash_block});
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    // What recomputing an evicted block costs: its tokens through the layers' projections and
+    // MLP (no LM head: a recomputed prefix is not sampled; attention's share grows with the
+    // context and is left out, the smaller part at these lengths).
+    const double cost =
+        eviction == KvEviction::Cost ? configs[i].block_size * configs[i].model.layer_flops_per_token() : 0.0;
+    tenants.push_back({configs[i].name, std::uint32_t(i), configs[i].block_size, hash_block, cost});
+  }
   auto pool = std::make_shared<BlockPool>(plan.shared->num_pages, std::move(tenants));
   for (std::size_t i = 0; i < configs.size(); ++i) pool->set_limits(int(i), configs[i].limits);
   return pool;

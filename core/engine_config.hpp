@@ -39,8 +39,10 @@ struct EngineConfig {
 EngineMemoryRequest memory_request(const EngineConfig& config);
 SchedulerConfig scheduler_config(const EngineConfig& config);
 // The pages of a shared KV pool (plan.shared), engine i its tenant i with model id i, each with
-// its floor and ceiling. Throws duet::Error naming the field when the limits cannot hold.
-std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs, const MemoryPlan& plan);
+// its floor and ceiling, and with KvEviction::Cost a block's recompute FLOPs as its eviction
+// cost. Throws duet::Error naming the field when the limits cannot hold.
+std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs, const MemoryPlan& plan,
+                                            KvEviction eviction = KvEviction::Lru);
 // The engine's allocator: over a pool of its own, or as tenant model_id of `shared`.
 std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& config, const EngineMemory& memory,
                                             std::uint32_t model_id,

@@ -74,10 +74,18 @@ const EngineMemory& MemoryPlan::engine(const std::string& label) const {
 KvPoolKind kv_pool_kind_from_name(const std::string& name) {
   if (name == "static") return KvPoolKind::Static;
   if (name == "shared") return KvPoolKind::Shared;
-  throw Error("kv_pool: unknown value '" + name + "' (valid: static, shared)");
+  throw Error("unknown value '" + name + "' (valid: static, shared)");
 }
 
 const char* kv_pool_kind_name(KvPoolKind kind) { return kind == KvPoolKind::Shared ? "shared" : "static"; }
+
+KvEviction kv_eviction_from_name(const std::string& name) {
+  if (name == "lru") return KvEviction::Lru;
+  if (name == "cost") return KvEviction::Cost;
+  throw Error("unknown value '" + name + "' (valid: lru, cost)");
+}
+
+const char* kv_eviction_name(KvEviction eviction) { return eviction == KvEviction::Cost ? "cost" : "lru"; }
 
 namespace {
 

@@ -84,9 +84,17 @@ struct MemoryPlan {
 // logits for max_num_seqs rows (the sampler's input), as vLLM's profiling run would see it.
 std::int64_t activation_bytes(const ModelSpec& model, int max_num_batched_tokens, int max_num_seqs);
 
+// Which cached page a shared pool evicts first (kv_eviction): the least recently freed whoever's
+// it is (lru), or the one whose loss costs least, its recompute FLOPs aging GreedyDual-style
+// (cost; see core/block_pool.hpp).
+enum class KvEviction { Lru, Cost };
+KvEviction kv_eviction_from_name(const std::string& name);  // "lru", "cost"
+const char* kv_eviction_name(KvEviction eviction);
+
 struct KvPoolRequest {
   KvPoolKind kind = KvPoolKind::Static;
   std::optional<std::int32_t> num_pages_override;  // shared: a what-if page count (kv_pool_blocks)
+  KvEviction eviction = KvEviction::Lru;           // shared: kv_eviction
 };
 
 // Throws duet::Error naming the engine and the figures when a budget is impossible, and for a

@@ -129,10 +129,12 @@ std::int64_t ModelSpec::num_parameters() const {
 
 std::int64_t ModelSpec::weight_bytes() const { return num_parameters() * dtype_bytes(dtype); }
 
+double ModelSpec::layer_flops_per_token() const {
+  return 2.0 * double(layer_parameters() - 2LL * hidden_size) * num_layers;
+}
+
 double ModelSpec::linear_flops_per_token() const {
-  const double per_layer_macs = double(layer_parameters() - 2LL * hidden_size);
-  const double lm_head_macs = double(vocab_size) * hidden_size;
-  return 2.0 * (per_layer_macs * num_layers + lm_head_macs);
+  return layer_flops_per_token() + 2.0 * double(vocab_size) * hidden_size;
 }
 
 double ModelSpec::attention_flops(std::int64_t new_tokens, std::int64_t context_before) const {

@@ -47,6 +47,8 @@ struct ModelSpec {
 
   // FLOPs of the dense matmuls (QKV, O, gate/up, down, LM head) for one token: 2 per MAC.
   double linear_flops_per_token() const;
+  // The same without the LM head: what a token whose logits are not needed costs.
+  double layer_flops_per_token() const;
   // Attention score and value FLOPs for `new_tokens` queries causally attending to a context
   // that already holds `context_before` tokens: sum over queries of 4 * layers * heads * head_dim
   // * (keys visible to that query).

@@ -44,7 +44,7 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   const bool shared_pool = spec.kv_pool.kind == KvPoolKind::Shared;
   if (spec.memory_policy && !shared_pool) throw Error("memory_policy needs kv_pool = 'shared'");
   SharedKvPool shared;
-  if (shared_pool) shared.pages = make_shared_pool(configs, out.plan);
+  if (shared_pool) shared.pages = make_shared_pool(configs, out.plan, spec.kv_pool.eviction);
 
   std::vector<std::unique_ptr<BuiltEngine>> built;
   for (std::size_t i = 0; i < spec.engines.size(); ++i) {
@@ -64,7 +64,10 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                                                                        : gpu_device_key(spec.gpu));
   out.metadata.numbers.emplace_back("seed", double(spec.seed));
   out.metadata.text.emplace_back("kv_pool", kv_pool_kind_name(spec.kv_pool.kind));
-  if (out.plan.shared) out.metadata.numbers.emplace_back("kv_pool_pages", double(out.plan.shared->num_pages));
+  if (out.plan.shared) {
+    out.metadata.numbers.emplace_back("kv_pool_pages", double(out.plan.shared->num_pages));
+    out.metadata.text.emplace_back("kv_eviction", kv_eviction_name(spec.kv_pool.eviction));
+  }
   for (std::size_t i = 0; i < built.size(); ++i) {
     out.cost_models.push_back(built[i]->describe());
     out.metadata.text.emplace_back(spec.engines[i].config.name + ".cost_model", built[i]->describe());

@@ -161,6 +161,15 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
       t.fail("kv_pool_blocks", "sizes a shared pool: needs kv_pool = 'shared'");
     ex.kv_pool.num_pages_override = *pages;
   }
+  if (auto eviction = t.string("kv_eviction")) {
+    if (ex.kv_pool.kind != KvPoolKind::Shared)
+      t.fail("kv_eviction", "orders a shared pool's evictions: needs kv_pool = 'shared'");
+    try {
+      ex.kv_pool.eviction = kv_eviction_from_name(*eviction);
+    } catch (const Error& e) {
+      t.fail("kv_eviction", e.what());
+    }
+  }
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
   const lua_Integer n = luaL_len(L, -1);
   if (n < 1) t.fail("engines", "needs at least one engine");

@@ -271,11 +271,18 @@ TEST_F(MemoryPlanH100, ActivationBytesGrowWithBatchedTokens) {
 
 // --- A shared pool (kv_pool = "shared") ---------------------------------------------------------
 
+KvPoolRequest shared_pool(std::optional<std::int32_t> pages = std::nullopt) {
+  KvPoolRequest r;
+  r.kind = KvPoolKind::Shared;
+  r.num_pages_override = pages;
+  return r;
+}
+
 TEST_F(MemoryPlanH100, ASharedPoolHoldsTheKvBytesOfEveryBudget) {
   EngineMemoryRequest llm = by_utilisation("llm", "llama-3.2-1b", 0.3),
                       prm = by_utilisation("prm", "llama-3.1-8b", 0.6);
   llm.block_size = 64;  // 64 x 32 KiB = 16 x 128 KiB = 2 MiB
-  const MemoryPlan plan = plan_memory(h100, {llm, prm}, {KvPoolKind::Shared, std::nullopt});
+  const MemoryPlan plan = plan_memory(h100, {llm, prm}, shared_pool());
   ASSERT_TRUE(plan.shared.has_value());
   // The KV bytes of the static plan above, together: 22,013,092,659 + 33,677,788,774 bytes,
   // in pages of 2,097,152 bytes: floor(55,690,881,433 / 2,097,152) = 26,555.
@@ -283,7 +290,7 @@ TEST_F(MemoryPlanH100, ASharedPoolHoldsTheKvBytesOfEveryBudget) {
   EXPECT_EQ(plan.shared->page_bytes, 2'097'152);
   EXPECT_EQ(plan.shared->num_pages, 26'555);
   for (const EngineMemory& e : plan.engines) EXPECT_EQ(e.num_blocks, 26'555) << e.label;
-  EXPECT_EQ(plan_memory(h100, {llm, prm}, {KvPoolKind::Shared, 100}).shared->num_pages, 100);
+  EXPECT_EQ(plan_memory(h100, {llm, prm}, shared_pool(100)).shared->num_pages, 100);
 }
 
 TEST_F(MemoryPlanH100, UnequalBlockBytesOnASharedPoolAreAnError) {
@@ -291,7 +298,7 @@ TEST_F(MemoryPlanH100, UnequalBlockBytesOnASharedPoolAreAnError) {
   const std::string msg = error_of([&] {
     plan_memory(h100,
                 {by_utilisation("llm", "llama-3.2-1b", 0.3), by_utilisation("prm", "llama-3.1-8b", 0.6)},
-                {KvPoolKind::Shared, std::nullopt});
+                shared_pool());
   });
   EXPECT_TRUE(contains(msg, "engine 'prm' has blocks of 2097152 bytes")) << msg;
   EXPECT_TRUE(contains(msg, "engine 'llm' of 524288")) << msg;

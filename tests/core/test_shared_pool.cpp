@@ -25,9 +25,10 @@ namespace {
 
 BlockHash constant_hash(BlockHash, std::span<const TokenId>, std::uint32_t) { return 0xC0111DEULL; }
 
-std::shared_ptr<BlockPool> two_model_pool(int pages, int bs0, int bs1, BlockHashFn fn = hash_block) {
-  return std::make_shared<BlockPool>(pages,
-                                     std::vector<PoolTenant>{{"llm", 0, bs0, fn}, {"prm", 1, bs1, fn}});
+std::shared_ptr<BlockPool> two_model_pool(int pages, int bs0, int bs1, BlockHashFn fn = hash_block,
+                                          double cost0 = 0, double cost1 = 0) {
+  return std::make_shared<BlockPool>(
+      pages, std::vector<PoolTenant>{{"llm", 0, bs0, fn, cost0}, {"prm", 1, bs1, fn, cost1}});
 }
 
 Sequence seq_of(SeqId id, std::vector<TokenId> tokens) {
@@ -79,6 +80,44 @@ TEST(SharedPool, EvictionIsGlobalInLeastRecentlyFreedOrder) {
   Sequence again = seq_of(4, {1, 2, 3, 4, 5});
   EXPECT_EQ(llm.lookup_prefix(again), 4);  // the LLM's own blocks are still cached
   pool->check_consistency();
+}
+
+// With eviction costs (GreedyDual), the PRM's blocks (cost 3) outlive the LLM's (cost 1) though
+// freed first, until the pool's inflation has risen by the difference: then the least recently
+// freed goes first again.
+TEST(SharedPool, CostlierBlocksOutliveCheaperOnesByTheirCost) {
+  auto pool = two_model_pool(5, 2, 2, hash_block, 1.0, 3.0);
+  KvCacheManager llm(pool, 0, true), prm(pool, 1, true);
+  Sequence b = seq_of(1, {1, 2, 3, 4}), a = seq_of(2, {1, 2, 3, 4}), c = seq_of(3, {5, 6});
+  ASSERT_TRUE(admit(prm, b));
+  ASSERT_TRUE(admit(llm, a));
+  ASSERT_TRUE(admit(llm, c));
+  prm.free(b);  // worth 0 + 3 each
+  llm.free(a);  // worth 0 + 1 each: evicted first, though freed later
+  Sequence d = seq_of(4, {9, 9, 9, 9});
+  ASSERT_TRUE(admit(llm, d));  // takes a's 2 pages; the inflation rises to 1
+  EXPECT_EQ(llm.counters().evictions, 2);
+  EXPECT_EQ(prm.counters().evictions, 0);
+  llm.free(d);  // worth 1 + 1 = 2: still below the PRM's 3
+  llm.free(c);  // worth 2 as well, freed after d
+  const std::vector<BlockId> order = pool->eviction_order();
+  ASSERT_EQ(order.size(), 5u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pool->block(order[std::size_t(i)]).tenant, 0) << i;
+  for (int i = 3; i < 5; ++i) EXPECT_EQ(pool->block(order[std::size_t(i)]).tenant, 1) << i;
+  // Evicting d's and c's blocks raises the inflation to 2, so LLM blocks freed now are worth 3,
+  // as much as the PRM's, which were freed earlier: those go first.
+  Sequence e = seq_of(5, {7, 7, 7, 7, 7, 7});
+  ASSERT_TRUE(admit(llm, e));
+  llm.free(e);
+  const std::vector<BlockId> after = pool->eviction_order();
+  ASSERT_EQ(after.size(), 5u);
+  EXPECT_EQ(pool->block(after[0]).tenant, 1);
+  EXPECT_EQ(pool->block(after[1]).tenant, 1);
+  Sequence f = seq_of(6, {8, 8, 8, 8});
+  ASSERT_TRUE(admit(llm, f));
+  EXPECT_EQ(prm.counters().evictions, 2);
+  pool->check_consistency();
+  EXPECT_THROW(two_model_pool(4, 2, 2, hash_block, -1.0, 0.0), Error);
 }
 
 TEST(SharedPool, APrefixCachedByOneModelNeverHitsForTheOther) {
@@ -163,6 +202,7 @@ struct PoolCase {
   bool moving_limits;  // limits change at random during the run
   bool constant_hash;
   int num_ops;
+  double costs[2];  // eviction costs: {0, 0} is least recently freed order
 };
 
 void PrintTo(const PoolCase& c, std::ostream* os) { *os << c.name << " (seed " << c.seed << ")"; }
@@ -177,7 +217,8 @@ class SharedPoolModel {
  public:
   explicit SharedPoolModel(const PoolCase& c)
       : c_(c),
-        pool_(two_model_pool(c.pages, c.bs[0], c.bs[1], c.constant_hash ? constant_hash : hash_block)),
+        pool_(two_model_pool(c.pages, c.bs[0], c.bs[1], c.constant_hash ? constant_hash : hash_block,
+                             c.costs[0], c.costs[1])),
         rng_(c.seed),
         content_(std::size_t(c.pages), std::vector<Slot>(std::size_t(std::max(c.bs[0], c.bs[1])))) {
     for (int t = 0; t < 2; ++t) {
@@ -403,13 +444,15 @@ TEST_P(SharedPoolProperty, RandomOperationsOnBothModelsKeepInvariants) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, SharedPoolProperty,
-    ::testing::Values(PoolCase{"llm64_prm16_scaled", 1, 24, {4, 1}, {{}, {}}, false, false, 4000},
-                      PoolCase{"equal_sizes_colliding", 2, 20, {2, 2}, {{}, {}}, false, true, 4000},
-                      PoolCase{
-                          "floors", 3, 24, {4, 1}, {{6, kNoCeiling}, {8, kNoCeiling}}, false, false, 4000},
-                      PoolCase{"floors_and_ceilings", 4, 24, {2, 2}, {{4, 14}, {4, 16}}, false, true, 4000},
-                      PoolCase{"moving_limits", 5, 24, {4, 1}, {{}, {}}, true, false, 6000},
-                      PoolCase{"moving_limits_colliding", 6, 16, {2, 2}, {{}, {}}, true, true, 6000}),
+    ::testing::Values(
+        PoolCase{"llm64_prm16_scaled", 1, 24, {4, 1}, {{}, {}}, false, false, 4000, {0, 0}},
+        PoolCase{"equal_sizes_colliding", 2, 20, {2, 2}, {{}, {}}, false, true, 4000, {0, 0}},
+        PoolCase{"floors", 3, 24, {4, 1}, {{6, kNoCeiling}, {8, kNoCeiling}}, false, false, 4000, {0, 0}},
+        PoolCase{"floors_and_ceilings", 4, 24, {2, 2}, {{4, 14}, {4, 16}}, false, true, 4000, {0, 0}},
+        PoolCase{"moving_limits", 5, 24, {4, 1}, {{}, {}}, true, false, 6000, {0, 0}},
+        PoolCase{"moving_limits_colliding", 6, 16, {2, 2}, {{}, {}}, true, true, 6000, {0, 0}},
+        PoolCase{"eviction_costs", 7, 24, {4, 1}, {{}, {}}, false, false, 4000, {1.0, 1.6}},
+        PoolCase{"eviction_costs_moving_limits", 8, 16, {2, 2}, {{}, {}}, true, true, 6000, {0.5, 2.0}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
