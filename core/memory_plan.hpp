@@ -58,9 +58,9 @@ const char* kv_pool_kind_name(KvPoolKind kind);
 
 // The default block size of the model with the fewest KV bytes per token on a shared pool (the
 // generator, Llama-3.2-1B: vLLM's 16, so that Llama-3.1-8B gets 4). Against 64/16 on the thesis
-// workload in the simulator (scripts/shared_pool.lua, H100, 256-500 problems): 16/4 gave 11-12%
-// more problems/s at every point, as its smaller generator blocks waste less of each beam's last
-// block and the PRM's smaller blocks let its prefix cache hit more of each scored trajectory.
+// workload in the simulator (scripts/shared_pool.lua, H100 and A100-40GB): 16/4 gave 11% to 4.4x more
+// problems/s at every point (bench/results/shared-pool.md), as its smaller generator blocks waste
+// less of each beam's last block and the PRM's let its prefix cache hit more of each trajectory.
 inline constexpr int kSharedPoolBlockSize = 16;
 
 struct SharedPoolMemory {
