@@ -27,18 +27,6 @@ std::string numbered(const std::string& prefix, std::size_t n) {
   return prefix + buf;
 }
 
-const std::string* find_text(const RunMetadata& m, const std::string& key) {
-  for (const auto& [k, v] : m.text)
-    if (k == key) return &v;
-  return nullptr;
-}
-
-const double* find_number(const RunMetadata& m, const std::string& key) {
-  for (const auto& [k, v] : m.numbers)
-    if (k == key) return &v;
-  return nullptr;
-}
-
 }  // namespace
 
 Shard parse_shard(const std::string& text) {
@@ -75,7 +63,7 @@ RunIdentity read_identity(const std::string& path) {
                                                          {"duet_run.args", &id.args},
                                                          {"duet_run.shard", &id.shard}};
   for (const auto& [key, field] : fields) {
-    const std::string* v = find_text(m, key);
+    const std::string* v = m.find_text(key);
     if (!v)
       throw Error(path + ": no attribute " + key +
                   " at the root: not a file that `duet run` wrote for a script");
@@ -99,6 +87,7 @@ void check_identity(const std::string& path, const RunIdentity& found, const Run
   }
 }
 
+std::string run_group(int run) { return numbered("/runs/", std::size_t(run)); }
 std::string sweep_group(int sweep) { return numbered("/sweeps/", std::size_t(sweep)); }
 std::string point_group(int sweep, std::size_t point) {
   return numbered(sweep_group(sweep) + "/points/", point);
@@ -118,9 +107,9 @@ bool check_sweep(const std::string& path, int sweep, const std::string& label, c
   if (std::find(sweeps.begin(), sweeps.end(), group.substr(group.rfind('/') + 1)) == sweeps.end())
     return false;  // the file stopped before this sweep
   const RunMetadata m = read_attributes(path, group);
-  const std::string* l = find_text(m, "sweep");
-  const std::string* g = find_text(m, "grid");
-  const double* n = find_number(m, "points");
+  const std::string* l = m.find_text("sweep");
+  const std::string* g = m.find_text("grid");
+  const double* n = m.find_number("points");
   auto fail = [&](const std::string& attr, const std::string& found, const std::string& want) {
     throw Error(what + ": " + path + ": " + group + ": attribute " + attr + " is '" + found +
                 "', expected '" + want + "': refusing to mix two sweeps in one file");

@@ -42,6 +42,8 @@ RunIdentity read_identity(const std::string& path);
 void check_identity(const std::string& path, const RunIdentity& found, const RunIdentity& want,
                     const std::string& what, bool with_shard);
 
+// The run file's groups: /runs/NNNN, /sweeps/NNNN, /sweeps/NNNN/points/MMMM, .../failed/MMMM.
+std::string run_group(int run);
 std::string sweep_group(int sweep);
 std::string point_group(int sweep, std::size_t point);
 std::string failed_group(int sweep, std::size_t point);

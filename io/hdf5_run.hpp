@@ -20,6 +20,18 @@ inline constexpr int kRunSchemaVersion = 2;
 struct RunMetadata {
   std::vector<std::pair<std::string, std::string>> text;
   std::vector<std::pair<std::string, double>> numbers;
+
+  // The value under `key`; nullptr when there is none.
+  const std::string* find_text(const std::string& key) const {
+    for (const auto& [k, v] : text)
+      if (k == key) return &v;
+    return nullptr;
+  }
+  const double* find_number(const std::string& key) const {
+    for (const auto& [k, v] : numbers)
+      if (k == key) return &v;
+    return nullptr;
+  }
 };
 
 class RunStream;

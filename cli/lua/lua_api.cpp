@@ -23,6 +23,7 @@
 #include "cli/lua/point_queue.hpp"
 #include "cli/lua/result_codec.hpp"
 #include "cli/lua/sweep_handout.hpp"
+#include "cli/sweep_file.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/trace.hpp"
@@ -89,12 +90,6 @@ RunFileWriter& writer(ScriptContext& ctx) {
   return *ctx.writer;
 }
 
-std::string group_name(const char* prefix, int n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s/%04d", prefix, n);
-  return buf;
-}
-
 // --resume: a run the file already holds is read back instead of run again; a group that a kill
 // left unfinished is removed, to be written again.
 std::optional<ExperimentResult> resumed_run(ScriptContext& ctx, const std::string& group) {
@@ -113,7 +108,7 @@ int l_run(lua_State* L) {
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
     const bool write = wants_output(L, 1) && writes(ctx);
-    const std::string group = group_name("/runs", ctx.runs);
+    const std::string group = cli::run_group(ctx.runs);
     std::optional<ExperimentResult> r = write ? resumed_run(ctx, group) : std::nullopt;
     if (!r) {
       r = run_experiment(L, 1, defaults_of(ctx));

@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "tests/support/test_support.hpp"
+
 namespace duet {
 namespace {
 
@@ -16,13 +18,7 @@ Sequence make_seq(SeqId id, int n, TokenId first = 0) {
   return s;
 }
 
-// Admission as the scheduler does it: look up, allocate the rest, mark hits computed.
-bool admit(KvCacheManager& kv, Sequence& s) {
-  const int hit = kv.lookup_prefix(s);
-  if (!kv.allocate_slots(s, s.num_tokens() - hit, hit)) return false;
-  s.num_computed_tokens = s.num_tokens();
-  return true;
-}
+using test_support::admit;
 
 void decode(KvCacheManager& kv, Sequence& s, TokenId t) {
   s.tokens.push_back(t);

@@ -39,13 +39,7 @@ Sequence seq_of(SeqId id, std::vector<TokenId> tokens) {
   return s;
 }
 
-// Admission as the scheduler does it: the prefix hit, then the rest of the prompt.
-bool admit(KvCacheManager& kv, Sequence& s) {
-  const int hit = kv.lookup_prefix(s);
-  if (!kv.allocate_slots(s, s.num_tokens() - hit, hit)) return false;
-  s.num_computed_tokens = s.num_tokens();
-  return true;
-}
+using test_support::admit;
 
 TEST(SharedPool, ModelsDrawPagesFromOnePool) {
   auto pool = two_model_pool(10, 4, 1);

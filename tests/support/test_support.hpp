@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/kv_allocator.hpp"
 #include "core/sequence.hpp"
 
 // For property tests' check functions, which return "" when every invariant holds: ends the
@@ -85,6 +86,15 @@ inline std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab) 
 inline std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Admission as the scheduler does it: the prefix hit, then the rest of the prompt; the whole
+// prompt is then computed. False (and nothing held) when the pool cannot take it.
+inline bool admit(KvAllocator& kv, Sequence& s) {
+  const int hit = kv.lookup_prefix(s);
+  if (!kv.allocate_slots(s, s.num_tokens() - hit, hit)) return false;
+  s.num_computed_tokens = s.num_tokens();
+  return true;
 }
 
 inline SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
