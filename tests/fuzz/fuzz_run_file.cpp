@@ -9,9 +9,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/error.hpp"
@@ -49,7 +51,11 @@ duet::EngineRecords engine(const std::string& name, int rows) {
   return e;
 }
 
+void remove_template();
+
 // A valid file with a single run at "/" and a sweep point, as duet run and duet simulate write them.
+// It and each case's copy live in the temp directory until the process exits (libFuzzer ends with
+// exit() after -max_total_time or -runs).
 const std::string& template_file() {
   static const std::string path = [] {
     const std::string p =
@@ -66,7 +72,15 @@ const std::string& template_file() {
     writer.close();
     return p;
   }();
+  // Registered after `path` is built, so it runs before `path` is destroyed.
+  [[maybe_unused]] static const int cleanup = std::atexit(remove_template);
   return path;
+}
+
+void remove_template() {
+  std::error_code ignored;
+  fs::remove(template_file(), ignored);
+  fs::remove(template_file() + ".case.h5", ignored);
 }
 
 // Every object (group or dataset) and every attribute of the file, by path.
