@@ -199,7 +199,9 @@ int bench(int argc, char** argv) {
       "prefill-seq", po::value(&g.prefill_seq)->default_value(g.prefill_seq),
       "prefill: tokens per sequence (0: one sequence per step)")(
       "iters", po::value(&g.iters)->default_value(g.iters), "CUDA benchmarks: timed repetitions")(
-      "json", po::value(&g.json), "CUDA benchmarks: write the results as JSON to this file")(
+      "block-size", po::value(&g.block_size)->default_value(g.block_size),
+      "CUDA benchmarks: KV block size in tokens")("json", po::value(&g.json),
+                                                  "CUDA benchmarks: write the results as JSON to this file")(
       "peer", po::value(&g.peer),
       "decode: scripts/peer_hf.py's JSON; prints duet's tokens/s over HF transformers'")("help,h",
                                                                                          "this help");
@@ -208,6 +210,7 @@ int bench(int argc, char** argv) {
   return run_command({"bench", options, &positional, "name"}, argc, argv, [&](const po::variables_map& vm) {
     if (!vm["gpu"].defaulted()) g.gpu = gpu;
     if (g.iters <= 0) throw Error("--iters must be positive");
+    if (g.block_size <= 0) throw Error("--block-size must be positive, got " + std::to_string(g.block_size));
     if (which == "sim-trace") return bench_sim_trace(trace, model, gpu, target_s);
     if (which == "cpu") return bench_cpu(cpu_model, batch, prompt, decode);
     if (which == "hdf5") return bench_hdf5(trace, model, gpu);

@@ -181,7 +181,7 @@ int bench_decode(const GpuBenchOptions& o) {
   ModelSpec spec = resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model);
   const std::vector<int> batches = {1, 8, 32, 64, 128, 256};
   const std::vector<int> contexts = {512, 1024, 2048, 4096};
-  const int block_size = 16;
+  const int block_size = o.block_size;
   const int max_b = batches.back(), max_c = contexts.back();
   const int blocks = max_b * ((max_c + 1 + block_size - 1) / block_size);
   constexpr double kTarget = 1.3;
@@ -264,7 +264,7 @@ int bench_attention(const GpuBenchOptions& o) {
   const ModelSpec spec = resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model);
   const std::vector<int> batches = {32, 64, 128};
   const std::vector<int> contexts = {2048, 4096, 8192};
-  const int block_size = 16;
+  const int block_size = o.block_size;
   constexpr double kTarget = 0.70;
   print_gpu("attention", gpu);
   std::printf(
@@ -386,7 +386,7 @@ int bench_prefill(const GpuBenchOptions& o) {
   const int full_layers = spec.num_layers;
   if (o.layers > 0 && o.layers < spec.num_layers) spec.num_layers = o.layers;
   const std::vector<int> steps = {1024, 2048, 4096, 8192, 16384};
-  const int block_size = 16;
+  const int block_size = o.block_size;
   const int max_tokens = steps.back();
   constexpr double kTarget = 0.50;
   constexpr int kScores = 8;

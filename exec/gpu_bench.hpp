@@ -13,6 +13,7 @@ struct GpuBenchOptions {
   int layers = 4;          // prefill: decoder layers run (0: all)
   int prefill_seq = 1024;  // prefill: tokens per sequence (0: one sequence per step)
   int iters = 20;
+  int block_size = 16;  // KV block size in tokens (a shared pool's PRM uses 4)
   std::string json;
   std::string peer;  // decode: scripts/peer_hf.py's JSON, for duet / HF transformers ratios
 };
