@@ -4,24 +4,33 @@ local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 local problems = math500.load{limit = 3}
 
--- Both with a pool per engine (static split) and with one pool of pages that both engines share
--- (kv_pool = "shared": one host arena on the CPU), small enough that pages change hands.
-local function run(backend, kv_pool)
-  local shared = kv_pool == "shared"
+-- With a pool per engine (static split), with one pool of pages that both engines share
+-- (kv_pool = "shared": one host arena on the CPU), small enough that pages change hands, and with
+-- a shared pool of two models whose pages cost differently to lose (kv_eviction = "cost": the
+-- 4-layer PRM's 4-token pages against the 2-layer generator's 16-token ones, equal bytes).
+local setups = {
+  static = {kv_pool = "static", prm = "models/tiny-llama/config.json"},
+  shared = {kv_pool = "shared", prm = "models/tiny-llama/config.json"},
+  ["shared cost"] = {kv_pool = "shared", kv_eviction = "cost", prm = "models/small-llama/config.json",
+                     llm_block = 16, prm_block = 4},
+}
+local function run(backend, setup)
+  local s = setups[setup]
+  local shared = s.kv_pool == "shared"
   local blocks = not shared and 512 or nil
   return duet.run{
     backend = backend, gpu = "h100", out = false, progress = false, concurrency = 3,
-    kv_pool = kv_pool, kv_pool_blocks = shared and 160 or nil,
+    kv_pool = s.kv_pool, kv_pool_blocks = shared and 160 or nil, kv_eviction = s.kv_eviction,
     engines = {
-      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256},
-      {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256},
+      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256, block_size = s.llm_block},
+      {name = "prm", model = s.prm, gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks, max_num_batched_tokens = 256, block_size = s.prm_block},
     },
     workload = beam_search.workload{problems = problems, n = 4, beam_width = 2, num_iterations = 6,
                                     prm_mode = "incremental"},
   }
 end
 
-for _, kv_pool in ipairs{"static", "shared"} do
+for _, kv_pool in ipairs{"static", "shared", "shared cost"} do
 local sim, cpu = run("sim", kv_pool), run("cpu", kv_pool)
 for _, name in ipairs{"llm", "prm"} do
   local a, b = sim.timeline(name), cpu.timeline(name)
@@ -36,5 +45,8 @@ for _, name in ipairs{"llm", "prm"} do
   print(string.format("%s pool, %s: %d identical steps", kv_pool, name, #a.start_s))
 end
 assert(sim.mean_score == cpu.mean_score)
+local evictions = cpu.engines.llm.evictions + cpu.engines.prm.evictions
+print(string.format("%s pool: %d evictions", kv_pool, evictions))
+assert(setups[kv_pool].kv_pool == "static" or evictions > 0, kv_pool .. ": no page changed hands")
 end
 print("backends ok")
