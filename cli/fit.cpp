@@ -19,9 +19,8 @@ namespace duet::cli {
 namespace {
 
 std::string text_of(const RunMetadata& m, const std::string& key) {
-  for (const auto& [k, v] : m.text)
-    if (k == key) return v;
-  return "";
+  const std::string* v = m.find_text(key);
+  return v ? *v : "";
 }
 
 // OUT for one engine; OUT's stem + ".ENGINE.json" when the file has several.

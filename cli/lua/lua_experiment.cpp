@@ -640,8 +640,8 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     lua_createtable(L, 0, 20);
     set_string(L, "model", e.model.c_str());
     // What priced (or ran) its steps, as the run file's ENGINE.cost_model records it.
-    for (const auto& [key, value] : r.metadata.text)
-      if (key == e.name + ".cost_model") set_string(L, "cost_model", value.c_str());
+    if (const std::string* cost_model = r.metadata.find_text(e.name + ".cost_model"))
+      set_string(L, "cost_model", cost_model->c_str());
     set_number(L, "steps", double(e.steps));
     set_number(L, "requests", double(e.requests));
     set_number(L, "prompt_tokens", double(e.prompt_tokens));

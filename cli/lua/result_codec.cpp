@@ -151,16 +151,12 @@ ExperimentResult decode_result(const std::vector<char>& bytes) {
 
 ExperimentResult result_of_run(RunData run) {
   ExperimentResult r;
-  for (const auto& [k, v] : run.metadata.text)
-    if (k == "label") r.label = v;
-  for (const auto& [k, v] : run.metadata.numbers)
-    if (k == "problems_per_s") r.problems_per_s = v;
+  if (const std::string* label = run.metadata.find_text("label")) r.label = *label;
+  if (const double* rate = run.metadata.find_number("problems_per_s")) r.problems_per_s = *rate;
   // Each engine's computed prefill tokens (not a table column) are kept as ENGINE.prefill_tokens.
   for (const EngineRecords& e : run.engines) {
-    std::int64_t computed = 0;
-    for (const auto& [k, v] : run.metadata.numbers)
-      if (k == e.name + ".prefill_tokens") computed = std::int64_t(v);
-    r.computed_prefill_tokens.push_back(computed);
+    const double* computed = run.metadata.find_number(e.name + ".prefill_tokens");
+    r.computed_prefill_tokens.push_back(computed ? std::int64_t(*computed) : 0);
   }
   r.metadata = std::move(run.metadata);
   r.summary = std::move(run.summary);

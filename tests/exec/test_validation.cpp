@@ -99,8 +99,7 @@ TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
   EXPECT_EQ(read_run(dir.file("v.h5"), "/validate/points/0000/measured").engines[0].steps.size(), 3u);
   const RunMetadata a = read_attributes(dir.file("v.h5"), "/validate/points/0000");
   auto number = [&](const std::string& key) {
-    for (const auto& [k, v] : a.numbers)
-      if (k == key) return v;
+    if (const double* v = a.find_number(key)) return *v;
     ADD_FAILURE() << "no attribute " << key;
     return 0.0;
   };
