@@ -152,6 +152,13 @@ Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenI
 
 // --- A real engine around the executor --------------------------------------------------------
 
+// The tiny test model's vocabulary.
+std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab = 256) {
+  return test_support::random_tokens(n, seed, vocab);
+}
+using test_support::concat;
+using test_support::sampling;
+
 struct Row {
   SeqId id = 0;
   int position = 0;
@@ -233,6 +240,21 @@ struct Rig {
     return engine.add(std::move(s), 0.0);
   }
 
+  // Forks `parent` into `count` children, ids 10 up, and releases it: each child adds 2 tokens of
+  // its own and generates 4, greedily except the last, which samples at temperature 1.
+  void fork_children(SeqId parent, int count, std::uint64_t seed = 0) {
+    const SeqId last = 10 + SeqId(count) - 1;
+    for (SeqId id = 10; id <= last; ++id) {
+      Sequence child;
+      child.id = id;
+      child.tokens = random_tokens(2, seed + id);
+      child.sampling = sampling(id == last ? 1.0f : 0.0f, seed + id);
+      child.sampling.max_tokens = 4;
+      engine.fork(parent, std::move(child), 0.0);
+    }
+    engine.release(parent);
+  }
+
   int block_size;
   LlamaWeights weights;
   CpuExecutor exec;
@@ -243,13 +265,6 @@ struct Rig {
   int same_step_hits = 0;
   std::int32_t peak_blocks_used = 0;
 };
-
-// The tiny test model's vocabulary.
-std::vector<TokenId> random_tokens(int n, std::uint64_t seed, int vocab = 256) {
-  return test_support::random_tokens(n, seed, vocab);
-}
-using test_support::concat;
-using test_support::sampling;
 
 std::vector<TokenId> outputs(const Sequence& s) {
   return {s.tokens.begin() + s.num_prompt_tokens, s.tokens.end()};
@@ -337,15 +352,7 @@ TEST(CpuExecutor, ForkedBeamsMatchIndependentSequences) {
   ASSERT_TRUE(parent.finished());
   expect_rows_match_reference(rig);
   rig.rows.clear();  // the parent is released below
-  for (SeqId id = 10; id < 13; ++id) {
-    Sequence child;
-    child.id = id;
-    child.tokens = random_tokens(2, id);
-    child.sampling = sampling(id == 12 ? 1.0f : 0.0f, id);
-    child.sampling.max_tokens = 4;
-    rig.engine.fork(1, std::move(child), 0.0);
-  }
-  rig.engine.release(1);
+  rig.fork_children(1, 3);
   rig.run();
   EXPECT_GT(rig.engine.kv().counters().cow_copies, 0) << "the shared partial block was copied";
   auto ref = expect_rows_match_reference(rig);
@@ -376,15 +383,7 @@ TEST(CpuExecutor, ForksOfKeptKvThatAShortPoolTookBackMatchFullRecompute) {
     rig->run();
     expect_rows_match_reference(*rig);
     rig->rows.clear();  // the parent is released below
-    for (SeqId id = 10; id < 12; ++id) {
-      Sequence child;
-      child.id = id;
-      child.tokens = random_tokens(2, id);
-      child.sampling = sampling(id == 11 ? 1.0f : 0.0f, id);
-      child.sampling.max_tokens = 4;
-      rig->engine.fork(1, std::move(child), 0.0);
-    }
-    rig->engine.release(1);
+    rig->fork_children(1, 2);
     rig->run();
     return rig;
   };
@@ -441,17 +440,6 @@ void submit_requests(Rig& rig, std::uint64_t seed) {
             sampling(id == 2 ? 0.9f : 0.0f, seed + id));
   rig.add(4, concat(prompt, random_tokens(3, seed + 4)), 1).keep_kv = true;
 }
-void fork_parent(Rig& rig, std::uint64_t seed) {
-  for (SeqId id = 10; id < 13; ++id) {
-    Sequence child;
-    child.id = id;
-    child.tokens = random_tokens(2, seed + id);
-    child.sampling = sampling(id == 12 ? 1.0f : 0.0f, seed + id);
-    child.sampling.max_tokens = 4;
-    rig.engine.fork(4, std::move(child), 0.0);
-  }
-  rig.engine.release(4);
-}
 
 // Steps the two engines in turn until both are idle.
 void run_together(Rig& a, Rig& b) {
@@ -484,8 +472,8 @@ TEST(CpuExecutor, TwoModelsOnOneSharedArenaMatchFullRecompute) {
                                              expect_rows_match_reference(deep)};
   tiny.rows.clear();
   deep.rows.clear();
-  fork_parent(tiny, 100);
-  fork_parent(deep, 200);
+  tiny.fork_children(4, 3, 100);
+  deep.fork_children(4, 3, 200);
   run_together(tiny, deep);
   ref[0].merge(expect_rows_match_reference(tiny));
   ref[1].merge(expect_rows_match_reference(deep));
@@ -504,7 +492,7 @@ TEST(CpuExecutor, TwoModelsOnOneSharedArenaMatchFullRecompute) {
               block, 16, {}, {}, m == 0 ? 7 : 8);
     submit_requests(alone, seed);
     alone.run();
-    fork_parent(alone, seed);
+    alone.fork_children(4, 3, seed);
     alone.run();
     for (SeqId id : {1, 2, 3, 10, 11, 12}) {
       const Sequence& s = *rig->engine.find(id);
