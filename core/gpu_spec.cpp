@@ -42,6 +42,13 @@ constexpr BuiltinGpu kBuiltins[] = {
     {"a100-80gb", a100_80gb}, {"a100", a100_80gb}, {"a100-40gb", a100_40gb},
 };
 
+// The built-ins' names, for errors: "h100-sxm, h100, ...".
+std::string builtin_list() {
+  std::string names;
+  for (const auto& b : kBuiltins) names += std::string(names.empty() ? "" : ", ") + b.name;
+  return names;
+}
+
 }  // namespace
 
 GpuSpec gpu_by_name(const std::string& name) {
@@ -49,9 +56,7 @@ GpuSpec gpu_by_name(const std::string& name) {
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const auto& b : kBuiltins)
     if (n == b.name) return b.make();
-  std::string valid;
-  for (const auto& b : kBuiltins) valid += std::string(valid.empty() ? "" : ", ") + b.name;
-  throw Error("unknown GPU '" + name + "' (built-in GPUs: " + valid + ")");
+  throw Error("unknown GPU '" + name + "' (built-in GPUs: " + builtin_list() + ")");
 }
 
 std::vector<std::string> builtin_gpu_names() {
@@ -71,8 +76,7 @@ GpuSpec gpu_by_device_name(const std::string& device_name) {
   if (n.find("H100") != std::string::npos) return gpu_by_name("h100");
   if (n.find("A100") != std::string::npos)
     return gpu_by_name(n.find("40GB") != std::string::npos ? "a100-40gb" : "a100");
-  throw Error("no built-in GPU spec for device '" + device_name +
-              "': name one (h100, h200, a100, a100-40gb)");
+  throw Error("no built-in GPU spec for device '" + device_name + "': name one (" + builtin_list() + ")");
 }
 
 }  // namespace duet
