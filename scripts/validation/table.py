@@ -1,8 +1,10 @@
-"""The fidelity table of bench/results/validation-cpu.md from duet validate's HDF5 files.
+"""The fidelity tables of bench/results/validation-*.md from duet validate's HDF5 files.
 
-Usage: /usr/bin/python3 scripts/validation/table.py DIR   (DIR as written by measure_cpu.sh)
-Reads DIR/MODEL.beam.h5 and DIR/MODEL.azure.h5 (the layout is in analysis/README.md) and prints
-markdown: one row per point, then the summaries that the targets are stated in."""
+Usage: /usr/bin/python3 scripts/validation/table.py DIR | FILE.h5 ...
+A directory stands for its *.h5 files, in name order (measure_cpu.sh writes MODEL.beam.h5 and
+MODEL.azure.h5, measure_gpu.sh beam-SWEEP.validate.h5 and azure-MODEL.validate.h5; the layout is in
+analysis/README.md). Each file prints as markdown: a script's validation as one row per point and
+the summaries that the targets are stated in, a trace's as throughput and latency percentiles."""
 import glob
 import os
 import statistics
@@ -15,52 +17,68 @@ def pct(x):
     return f"{100 * x:+.1f}%"
 
 
-def beam_rows(path):
+def title(path, unit):
+    stem = os.path.basename(path)
+    for suffix in (".h5", ".validate", ".beam", ".azure"):
+        if stem.endswith(suffix):
+            kind = {".beam": ": beam search", ".azure": ": Azure conversation trace slice"}.get(suffix, "")
+            stem = stem[: -len(suffix)] + kind
+    return f"{stem} ({unit})"
+
+
+def script_table(path, points):
     rows = []
-    with h5py.File(path, "r") as f:
-        for name in sorted(f["validate/points"]):
-            a = f["validate/points"][name].attrs
-            steps = max(abs(a[k]) for k in a if k.endswith(".step_error_median"))
-            rows.append((a["validation.label"], a["validation.predicted_throughput"],
-                         a["validation.measured_throughput"], a["validation.throughput_error"],
-                         a["validation.noise"], steps, a["validation.measured_outside_steps_s"] /
-                         a["validation.measured_makespan_s"]))
-    return rows
+    for name in sorted(points):
+        a = points[name].attrs
+        steps = max(abs(a[k]) for k in a if k.endswith(".step_error_median"))
+        rows.append((a["validation.label"], a["validation.predicted_throughput"], a["validation.measured_throughput"],
+                     a["validation.throughput_error"], a["validation.noise"], steps,
+                     a["validation.measured_outside_steps_s"] / a["validation.measured_makespan_s"]))
+    print(f"\n### {title(path, 'problems/s')}\n")
+    print("| point | predicted | measured | error | noise | median step error | outside steps |")
+    print("|---|---|---|---|---|---|---|")
+    for label, p, m, e, n, s, o in rows:
+        print(f"| {label} | {p:.4g} | {m:.4g} | {pct(e)} | {100 * n:.1f}% | {100 * s:.1f}% | {100 * o:.1f}% |")
+    errors = [abs(r[3]) for r in rows]
+    noise = [r[4] for r in rows]
+    print(f"\n{len(rows)} points: median |error| {100 * statistics.median(errors):.1f}%, "
+          f"max {100 * max(errors):.1f}%; the real engine against itself (noise): median "
+          f"{100 * statistics.median(noise):.1f}%, max {100 * max(noise):.1f}%.")
 
 
-def main(directory):
-    for beam in sorted(glob.glob(os.path.join(directory, "*.beam.h5"))):
-        model = os.path.basename(beam).split(".")[0]
-        rows = beam_rows(beam)
-        print(f"\n### {model}: beam search (problems/s)\n")
-        print("| point | predicted | measured | error | noise | median step error | outside steps |")
-        print("|---|---|---|---|---|---|---|")
-        for label, p, m, e, n, s, o in rows:
-            print(f"| {label} | {p:.4g} | {m:.4g} | {pct(e)} | {100 * n:.1f}% | {100 * s:.1f}% | {100 * o:.1f}% |")
-        errors = [abs(r[3]) for r in rows]
-        noise = [r[4] for r in rows]
-        print(f"\n{len(rows)} points: median |error| {100 * statistics.median(errors):.1f}%, "
-              f"max {100 * max(errors):.1f}%; the real engine against itself (noise): median "
-              f"{100 * statistics.median(noise):.1f}%, max {100 * max(noise):.1f}%.")
-        azure = os.path.join(directory, f"{model}.azure.h5")
-        if not os.path.exists(azure):
-            continue
-        with h5py.File(azure, "r") as f:
-            a = f["validate/points/0000"].attrs
-            g = f["validate/points/0000"]
-            print(f"\n### {model}: Azure conversation trace slice ({a['validation.items']:.0f} requests)\n")
-            print("| figure | predicted | measured | error |")
-            print("|---|---|---|---|")
-            print(f"| requests/s | {a['validation.predicted_throughput']:.4g} | "
-                  f"{a['validation.measured_throughput']:.4g} | {pct(a['validation.throughput_error'])} |")
-            for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-                for q in ("p50", "p90"):
-                    p = g["predicted/engines/llm"].attrs[f"{key}_{q}"]
-                    m = g["measured/engines/llm"].attrs[f"{key}_{q}"]
-                    print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |")
-            print(f"\nnoise (the real engine against itself): {100 * a['validation.noise']:.1f}%; "
-                  f"measured time outside steps: {100 * a['validation.measured_outside_steps_s'] / a['validation.measured_makespan_s']:.1f}%.")
+def trace_table(path, point):
+    a = point.attrs
+    requests = f"{a['validation.items']:.0f} requests"
+    print(f"\n### {title(path, requests)}\n")
+    print("| figure | predicted | measured | error |")
+    print("|---|---|---|---|")
+    print(f"| requests/s | {a['validation.predicted_throughput']:.4g} | "
+          f"{a['validation.measured_throughput']:.4g} | {pct(a['validation.throughput_error'])} |")
+    engine = sorted(point["measured/engines"])[0]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        for q in ("p50", "p90"):
+            p = point[f"predicted/engines/{engine}"].attrs[f"{key}_{q}"]
+            m = point[f"measured/engines/{engine}"].attrs[f"{key}_{q}"]
+            print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |")
+    print(f"\nnoise (the real engine against itself): {100 * a['validation.noise']:.1f}%; "
+          f"measured time outside steps: "
+          f"{100 * a['validation.measured_outside_steps_s'] / a['validation.measured_makespan_s']:.1f}%.")
+
+
+def main(args):
+    paths = []
+    for arg in args:
+        paths += sorted(glob.glob(os.path.join(arg, "*.h5"))) if os.path.isdir(arg) else [arg]
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            if "validate/points" not in f:
+                sys.exit(f"table.py: {path} is not a duet validate file (no /validate/points)")
+            points = f["validate/points"]
+            if points[sorted(points)[0]].attrs["validation.unit"] == "requests/s":
+                trace_table(path, points[sorted(points)[0]])
+            else:
+                script_table(path, points)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "validation-cpu")
+    main(sys.argv[1:] or ["validation-cpu"])

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Measures the CUDA engine on the GPU machine, from a bundle (scripts/gpu-bundle.sh) or a build:
+# the GPU tests, the benchmarks, the profiles of the two thesis models, and the fidelity table
+# (bench/results/validation-h100.md on an H100). Phases, in the order they are worth running:
+#   tests     bundle/run-tests.sh, then quickstart.lua on the cuda backend (both models, one GPU)
+#   bench     decode, attention (block 16, and block 4 on Llama-3.1-8B's heads), prefill,
+#             cpu-overhead; HF transformers' decode (scripts/peer_hf.py) and duet's over it
+#   profile   duet profile --backend cuda of Llama-3.2-1B and Llama-3.1-8B, written where the
+#             simulator finds them ($DUET_HOME/profiles/DEVICE/) and copied into OUT_DIR
+#   validate  duet validate --backend cuda, in four parts that are phases of their own too:
+#             memory and batching (beam_gpu.lua's memory split, 10 points, and batching grid, 9,
+#             with 2 passes), shape (its 2 PRM-eviction points) and azure (an Azure conversation
+#             slice on Llama-3.1-8B)
+#   load      beam_gpu.lua's concurrency sweep (9 points) on the real engine
+#
+#   scripts/validation/measure_gpu.sh OUT_DIR PHASE...      e.g. results tests bench
+# Every command's output is kept in OUT_DIR (NAME.txt beside NAME.json / .h5, the names of the
+# README's commands), its exit status and seconds in OUT_DIR/steps.tsv; a failing command does
+# not stop the phase. Environment: DUET (the binary; default the bundle's, else build/'s),
+# DUET_HOME (default: the bundle or the repository), GPU (h100, h200 or a100; default: from
+# nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation passes, default 2),
+# PROBLEMS (the memory and batching sweeps' problems, default 32).
+set -uo pipefail
+[ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2; }
+out="$1"
+shift
+for p in "$@"; do
+  case "$p" in
+    tests | bench | profile | validate | memory | batching | shape | azure | load) ;;
+    *) echo "measure_gpu: unknown phase '$p' (valid: tests, bench, profile, validate, memory, batching," \
+      "shape, azure, load)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ -z "${DUET:-}" ]; then
+  if [ -x "$here/duet" ]; then DUET="$here/duet"; else DUET="$here/${BUILD_DIR:-build}/cli/duet"; fi
+fi
+export DUET_HOME="${DUET_HOME:-$here}"
+[ -x "$DUET" ] || { echo "measure_gpu: no duet binary at $DUET" >&2; exit 2; }
+if [ -z "${GPU:-}" ]; then
+  name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  case "$name" in
+    *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *A100*) GPU=a100 ;;
+    *) echo "measure_gpu: cannot tell the GPU from nvidia-smi ('$name'); set GPU=h100|h200|a100" >&2; exit 2 ;;
+  esac
+fi
+step_timeout="${STEP_TIMEOUT:-900}"
+repeats="${REPEATS:-2}"
+problems="${PROBLEMS:-32}"
+beam="$DUET_HOME/scripts/validation/beam_gpu.lua"
+azure="$DUET_HOME/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+
+# step NAME COMMAND...: runs it with its output in OUT_DIR/NAME.txt, and its status and time in
+# steps.tsv (124: it ran past STEP_TIMEOUT).
+step() {
+  local name="$1" start rc
+  shift
+  echo "== $name: $*" | tee "$out/$name.txt"
+  start="$(date +%s)"
+  timeout --kill-after=10 "$step_timeout" "$@" 2>&1 | tee -a "$out/$name.txt"
+  rc="${PIPESTATUS[0]}"
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.tsv"
+}
+
+phase_tests() {
+  nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+  local tests="$here/run-tests.sh"
+  [ -x "$tests" ] || tests="$here/${BUILD_DIR:-build}/tests/kernels/test_kernels"
+  step gpu-tests "$tests"
+  step quickstart-cuda "$DUET" run "$DUET_HOME/scripts/quickstart.lua" --backend cuda \
+    --out "$out/quickstart-cuda.h5" -- --problems 8 --gpu "$GPU"
+}
+
+phase_bench() {
+  local b
+  for b in decode attention prefill cpu-overhead; do
+    step "$b" "$DUET" bench "$b" --json "$out/$b.json"
+  done
+  step attention-8b-block4 "$DUET" bench attention --block-size 4 --gpu-model llama-3.1-8b \
+    --json "$out/attention-8b-block4.json"
+  step peer python3 "$DUET_HOME/scripts/peer_hf.py" --out "$out/peer.json"
+  [ -s "$out/peer.json" ] && step decode-peer "$DUET" bench decode --peer "$out/peer.json" \
+    --json "$out/decode-peer.json"
+}
+
+# The profiles go where validate's simulator looks for them, under the device's key.
+phase_profile() {
+  local m slug
+  for m in llama-3.2-1b llama-3.1-8b; do
+    slug="${m//./-}"
+    step "profile-$slug" "$DUET" profile --backend cuda --model "$m" --gpu "$GPU" --out "$out/$slug.json"
+    [ -s "$out/$slug.json" ] || continue
+    local device
+    device="$(sed -n 's/.*"device": *"\([^"]*\)".*/\1/p' "$out/$slug.json" | head -1)"
+    mkdir -p "$DUET_HOME/profiles/$device"
+    cp "$out/$slug.json" "$out/$slug.h5" "$DUET_HOME/profiles/$device/" 2>/dev/null
+  done
+}
+
+# The validation's parts, each its own file (a part cut short by a time limit loses only itself).
+phase_memory() { validate_beam memory "$repeats" --problems "$problems" --concurrency "$problems"; }
+phase_batching() { validate_beam batching "$repeats" --problems "$problems" --concurrency "$problems"; }
+phase_shape() { validate_beam shape 1; }
+phase_load() { validate_beam load 1; }
+phase_azure() {
+  step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
+    --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \
+    --out "$out/azure-llama-3-1-8b.validate.h5"
+}
+phase_validate() { phase_memory; phase_batching; phase_shape; phase_azure; }
+
+# validate_beam SWEEP REPEATS [script arguments]
+validate_beam() {
+  local sweep="$1" passes="$2"
+  shift 2
+  step "validate-beam-$sweep" "$DUET" validate "$beam" --backend cuda --repeats "$passes" --max-error 0 \
+    --no-progress --out "$out/beam-$sweep.validate.h5" -- --sweeps "$sweep" --gpu "$GPU" "$@"
+}
+
+for p in "$@"; do "phase_$p"; done
