@@ -26,17 +26,7 @@ void check_shape(const KvLayout& s, const char* fn) {
           std::string(fn) + ": empty KV pool shape");
 }
 
-// V consecutive bf16 as one memory access: 16 bytes (V = 8) or 2 bytes (V = 1).
-template <int V>
-struct Raw;
-template <>
-struct Raw<8> {
-  using type = uint4;
-};
-template <>
-struct Raw<1> {
-  using type = std::uint16_t;
-};
+using detail::Raw;
 
 // One thread per V elements of one (row, kv head, dim) of K and the same of V: threads that are
 // neighbours in x write neighbouring dims of the same slot, so both the reads of k/v and the

@@ -27,4 +27,20 @@ __device__ __forceinline__ bf16 float_to_bf16(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+// V consecutive bf16 moved as one load or store: 16 bytes (V = 8), 4 bytes (V = 2) or 2 bytes.
+template <int V>
+struct Raw;
+template <>
+struct Raw<8> {
+  using type = uint4;
+};
+template <>
+struct Raw<2> {
+  using type = std::uint32_t;
+};
+template <>
+struct Raw<1> {
+  using type = std::uint16_t;
+};
+
 }  // namespace duet::kernels::detail

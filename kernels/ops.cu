@@ -27,21 +27,7 @@ bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::ui
 using detail::bf16_to_float;
 using detail::float_to_bf16;
 
-// V consecutive bf16 moved as one load/store: 16 bytes (V = 8), 4 bytes (V = 2) or 2 bytes.
-template <int V>
-struct Raw;
-template <>
-struct Raw<8> {
-  using type = uint4;
-};
-template <>
-struct Raw<2> {
-  using type = std::uint32_t;
-};
-template <>
-struct Raw<1> {
-  using type = std::uint16_t;
-};
+using detail::Raw;
 
 template <int V>
 __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[V]) {
