@@ -401,7 +401,8 @@ int bench_prefill(const GpuBenchOptions& o) {
   opt.max_num_seqs = o.prefill_seq > 0 ? std::max(1, max_tokens / o.prefill_seq) : 1;
   opt.max_model_len = o.prefill_seq > 0 ? o.prefill_seq : max_tokens;
   opt.use_cuda_graphs = false;
-  const int blocks = max_tokens / block_size + 64;
+  // Every sequence rounds up to whole blocks: max_num_seqs of them at max_model_len each.
+  const int blocks = opt.max_num_seqs * ((opt.max_model_len + block_size - 1) / block_size) + 64;
   CudaExecutor exec(spec, CudaExecutor::dummy_source(0), blocks, block_size, opt);
   const double h = spec.hidden_size, q = double(spec.num_heads) * spec.head_dim,
                kv = double(spec.num_kv_heads) * spec.head_dim, f = spec.intermediate_size;

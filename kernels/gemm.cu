@@ -97,6 +97,13 @@ struct Gemm::Impl {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         if (st == CUBLAS_STATUS_SUCCESS)
           st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+      // Split-K partial sums in float32 only: the in-place and output-type schemes add them in the
+      // output type, bf16, which costs about one bf16 ulp of the partials (cublasLt.h,
+      // cublasLtReductionScheme_t) and makes results depend on the heuristic's choice.
+      const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                     &reductions, sizeof reductions);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       if (st == CUBLAS_STATUS_SUCCESS)
