@@ -7,7 +7,7 @@
 #   bundle/lib/             every shared library they need except glibc's, the driver's libcuda
 #                           and cuBLAS/cuBLASLt (those come from the GPU machine's CUDA 13 toolkit)
 #   bundle/run-tests.sh     runs the GPU tests
-#   bundle/{workloads,scripts,models,traces,docs/examples}   the data duet reads at run time
+#   bundle/{workloads,scripts,models,traces,profiles,docs/examples}   the data duet reads at run time
 # On the GPU machine:  DUET_HOME=bundle bundle/duet run bundle/scripts/quickstart.lua --backend cuda
 #                      bundle/run-tests.sh
 #                      bundle/duet bench decode --json decode.json
@@ -116,9 +116,10 @@ if [ -n "$leaks" ]; then
   exit 1
 fi
 
-# Run-time data: Lua workloads and their data, experiment scripts, model configs, the small
-# traces, the documented examples.
-cp -r workloads scripts models "$bundle/"
+# Run-time data: Lua workloads and their data, experiment scripts, model configs, the cost
+# profiles and operator priors (duet validate's simulator reads them; duet profile adds to them),
+# the small traces, the documented examples.
+cp -r workloads scripts models profiles "$bundle/"
 mkdir -p "$bundle/docs"
 [ -d docs/examples ] && cp -r docs/examples "$bundle/docs/"
 [ -f docs/lua-api.md ] && cp docs/lua-api.md "$bundle/docs/"
