@@ -171,6 +171,29 @@ def step_errors(predicted_steps, measured_steps, engine):
     return fig, data
 
 
+def kv_over_time(predicted_steps, measured_steps, engine, total_blocks):
+    """An engine's KV blocks in use against time, predicted and measured, for two runs whose batches
+    are the same step for step (duet validate checks it): the curves hold the same blocks at every
+    step, so where they part in time is where the step times differ (the thesis's figures 6.2 and
+    6.3 drawn twice)."""
+    n = min(len(predicted_steps), len(measured_steps))
+    data = pd.DataFrame({"predicted_s": predicted_steps["start_s"].to_numpy()[:n],
+                         "measured_s": measured_steps["start_s"].to_numpy()[:n],
+                         "kv_blocks_used": measured_steps["kv_blocks_used"].to_numpy()[:n]})
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(data["measured_s"], data["kv_blocks_used"], lw=0.9, color="tab:blue", label="measured")
+    ax.plot(data["predicted_s"], data["kv_blocks_used"], lw=0.9, color="tab:orange", ls="--", label="predicted")
+    ax.axhline(total_blocks, color="gray", ls=":", lw=1, label=f"pool: {total_blocks} blocks")
+    ax.set_xlabel("time since the run began (s)")
+    ax.set_ylabel("KV blocks in use")
+    ax.set_ylim(0, 1.12 * total_blocks)
+    end_error = data["predicted_s"].iloc[-1] / data["measured_s"].iloc[-1] - 1 if n > 1 else 0.0
+    ax.set_title(f"{engine}: KV blocks in use over time (last step starts {100 * end_error:+.1f}% off)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig, data
+
+
 def allocator_comparison(runs):
     """Paged against naive allocation (scripts/paged_vs_naive.lua). `runs`: (allocator, problems in
     flight, run) triples, the run as duet_h5.load_run gives it. Three panels per batch size:
