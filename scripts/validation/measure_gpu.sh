@@ -17,9 +17,9 @@
 # Every command's output is kept in OUT_DIR (NAME.txt beside NAME.json / .h5, the names of the
 # README's commands), its exit status and seconds in OUT_DIR/steps.tsv; a failing command does
 # not stop the phase. Environment: DUET (the binary; default the bundle's, else build/'s),
-# DUET_HOME (default: the bundle or the repository), GPU (h100, h200 or a100; default: from
-# nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation passes, default 2),
-# PROBLEMS (the memory and batching sweeps' problems, default 32).
+# DUET_HOME (default: the bundle or the repository), GPU (h100, h200, a100 or a100-40gb;
+# default: from nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation
+# passes, default 2), PROBLEMS (the memory and batching sweeps' problems, default 32).
 set -uo pipefail
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2; }
 out="$1"
@@ -40,9 +40,11 @@ export DUET_HOME="${DUET_HOME:-$here}"
 [ -x "$DUET" ] || { echo "measure_gpu: no duet binary at $DUET" >&2; exit 2; }
 if [ -z "${GPU:-}" ]; then
   name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  # As core/gpu_spec.cpp's gpu_by_device_name maps a device name to a built-in spec.
   case "$name" in
-    *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *A100*) GPU=a100 ;;
-    *) echo "measure_gpu: cannot tell the GPU from nvidia-smi ('$name'); set GPU=h100|h200|a100" >&2; exit 2 ;;
+    *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *A100*40GB*) GPU=a100-40gb ;; *A100*) GPU=a100 ;;
+    *) echo "measure_gpu: cannot tell the GPU from nvidia-smi ('$name'); set GPU=h100|h200|a100|a100-40gb" >&2
+       exit 2 ;;
   esac
 fi
 step_timeout="${STEP_TIMEOUT:-900}"
