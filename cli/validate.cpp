@@ -39,6 +39,17 @@ void print_latencies(const ValidationPoint& p) {
     row("TTFT", c.predicted_ttft, c.measured_ttft);
     row("TPOT", c.predicted_tpot, c.measured_tpot);
     row("E2E", c.predicted_e2e, c.measured_e2e);
+    std::printf(
+        "  each request against itself (%zu paired, %zu unpaired): median error, median |error|, p90 "
+        "|error|\n",
+        c.requests.ttft.pairs, c.requests.unpaired);
+    auto paired = [](const char* name, const PairedErrors& e) {
+      std::printf("  %-5s %+7.1f%%  %7.1f%%  %7.1f%%\n", name, 100 * e.median, 100 * e.median_abs,
+                  100 * e.p90_abs);
+    };
+    paired("TTFT", c.requests.ttft);
+    paired("TPOT", c.requests.tpot);
+    paired("E2E", c.requests.e2e);
   }
 }
 

@@ -34,6 +34,14 @@ double quantile(std::vector<double> v, double q) {
   return v[rank];
 }
 
+double time_to_first_token(const RequestRecord& q) { return q.first_token_s - q.arrival_s; }
+
+double time_per_output_token(const RequestRecord& q) {
+  return q.output_tokens > 1 ? (q.finish_s - q.first_token_s) / double(q.output_tokens - 1) : NAN;
+}
+
+double end_to_end_latency(const RequestRecord& q) { return q.finish_s - q.arrival_s; }
+
 RecordLevel record_level_from_name(const std::string& name) {
   if (name == "steps") return RecordLevel::Steps;
   if (name == "requests") return RecordLevel::Requests;
@@ -77,9 +85,9 @@ void SummaryAccumulator::add(const RequestRecord& q) {
   ++s_.requests;
   s_.prompt_tokens += q.prompt_tokens;
   s_.generated_tokens += q.output_tokens;
-  ttft_.push_back(q.first_token_s - q.arrival_s);
-  e2e_.push_back(q.finish_s - q.arrival_s);
-  if (q.output_tokens > 1) tpot_.push_back((q.finish_s - q.first_token_s) / double(q.output_tokens - 1));
+  ttft_.push_back(time_to_first_token(q));
+  e2e_.push_back(end_to_end_latency(q));
+  if (q.output_tokens > 1) tpot_.push_back(time_per_output_token(q));
 }
 
 EngineSummary SummaryAccumulator::summary(double makespan_s) const {

@@ -70,6 +70,12 @@ struct Percentiles {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0;
 };
 
+// A request's latencies, in seconds. TTFT is arrival to the first token (or a PRM request's
+// score); TPOT is the mean gap between later tokens, NaN with fewer than two output tokens.
+double time_to_first_token(const RequestRecord& request);
+double time_per_output_token(const RequestRecord& request);
+double end_to_end_latency(const RequestRecord& request);
+
 struct EngineSummary {
   std::string name;
   std::string model;

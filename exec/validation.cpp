@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -58,6 +59,47 @@ double relative_error(double predicted, double measured) {
   return predicted / measured - 1.0;
 }
 
+namespace {
+
+PairedErrors paired_errors(std::vector<double> err) {
+  PairedErrors e;
+  e.pairs = err.size();
+  e.median = quantile(err, 0.5);
+  for (double& x : err) x = std::abs(x);
+  e.median_abs = quantile(err, 0.5);
+  e.p90_abs = quantile(err, 0.9);
+  return e;
+}
+
+}  // namespace
+
+RequestComparison compare_requests(const std::vector<RequestRecord>& predicted,
+                                   const std::vector<RequestRecord>& measured) {
+  std::unordered_multimap<std::uint64_t, const RequestRecord*> by_id;
+  for (const RequestRecord& q : measured) by_id.emplace(q.seq_id, &q);
+  RequestComparison c;
+  std::vector<double> ttft, tpot, e2e;
+  for (const RequestRecord& p : predicted) {
+    auto [it, end] = by_id.equal_range(p.seq_id);
+    while (it != end && (it->second->owner != p.owner || it->second->prompt_tokens != p.prompt_tokens)) ++it;
+    if (it == end) {
+      ++c.unpaired;
+      continue;
+    }
+    const RequestRecord& m = *it->second;
+    by_id.erase(it);
+    ttft.push_back(relative_error(time_to_first_token(p), time_to_first_token(m)));
+    e2e.push_back(relative_error(end_to_end_latency(p), end_to_end_latency(m)));
+    if (p.output_tokens > 1 && m.output_tokens > 1)
+      tpot.push_back(relative_error(time_per_output_token(p), time_per_output_token(m)));
+  }
+  c.unpaired += by_id.size();
+  c.ttft = paired_errors(std::move(ttft));
+  c.tpot = paired_errors(std::move(tpot));
+  c.e2e = paired_errors(std::move(e2e));
+  return c;
+}
+
 ValidationPoint compare_runs(const std::string& label, const std::string& unit, double items,
                              const ExperimentOutcome& predicted, const ExperimentOutcome& measured,
                              bool batches_identical) {
@@ -85,6 +127,7 @@ ValidationPoint compare_runs(const std::string& label, const std::string& unit, 
     c.predicted_ttft = ps.ttft_s, c.measured_ttft = ms.ttft_s;
     c.predicted_tpot = ps.tpot_s, c.measured_tpot = ms.tpot_s;
     c.predicted_e2e = ps.e2e_s, c.measured_e2e = ms.e2e_s;
+    c.requests = compare_requests(s.requests, m.requests);
     if (batches_identical) {
       std::vector<double> err;
       for (std::size_t i = 0; i < std::min(m.steps.size(), s.steps.size()); ++i)
@@ -147,6 +190,15 @@ void write_validation(RunFileWriter& file, const std::string& group, const Valid
     a.numbers.emplace_back(k + "ttft_p90_error", relative_error(c.predicted_ttft.p90, c.measured_ttft.p90));
     a.numbers.emplace_back(k + "tpot_p50_error", relative_error(c.predicted_tpot.p50, c.measured_tpot.p50));
     a.numbers.emplace_back(k + "e2e_p50_error", relative_error(c.predicted_e2e.p50, c.measured_e2e.p50));
+    a.numbers.emplace_back(k + "requests_unpaired", double(c.requests.unpaired));
+    for (const auto& [name, e] : {std::pair{"ttft", &c.requests.ttft}, std::pair{"tpot", &c.requests.tpot},
+                                  std::pair{"e2e", &c.requests.e2e}}) {
+      const std::string r = k + name + "_request_error_";
+      a.numbers.emplace_back(r + "pairs", double(e->pairs));
+      a.numbers.emplace_back(r + "median", e->median);
+      a.numbers.emplace_back(r + "median_abs", e->median_abs);
+      a.numbers.emplace_back(r + "p90_abs", e->p90_abs);
+    }
   }
   file.write_attributes(group, a);
   file.write_run(group + "/predicted", predicted.metadata, predicted.records, predicted.summary,

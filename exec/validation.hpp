@@ -19,6 +19,27 @@ void check_identical_batches(const std::vector<EngineRecords>& predicted,
 // Relative error of a prediction: predicted / measured - 1 (0 when both are 0).
 double relative_error(double predicted, double measured);
 
+// One latency compared request by request: the relative errors of the requests both runs
+// finished. Percentiles of the two runs compare the distributions, which on a small slice with a
+// bimodal latency (short prompts served at once, long ones queued) can move far when a few
+// requests cross the gap; the paired errors say how far each request's own latency was predicted.
+struct PairedErrors {
+  std::size_t pairs = 0;
+  double median = 0;  // signed: the bias
+  double median_abs = 0, p90_abs = 0;
+};
+
+struct RequestComparison {
+  // Requests of either run that the other has no record of (or records with another prompt).
+  std::size_t unpaired = 0;
+  PairedErrors ttft, tpot, e2e;
+};
+
+// Pairs the requests of two runs by seq_id (the same request when both give it the same owner and
+// prompt length) and compares their TTFT, TPOT and end-to-end latency.
+RequestComparison compare_requests(const std::vector<RequestRecord>& predicted,
+                                   const std::vector<RequestRecord>& measured);
+
 struct EngineComparison {
   std::string name;
   double predicted_busy_s = 0, measured_busy_s = 0;  // sum of step spans (device + host)
@@ -26,6 +47,7 @@ struct EngineComparison {
   double step_error_median = 0, step_error_p10 = 0, step_error_p90 = 0, step_error_max_abs = 0;
   std::size_t steps = 0;
   Percentiles predicted_ttft, measured_ttft, predicted_tpot, measured_tpot, predicted_e2e, measured_e2e;
+  RequestComparison requests;
 };
 
 struct ValidationPoint {

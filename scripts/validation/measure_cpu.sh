@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Re-measures bench/results/validation-cpu.md: profiles of the two CPU models from duet profile's
 # synthetic grid, then duet validate on workloads the fit never saw (a beam search's memory split
-# and batching grid, and a slice of the Azure conversation trace), each real run three times.
+# and batching grid, and a slice of the Azure conversation trace: AZURE_REQUESTS requests, default 100),
+# each real run three times (the small model's twice).
 # The engine runs pinned to one core (taskset); run it on an otherwise idle machine.
 #   scripts/validation/measure_cpu.sh [OUT_DIR]     (default: validation-cpu/)
 set -euo pipefail
@@ -21,6 +22,7 @@ echo "device: $device" | tee "$out/device.txt"
 # small one (about 6x the work per token) at 0.35 of it.
 # The small model's beam search runs on 3 problems and twice (it takes ~6x the tiny one's time).
 for spec in "tiny-llama duet-tiny-llama 2 6 3" "small-llama duet-small-llama 0.35 3 2"; do
+  # shellcheck disable=SC2086 # the spec is split into its five words on purpose
   set -- $spec
   model="models/$1/config.json"
   profile="profiles/$device/$2.json"
@@ -30,7 +32,7 @@ for spec in "tiny-llama duet-tiny-llama 2 6 3" "small-llama duet-small-llama 0.3
   "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats "$5" --max-error 0 \
     --no-progress --out "$out/$1.beam.h5" -- --model "$model" --problems "$4" --concurrency "$4" \
     2>/dev/null | tee "$out/$1.beam.txt"
-  "${pin[@]}" "$duet" validate --trace "$azure" --backend cpu --model "$model" --max-requests 40 \
+  "${pin[@]}" "$duet" validate --trace "$azure" --backend cpu --model "$model" --max-requests "${AZURE_REQUESTS:-100}" \
     --rate-scale "$3" --max-model-len 8192 --num-gpu-blocks-override 2048 --max-num-batched-tokens 512 \
     --max-num-seqs 64 --repeats "$5" --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
 done

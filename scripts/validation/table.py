@@ -60,6 +60,16 @@ def trace_table(path, point):
             p = point[f"predicted/engines/{engine}"].attrs[f"{key}_{q}"]
             m = point[f"measured/engines/{engine}"].attrs[f"{key}_{q}"]
             print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |")
+    pairs = f"validation.{engine}.ttft_request_error_pairs"
+    if pairs in a:
+        unpaired = a[f"validation.{engine}.requests_unpaired"]
+        print(f"\nEach request against itself ({a[pairs]:.0f} paired, {unpaired:.0f} unpaired):\n")
+        print("| latency | median error | median \\|error\\| | p90 \\|error\\| |")
+        print("|---|---|---|---|")
+        for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+            k = f"validation.{engine}.{key}_request_error_"
+            print(f"| {label} | {pct(a[k + 'median'])} | {100 * a[k + 'median_abs']:.1f}% | "
+                  f"{100 * a[k + 'p90_abs']:.1f}% |")
     print(f"\nnoise (the real engine against itself): {100 * a['validation.noise']:.1f}%; "
           f"measured time outside steps: "
           f"{100 * a['validation.measured_outside_steps_s'] / a['validation.measured_makespan_s']:.1f}%.")

@@ -29,6 +29,7 @@ ExperimentOutcome outcome(const std::vector<double>& spans, double makespan) {
     st.decode_tokens = st.num_seqs = st.decode_seqs = 2;
     r.steps.push_back(st);
     RequestRecord q;
+    q.seq_id = r.requests.size() + 1;
     q.arrival_s = 0;
     q.first_scheduled_s = t;
     q.first_token_s = t + s;
@@ -71,6 +72,41 @@ TEST(Validation, ErrorsAreComputedAsHandWorkedValues) {
   EXPECT_DOUBLE_EQ(relative_error(3, 2), 0.5);
 }
 
+RequestRecord request(std::uint64_t id, int prompt, double arrival, double first, double finish, int out) {
+  RequestRecord q;
+  q.seq_id = id;
+  q.owner = 100 + id;
+  q.prompt_tokens = prompt;
+  q.arrival_s = arrival;
+  q.first_token_s = first;
+  q.finish_s = finish;
+  q.output_tokens = out;
+  return q;
+}
+
+TEST(Validation, RequestsArePairedByIdAndComparedOneByOne) {
+  const std::vector<RequestRecord> predicted = {request(1, 8, 0, 1, 3, 3), request(2, 8, 1, 2, 2, 1),
+                                                request(3, 10, 0, 1, 1, 1), request(4, 8, 0, 1, 1, 1),
+                                                request(6, 8, 0, 1.1, 1.1, 1)};
+  const std::vector<RequestRecord> measured = {request(6, 8, 0, 1, 1, 1), request(1, 8, 0, 2, 4, 3),
+                                               request(2, 8, 1, 1.5, 1.5, 1), request(3, 11, 0, 1, 1, 1),
+                                               request(5, 8, 0, 1, 1, 1)};
+  const RequestComparison c = compare_requests(predicted, measured);
+  // 1, 2 and 6 pair; 3's prompts differ (unpaired on both sides), 4 and 5 are on one side only.
+  EXPECT_EQ(c.unpaired, 4u);
+  // TTFT: 1/2 - 1 = -0.5, 1/0.5 - 1 = +1, 1.1/1 - 1 = +0.1.
+  EXPECT_EQ(c.ttft.pairs, 3u);
+  EXPECT_NEAR(c.ttft.median, 0.1, 1e-12);
+  EXPECT_NEAR(c.ttft.median_abs, 0.5, 1e-12);
+  EXPECT_NEAR(c.ttft.p90_abs, 1.0, 1e-12);
+  // E2E: 3/4 - 1 = -0.25, +1, +0.1.
+  EXPECT_NEAR(c.e2e.median, 0.1, 1e-12);
+  EXPECT_NEAR(c.e2e.median_abs, 0.25, 1e-12);
+  // TPOT: only request 1 has two tokens: (3 - 1) / 2 against (4 - 2) / 2.
+  EXPECT_EQ(c.tpot.pairs, 1u);
+  EXPECT_NEAR(c.tpot.median_abs, 0.0, 1e-12);
+}
+
 TEST(Validation, DifferentBatchesAreAClearError) {
   ExperimentOutcome a = outcome({1, 2, 3}, 6), b = outcome({1, 2, 3}, 6);
   EXPECT_NO_THROW(check_identical_batches(a.records, b.records));
@@ -107,6 +143,10 @@ TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
   EXPECT_NEAR(number("validation.llm.step_error_p90"), 0.5, 1e-12);
   EXPECT_NEAR(number("validation.llm.busy_error"), 6.0 / 5.25 - 1, 1e-12);
   EXPECT_DOUBLE_EQ(number("validation.batches_identical"), 1.0);
+  // Request 1 finished 1.25 s after arrival measured, 1 s predicted.
+  EXPECT_DOUBLE_EQ(number("validation.llm.ttft_request_error_pairs"), 3.0);
+  EXPECT_DOUBLE_EQ(number("validation.llm.requests_unpaired"), 0.0);
+  EXPECT_NEAR(number("validation.llm.ttft_request_error_p90_abs"), 0.2, 1e-12);
 }
 
 }  // namespace
