@@ -13,13 +13,10 @@
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
+#include "exec/build_revision.hpp"
 #include "sim/operator_fit.hpp"
 #include "sim/operator_tables.hpp"
 #include "sim/profiles.hpp"
-
-#ifndef DUET_GIT_REVISION
-#define DUET_GIT_REVISION "unknown"
-#endif
 
 namespace po = boost::program_options;
 
@@ -139,7 +136,7 @@ int fit_ops(int argc, char** argv) {
     prior.device = gpu_device_key(gpu);
     prior.gpu_name = gpu.name;
     prior.created_utc = created;
-    prior.git_revision = DUET_GIT_REVISION;
+    prior.git_revision = build_revision();
     nlohmann::json report;
     std::string source;
     std::set<int> head_dims;

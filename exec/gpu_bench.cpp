@@ -18,13 +18,10 @@
 #include "core/kv_cache_manager.hpp"
 #include "core/model_spec.hpp"
 #include "core/runtime.hpp"
+#include "exec/build_revision.hpp"
 #include "exec/cuda_executor.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
-
-#ifndef DUET_GIT_REVISION
-#define DUET_GIT_REVISION "unknown"
-#endif
 
 namespace duet::gpu_bench {
 
@@ -243,7 +240,7 @@ int bench_decode(const GpuBenchOptions& o) {
       "target %.2f)\n",
       kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "decode"},
-                      {"revision", DUET_GIT_REVISION},
+                      {"revision", build_revision()},
                       {"gpu", gpu_json(gpu)},
                       {"model", spec.name},
                       {"block_size", block_size},
@@ -361,7 +358,7 @@ int bench_attention(const GpuBenchOptions& o) {
   std::printf("  target               >= %.0f%% of peak bandwidth: %s (worst %.1f%%, ratio to target %.2f)\n",
               100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "attention"},
-                      {"revision", DUET_GIT_REVISION},
+                      {"revision", build_revision()},
                       {"gpu", gpu_json(gpu)},
                       {"shape",
                        {{"num_heads", spec.num_heads},
@@ -442,7 +439,7 @@ int bench_prefill(const GpuBenchOptions& o) {
       "  target               >= %.0f%% of dense bf16 peak: %s (worst %.1f%%, ratio to target %.2f)\n",
       100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "prefill"},
-                      {"revision", DUET_GIT_REVISION},
+                      {"revision", build_revision()},
                       {"gpu", gpu_json(gpu)},
                       {"model", spec.name},
                       {"layers_run", spec.num_layers},
@@ -540,7 +537,7 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
       "to target %.2f)\n",
       100 * kTarget, met ? "met" : "MISSED", worst, worst / kTarget);
   write_json(o.json, {{"benchmark", "cpu-overhead"},
-                      {"revision", DUET_GIT_REVISION},
+                      {"revision", build_revision()},
                       {"gpu", gpu_json(gpu)},
                       {"model", spec.name},
                       {"target", {{"max_ratio_schedule_prepare_to_device", kTarget}}},

@@ -10,11 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "exec/build_revision.hpp"
 #include "sim/profiles.hpp"
-
-#ifndef DUET_GIT_REVISION
-#define DUET_GIT_REVISION "unknown"
-#endif
 
 namespace duet {
 
@@ -312,7 +309,7 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   out.profile.device_name = device_name(backend.name);
   out.profile.backend = backend.name;
   out.profile.created_utc = utc_now();
-  out.profile.git_revision = DUET_GIT_REVISION;
+  out.profile.git_revision = build_revision();
   out.profile.source = "duet profile --backend " + backend.name + " (" + std::to_string(grid.size()) +
                        " points x " + std::to_string(limits.repeats) + " repeats)";
   out.profile.grid_json = grid_json(limits, grid.size()).dump();

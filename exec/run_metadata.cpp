@@ -2,11 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/build_revision.hpp"
 #include "sim/calibrated.hpp"
-
-#ifndef DUET_GIT_REVISION
-#define DUET_GIT_REVISION "unknown"
-#endif
 
 namespace duet {
 
@@ -17,7 +14,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
   config["backend"] = backend;
   config["gpu"] = gpu.name;
   m.text.emplace_back("backend", backend);
-  m.text.emplace_back("git_revision", DUET_GIT_REVISION);
+  m.text.emplace_back("git_revision", build_revision());
   m.text.emplace_back("command_line", command_line);
   m.text.emplace_back("gpu", gpu.name);
   for (std::size_t i = 0; i < engines.size(); ++i) {

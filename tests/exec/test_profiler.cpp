@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <set>
 
+#include "exec/build_revision.hpp"
 #include "sim/profiles.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -75,6 +77,10 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
   EXPECT_EQ(p.backend, "cpu");
   EXPECT_EQ(p.device, device_key("cpu", gpu_by_name("h100")));
   EXPECT_FALSE(p.created_utc.empty());
+  // The revision of this build, taken when it was built (a checkout, or not one).
+  EXPECT_EQ(p.git_revision, build_revision());
+  EXPECT_TRUE(std::regex_match(p.git_revision, std::regex("[0-9a-f]{12}(-dirty)?|unknown")))
+      << p.git_revision;
   EXPECT_EQ(p.device_fit.rows, r.points.size());
   EXPECT_TRUE(p.regimes.count("decode") && p.regimes.count("prefill") && p.regimes.count("mixed"));
   EXPECT_TRUE(p.alone_coefficients.has_value());

@@ -1,0 +1,11 @@
+#pragma once
+// The build's provenance, recorded in every run file, profile and benchmark result.
+
+namespace duet {
+
+// The commit the build's sources were at (12 hex digits), with "-dirty" when tracked files
+// differed from it, or "unknown" outside a git checkout. Generated at every build
+// (cmake/git_revision.cmake).
+const char* build_revision();
+
+}  // namespace duet
