@@ -87,7 +87,7 @@ void SummaryAccumulator::add(const RequestRecord& q) {
   s_.generated_tokens += q.output_tokens;
   ttft_.push_back(time_to_first_token(q));
   e2e_.push_back(end_to_end_latency(q));
-  if (q.output_tokens > 1) tpot_.push_back(time_per_output_token(q));
+  if (const double tpot = time_per_output_token(q); !std::isnan(tpot)) tpot_.push_back(tpot);
 }
 
 EngineSummary SummaryAccumulator::summary(double makespan_s) const {

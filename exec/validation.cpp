@@ -90,8 +90,8 @@ RequestComparison compare_requests(const std::vector<RequestRecord>& predicted,
     by_id.erase(it);
     ttft.push_back(relative_error(time_to_first_token(p), time_to_first_token(m)));
     e2e.push_back(relative_error(end_to_end_latency(p), end_to_end_latency(m)));
-    if (p.output_tokens > 1 && m.output_tokens > 1)
-      tpot.push_back(relative_error(time_per_output_token(p), time_per_output_token(m)));
+    const double tpot_p = time_per_output_token(p), tpot_m = time_per_output_token(m);
+    if (!std::isnan(tpot_p) && !std::isnan(tpot_m)) tpot.push_back(relative_error(tpot_p, tpot_m));
   }
   c.unpaired += by_id.size();
   c.ttft = paired_errors(std::move(ttft));
