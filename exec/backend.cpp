@@ -34,9 +34,9 @@ class SimBackendEngine final : public BuiltEngine {
                    std::uint32_t model_id, SchedulerPolicy policy, SharedKvPool* shared)
       : BuiltEngine(vocabulary_of(c.model, b.source_dir, c.name)),
         choice_(choose_cost_model(b.cost_model, gpu, c.model,
-                                  b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device, b.profile_dir,
-                                  b.alone_on_device)),
-        sim_(std::move(choice_.model), c.model.vocab_size),
+                                  b.cost_device.empty() ? gpu_device_key(gpu) : b.cost_device,
+                                  b.profile_dir)),
+        sim_(std::move(choice_.model), c.model.vocab_size, b.device_turns, model_id),
         engine_(assemble_engine(c, m, model_id, sim_.executor, std::move(policy), pages_of(shared))) {}
   Engine& engine() override { return engine_; }
   Executor& executor() override { return sim_.executor; }

@@ -14,6 +14,7 @@
 #include "core/gpu_spec.hpp"
 #include "exec/vocabulary.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/sim_executor.hpp"
 
 namespace duet {
 
@@ -39,10 +40,10 @@ struct BackendOptions {
   // sim: "auto" (the device's profile if one is committed, else the roofline), "roofline" or
   // "profile:PATH".
   std::string cost_model = "auto";
-  std::string cost_device;            // sim: whose profile to look for (empty: the simulated GPU's)
-  std::string profile_dir;            // sim: where profiles are looked up (empty: nowhere)
-  bool alone_on_device = false;       // sim: the only engine on its device (warm caches, see profiler.hpp)
-  std::string load_format = "dummy";  // cpu, cuda: "dummy" or a checkpoint path
+  std::string cost_device;              // sim: whose profile to look for (empty: the simulated GPU's)
+  std::string profile_dir;              // sim: where profiles are looked up (empty: nowhere)
+  DeviceTurns* device_turns = nullptr;  // sim: whose step ran last on the device (sim/sim_executor.hpp)
+  std::string load_format = "dummy";    // cpu, cuda: "dummy" or a checkpoint path
   std::uint64_t seed = 0;
   std::string source_dir = ".";  // the repository: the tokenizer behind the vocabulary
 };

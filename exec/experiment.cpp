@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "exec/run_metadata.hpp"
 #include "sim/profiles.hpp"
+#include "sim/sim_executor.hpp"
 
 namespace duet {
 
@@ -46,12 +47,12 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   SharedKvPool shared;
   if (shared_pool) shared.pages = make_shared_pool(configs, out.plan, spec.kv_pool.eviction);
 
+  DeviceTurns turns;  // the engines share one device; outlives them
   std::vector<std::unique_ptr<BuiltEngine>> built;
   for (std::size_t i = 0; i < spec.engines.size(); ++i) {
     const EngineSetup& e = spec.engines[i];
-    const BackendOptions b{
-        spec.backend,  e.cost_model, spec.cost_device, spec.profile_dir, spec.engines.size() == 1,
-        e.load_format, spec.seed,    spec.source_dir};
+    const BackendOptions b{spec.backend, e.cost_model,  spec.cost_device, spec.profile_dir,
+                           &turns,       e.load_format, spec.seed,        spec.source_dir};
     built.push_back(make_engine(b, spec.gpu, e.config, out.plan.engine(e.config.name), std::uint32_t(i),
                                 e.policy, shared_pool ? &shared : nullptr));
   }

@@ -455,28 +455,36 @@ CalibrationProfile load_profile(const std::string& path) {
   return parse_profile(read_file_bytes(path), path);
 }
 
-CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile, bool alone)
+CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile)
     : profile_(std::move(profile)),
-      device_(alone && profile_.alone_coefficients ? *profile_.alone_coefficients
-                                                   : profile_.device_coefficients),
-      alone_(alone && profile_.alone_coefficients) {}
+      warm_(profile_.alone_coefficients.value_or(profile_.device_coefficients)) {}
 
 StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
+  return price(shape, profile_.device_coefficients);
+}
+
+StepCost CalibratedCostModel::warm_step_cost(const BatchShape& shape) const { return price(shape, warm_); }
+
+StepCost CalibratedCostModel::price(const BatchShape& shape, const DeviceFeatures& device) const {
   const DeviceFeatures d = device_features(shape);
   ++steps_;
   for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)  // past the constant and the 0/1 switches
     if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
   // A step always takes some time, even where a fit of non-negative terms has no term for it.
-  return {std::max(dot(device_, d), 1e-7), dot(profile_.host_coefficients, host_features(shape))};
+  return {std::max(dot(device, d), 1e-7), dot(profile_.host_coefficients, host_features(shape))};
 }
 
 std::string CalibratedCostModel::describe() const {
   char buf[320];
-  const FitStats& fit = alone_ ? profile_.alone_fit : profile_.device_fit;
-  std::snprintf(buf, sizeof buf, "profile(%s on %s%s, %s, %zu steps, median |error| %.1f%%)",
-                profile_.model.c_str(), profile_.device.c_str(), alone_ ? ", alone on the device" : "",
-                profile_.source.c_str(), fit.rows, 100.0 * fit.median_abs_rel_error);
-  return buf;
+  std::snprintf(buf, sizeof buf, "profile(%s on %s, %s, %zu steps, median |error| %.1f%%",
+                profile_.model.c_str(), profile_.device.c_str(), profile_.source.c_str(),
+                profile_.device_fit.rows, 100.0 * profile_.device_fit.median_abs_rel_error);
+  std::string out = buf;
+  if (profile_.alone_coefficients) {
+    std::snprintf(buf, sizeof buf, "; warm caches %.1f%%", 100.0 * profile_.alone_fit.median_abs_rel_error);
+    out += buf;
+  }
+  return out + ")";
 }
 
 std::string CalibratedCostModel::extrapolation_report() const {

@@ -33,7 +33,9 @@
 // each feature's fitted range (for extrapolation warnings), and the residuals per regime. A CPU
 // profile also has "device_terms_alone": the device time of an engine alone on the device, whose
 // caches stay warm between its steps (exec/profiler.hpp); the other terms are for engines that
-// take turns.
+// take turns. The simulator prices a step with the alone terms when its engine also ran the
+// device's previous step (warm_step_cost, sim/sim_executor.hpp), and with the others after
+// another engine's step.
 #include <array>
 #include <map>
 #include <optional>
@@ -131,17 +133,19 @@ CalibrationProfile parse_profile(const std::string& json_text, const std::string
 
 class CalibratedCostModel final : public CostModel {
  public:
-  // `alone`: the engine has the device to itself (the profile's alone terms, where it has them).
-  explicit CalibratedCostModel(CalibrationProfile profile, bool alone = false);
+  explicit CalibratedCostModel(CalibrationProfile profile);
   StepCost step_cost(const BatchShape& shape) const override;
+  // The profile's alone terms where it has them (a CPU profile's), its other terms otherwise.
+  StepCost warm_step_cost(const BatchShape& shape) const override;
   std::string describe() const override;
   std::string extrapolation_report() const override;
   const CalibrationProfile& profile() const { return profile_; }
 
  private:
+  StepCost price(const BatchShape& shape, const DeviceFeatures& device) const;
+
   CalibrationProfile profile_;
-  DeviceFeatures device_;  // the terms in use
-  bool alone_ = false;
+  DeviceFeatures warm_;  // the alone terms, or the others where the profile has none
   // Steps priced beyond a feature's fitted range (by more than 10%), per device feature.
   mutable std::array<std::int64_t, kNumDeviceFeatures> beyond_{};
   mutable std::int64_t steps_ = 0;

@@ -58,7 +58,13 @@ struct StepBreakdown {
 class CostModel {
  public:
   virtual ~CostModel() = default;
+  // The step of an engine that takes turns with others on its device: the engine before it may
+  // have pushed this one's weights and KV out of the device's caches.
   virtual StepCost step_cost(const BatchShape& shape) const = 0;
+  // The step of an engine that also ran the device's previous step, so its weights and KV are
+  // still cached. Only a CPU profile prices the difference (sim/calibrated.hpp); a GPU streams
+  // the weights from HBM every step, and a model without warm terms prices both alike.
+  virtual StepCost warm_step_cost(const BatchShape& shape) const { return step_cost(shape); }
   // Seconds from the step's start on the host to its end, host overhead included.
   double step_time(const BatchShape& shape) const { return step_cost(shape).total(); }
   virtual std::string describe() const = 0;

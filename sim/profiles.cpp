@@ -45,14 +45,13 @@ namespace {
 
 constexpr std::string_view kOperatorPrefix = "operator:";  // operator:PRIOR.json
 
-ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device,
-                             bool alone) {
+ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device) {
   CalibrationProfile p = load_profile(path);
   check_profile(p, model, device, path);
   ChosenCostModel c;
   c.kind = "profile";
   c.reason = "profile " + path;
-  c.model = std::make_unique<CalibratedCostModel>(std::move(p), alone);
+  c.model = std::make_unique<CalibratedCostModel>(std::move(p));
   return c;
 }
 
@@ -70,15 +69,15 @@ ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const Mo
 }  // namespace
 
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
-                                  const std::string& device, const std::string& profile_dir, bool alone) {
+                                  const std::string& device, const std::string& profile_dir) {
   for (const char* prefix : {"profile:", "calibrated:"})
     if (name.rfind(prefix, 0) == 0)
-      return from_profile(name.substr(std::string(prefix).size()), model, device, alone);
+      return from_profile(name.substr(std::string(prefix).size()), model, device);
   if (name.starts_with(kOperatorPrefix))
     return from_prior(name.substr(kOperatorPrefix.size()), gpu, model, device);
   if (name == "auto" && !profile_dir.empty()) {
     const std::string path = profile_path(profile_dir, device, model);
-    if (std::filesystem::exists(path)) return from_profile(path, model, device, alone);
+    if (std::filesystem::exists(path)) return from_profile(path, model, device);
   }
   if ((name == "auto" || name == "operator") && !profile_dir.empty()) {
     const std::string path = prior_path(profile_dir, device);

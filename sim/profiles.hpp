@@ -35,10 +35,8 @@ struct ChosenCostModel {
 // name: "auto" (the profile under profile_dir if there is one, else the operator prior there,
 // else the roofline), "roofline" (forced), "operator" (the prior under profile_dir, required),
 // "operator:PATH", or "profile:PATH" ("calibrated:PATH" is the same).
-// `alone`: the engine has the device to itself (one engine in the experiment).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
-                                  const std::string& device, const std::string& profile_dir,
-                                  bool alone = false);
+                                  const std::string& device, const std::string& profile_dir);
 
 // The roofline, or an explicit profile or prior, without the device check (tests, benchmarks).
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu,

@@ -10,8 +10,9 @@
 namespace duet {
 
 struct SimExecution {
-  SimExecution(std::unique_ptr<CostModel> cost_model, int vocab_size)
-      : cost(std::move(cost_model)), executor(*cost, vocab_size) {}
+  SimExecution(std::unique_ptr<CostModel> cost_model, int vocab_size, DeviceTurns* turns = nullptr,
+               std::uint32_t engine = 0)
+      : cost(std::move(cost_model)), executor(*cost, vocab_size, turns, engine) {}
   std::unique_ptr<CostModel> cost;
   SimExecutor executor;
 };

@@ -6,7 +6,10 @@ namespace duet {
 
 StepResult SimExecutor::execute(const Batch& batch) {
   StepResult r;
-  const StepCost cost = cost_.step_cost(shape_of(batch));
+  const BatchShape shape = shape_of(batch);
+  const bool warm = turns_->last_engine == engine_;
+  turns_->last_engine = engine_;
+  const StepCost cost = warm ? cost_.warm_step_cost(shape) : cost_.step_cost(shape);
   r.duration_s = cost.device_s;
   r.host_s = cost.host_s;
   r.tokens.reserve(batch.items.size());

@@ -185,7 +185,7 @@ TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   EXPECT_NEAR(c.host_s, kHost[0] + 10 * kHost[1], 1e-12);
 }
 
-TEST(Calibrated, AnEngineAloneOnTheDeviceUsesTheWarmTerms) {
+TEST(Calibrated, AWarmStepUsesTheAloneTerms) {
   TempDir dir;
   CalibrationProfile p = fit_profile(measured(random_shapes(100, 9), 0.0, 0));
   DeviceFeatures alone = p.device_coefficients;
@@ -198,13 +198,16 @@ TEST(Calibrated, AnEngineAloneOnTheDeviceUsesTheWarmTerms) {
   BatchShape s;
   s.decode_seqs = s.decode_tokens = s.logit_rows = 8;
   s.decode_context_tokens = 4000;
-  const double shared = CalibratedCostModel(back, false).step_cost(s).device_s;
-  EXPECT_NEAR(CalibratedCostModel(back, true).step_cost(s).device_s, 0.5 * shared, 1e-12);
-  EXPECT_TRUE(contains(CalibratedCostModel(back, true).describe(), "alone on the device"));
+  const CalibratedCostModel cpu(back);
+  const double cold = cpu.step_cost(s).device_s;
+  EXPECT_NEAR(cpu.warm_step_cost(s).device_s, 0.5 * cold, 1e-12);
+  EXPECT_EQ(cpu.warm_step_cost(s).host_s, cpu.step_cost(s).host_s) << "the host's share has one set of terms";
+  EXPECT_TRUE(contains(cpu.describe(), "warm caches"));
   CalibrationProfile gpu = back;
   gpu.alone_coefficients.reset();
-  EXPECT_NEAR(CalibratedCostModel(gpu, true).step_cost(s).device_s, shared, 1e-12)
-      << "no alone terms: the others";
+  const CalibratedCostModel streams(gpu);
+  EXPECT_NEAR(streams.warm_step_cost(s).device_s, cold, 1e-12) << "no alone terms: the others";
+  EXPECT_FALSE(contains(streams.describe(), "warm caches"));
 }
 
 TEST(Calibrated, WarnsWhenAPredictionExtrapolates) {

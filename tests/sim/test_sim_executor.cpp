@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "core/engine.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/output_script.hpp"
@@ -104,6 +107,32 @@ TEST(SimExecutor, PrmRequestsReturnTheirScoreModel) {
   EXPECT_FLOAT_EQ(ref.scores[2], scripted_score(ref, 2, 699));
   EXPECT_GT(ref.scores[2], 0.0f);
   EXPECT_LT(ref.scores[2], 1.0f);
+}
+
+// Prices a warm step at 1 s and a cold one at 3 s, whatever the batch.
+class TwoSpeeds final : public CostModel {
+ public:
+  StepCost step_cost(const BatchShape&) const override { return {3.0, 0.5}; }
+  StepCost warm_step_cost(const BatchShape&) const override { return {1.0, 0.5}; }
+  std::string describe() const override { return "two speeds"; }
+};
+
+TEST(SimExecutor, AStepIsWarmWhenItsEngineRanTheDevicesPreviousStep) {
+  const TwoSpeeds cost;
+  DeviceTurns turns;
+  SimExecutor llm(cost, 1000, &turns, 0);
+  SimExecutor prm(cost, 1000, &turns, 1);
+  const Batch empty;
+  std::vector<double> took;
+  for (SimExecutor* e : {&llm, &llm, &llm, &prm, &prm, &llm}) took.push_back(e->execute(empty).duration_s);
+  EXPECT_EQ(took, (std::vector<double>{3, 1, 1, 3, 1, 3}))
+      << "cold after the other engine, warm after itself";
+  EXPECT_EQ(turns.last_engine, 0u);
+
+  SimExecutor alone(cost, 1000);  // no one to take turns with
+  EXPECT_EQ(alone.execute(empty).duration_s, 3.0) << "nothing cached before the first step";
+  EXPECT_EQ(alone.execute(empty).duration_s, 1.0);
+  EXPECT_EQ(alone.execute(empty).host_s, 0.5);
 }
 
 }  // namespace
