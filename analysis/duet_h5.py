@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 VERSION_ATTR = "duet_schema_version"
 
 

@@ -22,12 +22,12 @@ void print_profile(const ProfileResult& r) {
   const CalibrationProfile& p = r.profile;
   std::printf("profile: %s on %s (%s), %zu points in %.1f s\n", p.model.c_str(), p.device.c_str(),
               p.device_name.c_str(), r.points.size(), r.wall_s);
-  std::printf("  %-24s %14s %10s\n", "device term", "coefficient", "max seen");
+  std::printf("  %-30s %8s %10s\n", "device term", "coefficient", "max seen");
   for (std::size_t i = 0; i < kNumDeviceFeatures; ++i)
-    std::printf("  %-24s %14.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i],
+    std::printf("  %-30s %8.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i],
                 p.device_max[i]);
   for (std::size_t i = 0; i < kNumHostFeatures; ++i)
-    std::printf("  %-24s %14.6g %10.4g\n", host_feature_names()[i], p.host_coefficients[i], p.host_max[i]);
+    std::printf("  %-30s %8.6g %10.4g\n", host_feature_names()[i], p.host_coefficients[i], p.host_max[i]);
   std::printf("  %-10s %6s %12s %12s %12s\n", "fit", "rows", "median |err|", "p90 |err|", "max |err|");
   auto row = [](const char* name, const FitStats& f) {
     std::printf("  %-10s %6zu %11.1f%% %11.1f%% %11.1f%%\n", name, f.rows, 100 * f.median_abs_rel_error,
@@ -52,18 +52,9 @@ void write_measurements(const ProfileResult& r, const EngineConfig& c, const std
     for (const MeasuredPoint& m : r.points)
       for (std::size_t k = 0; k < (m.*times).size(); ++k) {
         StepRecord s;
+        record_shape(m.shape, s);
         s.duration_s = (m.*times)[k];
         s.host_s = m.host_s[k];
-        s.prefill_tokens = m.shape.prefill_tokens;
-        s.decode_tokens = m.shape.decode_tokens;
-        s.num_seqs = m.shape.prefill_seqs + m.shape.decode_seqs;
-        s.decode_seqs = m.shape.decode_seqs;
-        s.decode_context_tokens = m.shape.decode_context_tokens;
-        s.prefill_attention_keys = m.shape.prefill_attention_keys;
-        s.prefill_tokens_squared = m.shape.prefill_tokens_squared;
-        s.prefill_context_tokens = m.shape.prefill_context_tokens;
-        s.logit_rows = m.shape.logit_rows;
-        s.cow_copies = m.shape.copies;
         rec.steps.push_back(s);
       }
     return rec;

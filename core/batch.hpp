@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/kv_allocator.hpp"
+#include "core/metrics.hpp"
 #include "core/sequence.hpp"
 
 namespace duet {
@@ -27,6 +28,7 @@ struct Batch {
   std::vector<BatchItem> items;      // in scheduling order: running first, then admissions
   std::vector<BlockCopy> copies;     // copy-on-write, to run before the forward pass
   std::vector<Sequence*> preempted;  // sent back to waiting this step (recompute)
+  int block_size = 0;                // tokens per block of the items' tables (0: not paged)
   int num_prefill_tokens = 0;        // the budget's accounting; shape_of() has the rest
   int num_decode_tokens = 0;
 
@@ -40,9 +42,13 @@ struct BatchShape {
   int decode_tokens = 0;
   int prefill_seqs = 0;
   int decode_seqs = 0;
-  int logit_rows = 0;                       // LM-head rows: one per sample, one per scored position
-  int copies = 0;                           // copy-on-write block copies
-  std::int64_t decode_context_tokens = 0;   // KV tokens the decodes read
+  int logit_rows = 0;                      // LM-head rows: one per sample, one per scored position
+  int copies = 0;                          // copy-on-write block copies
+  std::int64_t decode_context_tokens = 0;  // KV tokens the decodes read
+  // The same tokens with a block that several decodes read through the same leading blocks counted
+  // once: beams forked from one parent, or requests that hit one cached prefix, read the shared
+  // blocks from the caches.
+  std::int64_t decode_distinct_context_tokens = 0;
   std::int64_t prefill_context_tokens = 0;  // KV tokens before each prefill chunk, summed
   // Sum over prefill chunks of n*c + n*(n+1)/2 for n new tokens after c cached ones: the keys
   // that causal attention visits, so attention FLOPs = 4 * layers * heads * head_dim * this.
@@ -51,8 +57,15 @@ struct BatchShape {
 };
 
 BatchShape shape_of(const Batch& batch);
+// Context tokens of the batch's decodes that another decode reads from the same blocks, reached
+// through the same leading blocks (see batch.cpp).
+std::int64_t shared_decode_context(const Batch& batch);
+// The steps table holds a shape's every feature: a record's batch columns, and back.
+void record_shape(const BatchShape& shape, StepRecord& record);
+BatchShape shape_of(const StepRecord& record);
 // A shape's accounting of one item: a prefill chunk of `new_tokens` after `context` cached tokens,
-// or one decoding sequence with `context` tokens before its new one (logit rows are the caller's).
+// or one decoding sequence with `context` tokens before its new one, in blocks of its own (logit
+// rows are the caller's).
 void add_prefill_chunk(BatchShape& shape, int new_tokens, std::int64_t context);
 void add_decode(BatchShape& shape, std::int64_t context);
 

@@ -258,24 +258,15 @@ void Runtime::run(Workload& workload) {
 void Runtime::record_step(int e, const StepOutcome& o, double start, double host_s) {
   EngineSlot& slot = engines_[std::size_t(e)];
   const Engine& engine = *slot.engine;
-  const BatchShape shape = shape_of(o.batch);
   // Blocks as the batch ran: finished sequences free theirs in postprocess, before this record.
   const KvUsage& kv = o.kv_scheduled;
   const KvCounters c = engine.kv().counters();
   StepRecord r;
+  record_shape(o.shape, r);
   r.start_s = start;
   r.duration_s = o.result.duration_s;
   r.host_s = host_s;
   r.cpu_s = o.result.cpu_s;
-  r.prefill_tokens = shape.prefill_tokens;
-  r.decode_tokens = shape.decode_tokens;
-  r.num_seqs = static_cast<std::int32_t>(o.batch.items.size());
-  r.decode_seqs = shape.decode_seqs;
-  r.decode_context_tokens = shape.decode_context_tokens;
-  r.prefill_attention_keys = shape.prefill_attention_keys;
-  r.prefill_context_tokens = shape.prefill_context_tokens;
-  r.prefill_tokens_squared = shape.prefill_tokens_squared;
-  r.logit_rows = shape.logit_rows;
   r.num_running = static_cast<std::int32_t>(engine.scheduler().num_running());
   r.num_waiting = static_cast<std::int32_t>(engine.scheduler().num_waiting());
   r.kv_blocks_used = kv.used_blocks;

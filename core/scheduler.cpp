@@ -57,6 +57,7 @@ SchedulerView Scheduler::view() const { return {running_.size(), waiting_.size()
 
 Batch Scheduler::schedule() {
   Batch batch;
+  batch.block_size = kv_.block_size();
   int budget = config_.max_num_batched_tokens;
   bool preempted = false;
   schedule_running(batch, budget, preempted);

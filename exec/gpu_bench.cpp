@@ -131,6 +131,7 @@ SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int bl
     for (int b = 0; b < blocks; ++b) q.kv.blocks.push_back(BlockId(i * blocks + b));
     q.kv.num_slots = blocks * block_size;
   }
+  s.batch.block_size = block_size;
   for (Sequence& q : s.seqs) {
     BatchItem it;
     it.seq = &q;
@@ -502,7 +503,7 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
       const auto t0 = std::chrono::steady_clock::now();
       const StepOutcome out = engine.step(0);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const BatchShape shape = shape_of(out.batch);
+      const BatchShape& shape = out.shape;
       // Decode steps after the first few (graph capture, warm-up).
       if (shape.prefill_tokens == 0 && shape.decode_seqs == b && ++step > 3) {
         sched.push_back(wall - exec.last_wall_s());

@@ -25,6 +25,14 @@ std::vector<int> doubling(int from, int max) {
   return v;
 }
 
+// The values in order, each larger than the one before and at most `max`.
+std::vector<int> increasing(std::initializer_list<int> values, int max) {
+  std::vector<int> v;
+  for (int x : values)
+    if (x <= max && (v.empty() || x > v.back())) v.push_back(x);
+  return v;
+}
+
 GridPoint single(const std::string& regime, int context, int tokens, Want want, int score_every = 0) {
   return {regime, {{context, tokens, want, score_every}}, 0};
 }
@@ -69,6 +77,18 @@ std::vector<GridPoint> profile_grid(const ProfileLimits& l) {
       for (int i = 0; i < b; ++i) p.items.push_back({c, 1, Want::Sample, 0});
       grid.push_back(p);
     }
+  // Beams: groups of decodes that share a prefix's blocks and differ in their last tokens, as a
+  // beam search's rows (a few problems' beams) or requests that hit one cached prompt. The distinct
+  // KV is what the caches do not serve: it separates attention's memory from its compute.
+  for (int b : increasing({8, 32, l.max_num_seqs}, l.max_num_seqs))
+    for (int g : {4, 16})
+      for (int c : increasing({256, 1024, l.max_model_len / 2}, l.max_model_len - 1))
+        for (int own : {c / 2, c / 8}) {
+          if (g > b) continue;
+          GridPoint p{"decode", {}, 0, g, c - own};
+          for (int i = 0; i < b; ++i) p.items.push_back({c, 1, Want::Sample, 0});
+          grid.push_back(p);
+        }
   // Mixed: one chunk with decodes.
   for (int n : {std::min(64, max_chunk), std::max(1, max_chunk / 4), max_chunk})
     for (int b : {std::min(4, l.max_num_seqs), std::max(1, l.max_num_seqs / 2)}) {
@@ -98,7 +118,10 @@ struct DesignedBatch {
 DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int vocab, std::uint64_t salt) {
   DesignedBatch d;
   d.seqs.resize(p.items.size());
+  d.batch.block_size = block_size;
+  const int shared_blocks = p.group > 1 ? p.shared_context / block_size : 0;
   BlockId next = 0;
+  BlockId group_first = 0;  // the current group's shared blocks start here
   for (std::size_t i = 0; i < p.items.size(); ++i) {
     const GridItem& g = p.items[i];
     Sequence& s = d.seqs[i];
@@ -116,7 +139,11 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
     s.sampling.max_tokens = 1 << 20;
     s.sampling.ignore_eos = true;
     const int blocks = (end + block_size - 1) / block_size;
-    for (int b = 0; b < blocks; ++b) s.kv.blocks.push_back(BlockId(next++ % num_blocks));
+    const bool leads_group = shared_blocks == 0 || int(i) % p.group == 0;
+    if (leads_group) group_first = next;
+    for (int b = 0; b < blocks; ++b)
+      s.kv.blocks.push_back(b < shared_blocks && !leads_group ? BlockId((group_first + b) % num_blocks)
+                                                              : BlockId(next++ % num_blocks));
     s.kv.num_slots = blocks * block_size;
     BatchItem it;
     it.seq = &s;

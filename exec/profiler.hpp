@@ -7,7 +7,8 @@
 // The grid covers the regimes a serving run visits:
 //   prefill     chunks of 1 .. max_num_batched_tokens tokens, at cached contexts 0 .. max_model_len,
 //               sampling one token, scoring positions (a PRM), or neither; several chunks per batch
-//   decode      1 .. max_num_seqs sequences at contexts 16 .. max_model_len
+//   decode      1 .. max_num_seqs sequences at contexts 16 .. max_model_len; and beams: groups of
+//               rows that read one prefix's blocks (a fork's, a cached prompt's) before their own
 //   mixed       a prefill chunk with decodes in the same batch
 //   copies      decode batches with copy-on-write block copies
 #include <functional>
@@ -45,6 +46,10 @@ struct GridPoint {
   std::string regime;  // prefill, decode, mixed, copies
   std::vector<GridItem> items;
   int copies = 0;
+  // Items i and j with i / group == j / group read the same blocks for their first shared_context
+  // tokens (whole blocks; 0: every item has blocks of its own).
+  int group = 0;
+  int shared_context = 0;
 };
 
 std::vector<GridPoint> profile_grid(const ProfileLimits& limits);

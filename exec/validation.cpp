@@ -21,6 +21,8 @@ constexpr Column kBatchColumns[] = {
     {"decode_tokens", [](const StepRecord& r) { return double(r.decode_tokens); }},
     {"num_seqs", [](const StepRecord& r) { return double(r.num_seqs); }},
     {"decode_context_tokens", [](const StepRecord& r) { return double(r.decode_context_tokens); }},
+    {"decode_distinct_context_tokens",
+     [](const StepRecord& r) { return double(r.decode_distinct_context_tokens); }},
     {"logit_rows", [](const StepRecord& r) { return double(r.logit_rows); }},
     {"kv_blocks_used", [](const StepRecord& r) { return double(r.kv_blocks_used); }},
     {"prefix_hit_tokens", [](const StepRecord& r) { return double(r.prefix_hit_tokens); }},

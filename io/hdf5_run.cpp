@@ -159,6 +159,7 @@ constexpr std::array kStepFields{
     DUET_FIELD(StepRecord, num_seqs, "count"),
     DUET_FIELD(StepRecord, decode_seqs, "count"),
     DUET_FIELD(StepRecord, decode_context_tokens, "tokens"),
+    DUET_FIELD(StepRecord, decode_distinct_context_tokens, "tokens"),
     DUET_FIELD(StepRecord, prefill_attention_keys, "count"),
     DUET_FIELD(StepRecord, prefill_context_tokens, "tokens"),
     DUET_FIELD(StepRecord, prefill_tokens_squared, "tokens^2"),

@@ -12,7 +12,7 @@
 
 namespace duet {
 
-inline constexpr int kRunSchemaVersion = 2;
+inline constexpr int kRunSchemaVersion = 3;
 
 // Run configuration, stored as attributes of the run's group. Text holds names, the git revision,
 // the Lua script and "config_json"; numbers hold the tunables a notebook filters sweeps by.

@@ -16,7 +16,10 @@
 namespace duet {
 
 namespace {
-constexpr const char* kFormat = "duet-cost-profile/2";
+constexpr const char* kFormat = "duet-cost-profile/3";
+// Format 2 had no decode_distinct_context_tokens term: its decode_context_tokens term prices every
+// KV token the decodes read, shared or not, which is what the new term at 0 prices.
+constexpr const char* kFormatWithoutDistinct = "duet-cost-profile/2";
 // A feature this much beyond its fitted maximum counts as extrapolation.
 constexpr double kExtrapolationMargin = 1.10;
 }  // namespace
@@ -33,7 +36,8 @@ const std::array<const char*, kNumDeviceFeatures>& device_feature_names() {
                                                                         "prefill_attention_keys",
                                                                         "prefill_tokens_squared",
                                                                         "prefill_context_tokens",
-                                                                        "copies"};
+                                                                        "copies",
+                                                                        "decode_distinct_context_tokens"};
   return names;
 }
 
@@ -55,26 +59,12 @@ DeviceFeatures device_features(const BatchShape& s) {
           s.prefill_attention_keys,
           s.prefill_tokens_squared,
           double(s.prefill_context_tokens),
-          double(s.copies)};
+          double(s.copies),
+          double(s.decode_distinct_context_tokens)};
 }
 
 HostFeatures host_features(const BatchShape& s) {
   return {1.0, double(s.prefill_seqs + s.decode_seqs), double(s.prefill_tokens)};
-}
-
-BatchShape shape_of(const StepRecord& r) {
-  BatchShape s;
-  s.prefill_tokens = r.prefill_tokens;
-  s.decode_tokens = r.decode_tokens;
-  s.decode_seqs = r.decode_seqs;
-  s.prefill_seqs = r.num_seqs - r.decode_seqs;
-  s.logit_rows = r.logit_rows;
-  s.copies = r.cow_copies;
-  s.decode_context_tokens = r.decode_context_tokens;
-  s.prefill_context_tokens = r.prefill_context_tokens;
-  s.prefill_attention_keys = r.prefill_attention_keys;
-  s.prefill_tokens_squared = r.prefill_tokens_squared;
-  return s;
 }
 
 const char* regime_of(const BatchShape& s) {
@@ -293,6 +283,8 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
       {"prefill_seqs", [](BatchShape& s, double v) { s.prefill_seqs = int(v); }},
       {"logit_rows", [](BatchShape& s, double v) { s.logit_rows = int(v); }},
       {"decode_context_tokens", [](BatchShape& s, double v) { s.decode_context_tokens = std::int64_t(v); }},
+      {"decode_distinct_context_tokens",
+       [](BatchShape& s, double v) { s.decode_distinct_context_tokens = std::int64_t(v); }},
       {"prefill_attention_keys", [](BatchShape& s, double v) { s.prefill_attention_keys = v; }},
       {"prefill_context_tokens", [](BatchShape& s, double v) { s.prefill_context_tokens = std::int64_t(v); }},
       {"prefill_tokens_squared", [](BatchShape& s, double v) { s.prefill_tokens_squared = v; }},
@@ -362,12 +354,14 @@ nlohmann::json terms_json(const std::array<const char*, N>& names, const std::ar
   return j;
 }
 
+// Reads the first `count` terms (all but the newest for an older format); the others stay 0.
 template <std::size_t N>
 void read_terms(const nlohmann::json& j, const std::array<const char*, N>& names, std::array<double, N>& coef,
-                std::array<double, N>& max, const std::string& origin, const char* field) {
-  if (!j.is_array() || j.size() != N)
-    throw Error(origin + ": field '" + field + "' must list " + std::to_string(N) + " terms");
-  for (std::size_t i = 0; i < N; ++i) {
+                std::array<double, N>& max, const std::string& origin, const char* field,
+                std::size_t count = N) {
+  if (!j.is_array() || j.size() != count)
+    throw Error(origin + ": field '" + field + "' must list " + std::to_string(count) + " terms");
+  for (std::size_t i = 0; i < count; ++i) {
     const std::string name = j[i].at("feature").get<std::string>();
     if (name != names[i])
       throw Error(origin + ": " + field + "[" + std::to_string(i) + "] is '" + name + "', expected '" +
@@ -414,9 +408,11 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   try {
-    if (!j.is_object() || j.value("format", "") != kFormat)
+    const std::string format = j.is_object() ? j.value("format", "") : "";
+    if (format != kFormat && format != kFormatWithoutDistinct)
       throw Error(origin + ": field 'format' must be \"" + kFormat +
                   "\" (a profile from `duet profile` or `duet fit`)");
+    const std::size_t device_terms = kNumDeviceFeatures - (format == kFormatWithoutDistinct);
     CalibrationProfile p;
     p.model = j.value("model", "");
     p.model_shape = j.value("model_shape", "");
@@ -428,12 +424,13 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     p.source = j.value("source", "");
     if (j.contains("grid")) p.grid_json = j["grid"].dump();
     read_terms(j.at("device_terms"), device_feature_names(), p.device_coefficients, p.device_max, origin,
-               "device_terms");
+               "device_terms", device_terms);
     read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin,
                "host_terms");
     if (j.contains("device_terms_alone")) {
       DeviceFeatures alone{}, max{};
-      read_terms(j["device_terms_alone"], device_feature_names(), alone, max, origin, "device_terms_alone");
+      read_terms(j["device_terms_alone"], device_feature_names(), alone, max, origin, "device_terms_alone",
+                 device_terms);
       p.alone_coefficients = alone;
     }
     if (j.contains("fit")) {

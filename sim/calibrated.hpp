@@ -17,6 +17,12 @@
 //                              square and masks it (the CPU reference), or tile waste on a GPU
 //     prefill_context_tokens   s per cached KV token a prefill chunk reads
 //     copies                   s per copy-on-write block copy
+//     decode_distinct_context_tokens
+//                              s per KV token that decode attention reads from a block no other
+//                              decode of the batch has read: with decode_context_tokens (every
+//                              token read, the compute) this splits attention into compute and
+//                              memory, so that beams reading one prefix's blocks are priced as the
+//                              caches serve them
 //   host_s = sum_j host_coefficient_j * host_feature_j
 //     host_constant            s per step: the scheduler's pass, the runtime's bookkeeping
 //     host_seqs                s per batch item: block tables, outputs, stop checks
@@ -28,7 +34,8 @@
 // because a simulated run adds thousands of small steps and a few large ones, and keeps every
 // coefficient non-negative (a negative cost would be extrapolated into negative time).
 //
-// The profile is JSON ("format": "duet-cost-profile/2") with the model's name and shape, the
+// The profile is JSON ("format": "duet-cost-profile/3"; a /2 profile, which has no distinct-token
+// term, is read with that term at 0) with the model's name and shape, the
 // device, the backend, the date, the git revision, the grid it was measured on, the coefficients,
 // each feature's fitted range (for extrapolation warnings), and the residuals per regime. A CPU
 // profile also has "device_terms_alone": the device time of an engine alone on the device, whose
@@ -49,7 +56,7 @@
 
 namespace duet {
 
-inline constexpr std::size_t kNumDeviceFeatures = 12;
+inline constexpr std::size_t kNumDeviceFeatures = 13;
 inline constexpr std::size_t kNumHostFeatures = 3;
 using DeviceFeatures = std::array<double, kNumDeviceFeatures>;
 using HostFeatures = std::array<double, kNumHostFeatures>;
@@ -58,8 +65,6 @@ const std::array<const char*, kNumDeviceFeatures>& device_feature_names();
 const std::array<const char*, kNumHostFeatures>& host_feature_names();
 DeviceFeatures device_features(const BatchShape& shape);
 HostFeatures host_features(const BatchShape& shape);
-// The shape of a recorded step (the columns of the steps table).
-BatchShape shape_of(const StepRecord& step);
 
 // "decode" (no prefill tokens), "prefill" (no decode tokens) or "mixed".
 const char* regime_of(const BatchShape& shape);

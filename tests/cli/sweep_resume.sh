@@ -34,7 +34,7 @@ import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:  # a valid HDF5 file, every point in it a whole run
     points = f["sweeps/0000/points"]
     for name in points:
-        assert points[name].attrs["duet_schema_version"] == 2, name
+        assert points[name].attrs["duet_schema_version"] == 3, name
         assert "summary" in points[name] and "engines" in points[name], name
     print(len(points))
 PY

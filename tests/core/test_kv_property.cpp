@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/batch.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -134,6 +135,7 @@ class KvModel {
 
   const char* op_name() const { return kOpNames[int(op_)]; }
   const KvStats& stats() const { return stats_; }
+  std::int64_t shared_block_checks() const { return distinct_checked_; }
   const KvCacheManager& kv() const { return kv_; }
 
  private:
@@ -532,7 +534,49 @@ class KvModel {
     return "";
   }
 
+  // A decode batch of every live sequence, whatever forks, hits and copies made the tables:
+  // decode_distinct_context_tokens (shape_of's sorted trie) counts each run of leading blocks once,
+  // as a map keyed by the runs themselves does; and it lies between the tokens of the distinct
+  // blocks (which also counts a block shared after different blocks once) and every token read.
+  std::string check_distinct_context() {
+    Batch batch;
+    batch.block_size = bs_;
+    // A run of leading blocks is its last block after the run before it: (parent run, block) ->
+    // (run, tokens read from its last block).
+    std::map<std::pair<int, BlockId>, std::pair<int, int>> runs;
+    std::map<BlockId, int> blocks;  // tokens read from each block
+    for (const auto& sp : live_) {
+      const int context = sp->kv.num_slots;
+      if (context == 0) continue;
+      batch.items.push_back({sp.get(), context, 1, Want::Sample, true});
+      int parent = -1;
+      for (int i = 0; i * bs_ < context; ++i) {
+        const BlockId b = sp->kv.blocks[std::size_t(i)];
+        const int tokens = std::min(bs_, context - i * bs_);
+        auto& [run, run_tokens] = runs.try_emplace({parent, b}, int(runs.size()), 0).first->second;
+        run_tokens = std::max(run_tokens, tokens);
+        parent = run;
+        int& block = blocks[b];
+        block = std::max(block, tokens);
+      }
+    }
+    std::int64_t by_runs = 0, by_blocks = 0;
+    for (const auto& [key, run] : runs) by_runs += run.second;
+    for (const auto& [block, tokens] : blocks) by_blocks += tokens;
+    const BatchShape shape = shape_of(batch);
+    DUET_CHECK_OR_RETURN(shape.decode_distinct_context_tokens == by_runs,
+                         "decode_distinct_context_tokens "
+                             << shape.decode_distinct_context_tokens << " of " << shape.decode_context_tokens
+                             << ", counting runs of leading blocks " << by_runs);
+    DUET_CHECK_OR_RETURN(by_blocks <= by_runs && by_runs <= shape.decode_context_tokens,
+                         "distinct blocks hold " << by_blocks << " tokens, runs " << by_runs << ", all "
+                                                 << shape.decode_context_tokens);
+    distinct_checked_ += shape.decode_context_tokens > by_runs;
+    return "";
+  }
+
   std::string check_all() {
+    if (std::string err = check_distinct_context(); !err.empty()) return err;
     const BlockPool& pool = kv_.pool();
     const int nb = pool.num_blocks();
     std::vector<std::int64_t> fill(std::size_t(nb), 0);  // tokens written per block, by our model
@@ -718,6 +762,7 @@ class KvModel {
   std::int64_t expected_query_tokens_ = 0;
   std::int64_t expected_hit_tokens_ = 0;
   std::int64_t evictions_seen_ = 0;
+  std::int64_t distinct_checked_ = 0;  // checks where the live sequences shared a block
   KvStats stats_;
 };
 
@@ -751,6 +796,7 @@ TEST_P(KvProperty, RandomOperationsKeepInvariants) {
   if (c.block_size > 1) {
     EXPECT_GT(st.copies, 0) << "no copy-on-write happened";
   }
+  EXPECT_GT(model.shared_block_checks(), 0) << "the live sequences never shared a block";
   std::cout << "[ stats    ] " << c.name << ": " << c.num_ops << " ops, " << st.admissions << " admissions ("
             << st.hit_admissions << " with hits, " << st.hit_tokens << " hit tokens), "
             << st.failed_allocations << " refused allocations, " << st.copies << " copies, " << st.evictions

@@ -314,7 +314,7 @@ TEST_F(Hdf5Run, TablesAreChunkedCompressedAndExtendible) {
 
   // Units name every column; enums describe the coded ones.
   const auto steps_units = nlohmann::json::parse(text_attr(h5.openDataSet("/engines/llm/steps"), "units"));
-  EXPECT_EQ(steps_units.size(), 24u);
+  EXPECT_EQ(steps_units.size(), 25u);
   EXPECT_EQ(steps_units["start_s"], "s");
   EXPECT_EQ(steps_units["kv_blocks_used"], "blocks");
   const H5::DataSet requests = h5.openDataSet("/engines/llm/requests");

@@ -20,9 +20,9 @@ using test_support::TempDir;
 // 0.2 ms for an LM-head GEMM, 60 us per prefill token, 20 us per decode token, 30 us per prefill
 // chunk, 15 us per LM-head row, 40 ns per KV token read, 0.5 ns per attention key, 0.2 ns per
 // chunk token squared, 10 ns per cached token, 5 us per copy. Host: 30 us per step, 0.4 us per
-// sequence, 20 ns per prefill token.
-constexpr DeviceFeatures kDevice = {1e-3,  0.5e-3, 0.2e-3, 60e-6,  20e-6, 30e-6,
-                                    15e-6, 40e-9,  0.5e-9, 0.2e-9, 10e-9, 5e-6};
+// sequence, 20 ns per prefill token; 25 ns more per KV token that no other decode read.
+constexpr DeviceFeatures kDevice = {1e-3,  0.5e-3, 0.2e-3, 60e-6, 20e-6, 30e-6, 15e-6,
+                                    40e-9, 0.5e-9, 0.2e-9, 10e-9, 5e-6,  25e-9};
 constexpr HostFeatures kHost = {30e-6, 0.4e-6, 20e-9};
 
 template <std::size_t N>
@@ -36,11 +36,17 @@ double dot(const std::array<double, N>& a, const std::array<double, N>& b) {
 std::vector<BatchShape> random_shapes(int n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> seqs(0, 256), chunks(0, 8), chunk(1, 2048), ctx(0, 4000), copies(0, 16);
+  std::mt19937_64 sharing(seed + 1);  // its own stream: the other features are drawn as before
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::vector<BatchShape> out;
   for (int i = 0; i < n; ++i) {
     BatchShape s;
     s.decode_seqs = s.decode_tokens = seqs(rng);
     for (int k = 0; k < s.decode_seqs; ++k) s.decode_context_tokens += ctx(rng);
+    // Every other batch's decodes share blocks (beams of one prompt): 10% to 100% distinct.
+    s.decode_distinct_context_tokens =
+        i % 2 ? s.decode_context_tokens
+              : std::int64_t(double(s.decode_context_tokens) * (0.1 + 0.9 * unit(sharing)));
     s.prefill_seqs = i % 3 == 0 ? 0 : chunks(rng);
     for (int k = 0; k < s.prefill_seqs; ++k) {
       const double t = chunk(rng), c = ctx(rng);
@@ -52,12 +58,12 @@ std::vector<BatchShape> random_shapes(int n, std::uint64_t seed) {
     if (s.decode_seqs + s.prefill_seqs == 0 || i % 7 == 0) {  // one-row steps too
       s = BatchShape{};
       s.decode_seqs = s.decode_tokens = 1;
-      s.decode_context_tokens = ctx(rng);
+      s.decode_context_tokens = s.decode_distinct_context_tokens = ctx(rng);
     }
     s.logit_rows = s.decode_seqs + s.prefill_seqs * int(rng() % 20);
     if (i % 5 == 1 && s.prefill_seqs > 0) {  // prefill-only: many token rows, at most one logit row
       s.decode_seqs = s.decode_tokens = 0;
-      s.decode_context_tokens = 0;
+      s.decode_context_tokens = s.decode_distinct_context_tokens = 0;
       s.logit_rows = int(rng() % 2);
     }
     s.copies = copies(rng);
@@ -150,21 +156,24 @@ TEST(Calibrated, TooFewRowsOrBadDurationsAreErrors) {
 TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   TempDir dir;
   std::string csv =
-      "prefill_tokens,decode_seqs,decode_context_tokens,prefill_attention_keys,duration_s,host_s\r\n";
+      "prefill_tokens,decode_seqs,decode_context_tokens,decode_distinct_context_tokens,prefill_attention_"
+      "keys,"
+      "duration_s,host_s\r\n";
   for (BatchShape s : random_shapes(80, 5)) {
     s.prefill_seqs = s.logit_rows = s.copies = 0;
     s.prefill_context_tokens = 0;
     s.prefill_tokens_squared = 0;
     char line[256];
-    std::snprintf(line, sizeof line, "%d,%d,%lld,%.17g,%.17g,%.17g\r\n", s.prefill_tokens, s.decode_seqs,
-                  (long long)s.decode_context_tokens, s.prefill_attention_keys,
-                  dot(kDevice, device_features(s)), dot(kHost, host_features(s)));
+    std::snprintf(line, sizeof line, "%d,%d,%lld,%lld,%.17g,%.17g,%.17g\r\n", s.prefill_tokens, s.decode_seqs,
+                  (long long)s.decode_context_tokens, (long long)s.decode_distinct_context_tokens,
+                  s.prefill_attention_keys, dot(kDevice, device_features(s)), dot(kHost, host_features(s)));
     csv += line;
   }
   std::ofstream(dir.file("steps.csv")) << csv;
   CalibrationProfile p = fit_profile_csv(dir.file("steps.csv"));
   EXPECT_NEAR(p.device_coefficients[0], kDevice[0], 1e-6 * kDevice[0]);
   EXPECT_NEAR(p.device_coefficients[7], kDevice[7], 1e-6 * kDevice[7]);
+  EXPECT_NEAR(p.device_coefficients[12], kDevice[12], 1e-6 * kDevice[12]) << "distinct KV tokens";
   p.model = "llama-3.1-8b";
   p.model_shape = model_shape(model_by_name("llama-3.1-8b"));
   p.device = "h100-sxm";
@@ -180,8 +189,10 @@ TEST(Calibrated, FitsFromCsvAndRoundTripsTheProfile) {
   BatchShape s;
   s.decode_seqs = s.decode_tokens = 10;
   s.decode_context_tokens = 10000;
+  s.decode_distinct_context_tokens = 4000;  // ten beams that share most of their context
   const StepCost c = model->step_cost(s);
-  EXPECT_NEAR(c.device_s, kDevice[0] + kDevice[1] + 10 * kDevice[4] + 10000 * kDevice[7], 1e-9);
+  EXPECT_NEAR(c.device_s, kDevice[0] + kDevice[1] + 10 * kDevice[4] + 10000 * kDevice[7] + 4000 * kDevice[12],
+              1e-9);
   EXPECT_NEAR(c.host_s, kHost[0] + 10 * kHost[1], 1e-12);
 }
 
@@ -283,7 +294,12 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   EXPECT_TRUE(contains(error_of([&] { load_profile(dir.file("nope.json")); }), "nope.json: cannot open"));
   EXPECT_TRUE(contains(error_of([] { parse_profile("{", "p.json"); }), "p.json: not valid JSON"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/1"})", "p.json"); }),
-                       "p.json: field 'format' must be \"duet-cost-profile/2\""));
+                       "p.json: field 'format' must be \"duet-cost-profile/3\""));
+  EXPECT_TRUE(contains(
+      error_of([] {
+        parse_profile(R"({"format":"duet-cost-profile/3","device_terms":[],"host_terms":[]})", "p.json");
+      }),
+      "field 'device_terms' must list 13 terms"));
   EXPECT_TRUE(contains(
       error_of([] {
         parse_profile(R"({"format":"duet-cost-profile/2","device_terms":[],"host_terms":[]})", "p.json");
