@@ -22,12 +22,12 @@ void print_profile(const ProfileResult& r) {
   const CalibrationProfile& p = r.profile;
   std::printf("profile: %s on %s (%s), %zu points in %.1f s\n", p.model.c_str(), p.device.c_str(),
               p.device_name.c_str(), r.points.size(), r.wall_s);
-  std::printf("  %-30s %8s %10s\n", "device term", "coefficient", "max seen");
+  std::printf("  %-30s %12s %10s\n", "device term", "coefficient", "max seen");
   for (std::size_t i = 0; i < kNumDeviceFeatures; ++i)
-    std::printf("  %-30s %8.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i],
+    std::printf("  %-30s %12.6g %10.4g\n", device_feature_names()[i], p.device_coefficients[i],
                 p.device_max[i]);
   for (std::size_t i = 0; i < kNumHostFeatures; ++i)
-    std::printf("  %-30s %8.6g %10.4g\n", host_feature_names()[i], p.host_coefficients[i], p.host_max[i]);
+    std::printf("  %-30s %12.6g %10.4g\n", host_feature_names()[i], p.host_coefficients[i], p.host_max[i]);
   std::printf("  %-10s %6s %12s %12s %12s\n", "fit", "rows", "median |err|", "p90 |err|", "max |err|");
   auto row = [](const char* name, const FitStats& f) {
     std::printf("  %-10s %6zu %11.1f%% %11.1f%% %11.1f%%\n", name, f.rows, 100 * f.median_abs_rel_error,
