@@ -5,6 +5,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 #include "sim/profiles.hpp"
 #include "tests/support/test_support.hpp"
@@ -219,6 +221,23 @@ TEST(Calibrated, AWarmStepUsesTheAloneTerms) {
   const CalibratedCostModel streams(gpu);
   EXPECT_NEAR(streams.warm_step_cost(s).device_s, cold, 1e-12) << "no alone terms: the others";
   EXPECT_FALSE(contains(streams.describe(), "warm caches"));
+}
+
+TEST(Calibrated, AFormatTwoProfileHasNoDistinctContextTerm) {
+  // Format 2 predates decode_distinct_context_tokens: its 12 terms are read as they were, and the
+  // new term is 0, so that every KV token read is priced by decode_context_tokens as before.
+  TempDir dir;
+  save_profile(fit_profile(measured(random_shapes(100, 10), 0.0, 0)), dir.file("p.json"));
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir.file("p.json")));
+  ASSERT_EQ(j["device_terms"].back()["feature"], "decode_distinct_context_tokens");
+  j["format"] = "duet-cost-profile/2";
+  j["device_terms"].erase(j["device_terms"].size() - 1);
+  const CalibrationProfile old = parse_profile(j.dump(), "old.json");
+  EXPECT_EQ(old.device_coefficients[12], 0.0);
+  EXPECT_NEAR(old.device_coefficients[7], kDevice[7], 1e-6 * kDevice[7]);
+  j["format"] = "duet-cost-profile/3";
+  EXPECT_TRUE(contains(error_of([&] { parse_profile(j.dump(), "cut.json"); }),
+                       "cut.json: field 'device_terms' must list 13 terms"));
 }
 
 TEST(Calibrated, WarnsWhenAPredictionExtrapolates) {
