@@ -149,7 +149,7 @@ int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) 
   int decode_steps = 0;
   while (engine.has_work()) {
     const StepOutcome o = engine.step(0);
-    if (o.shape.prefill_tokens > 0) prefill_s += o.result.duration_s;
+    if (o.batch.shape.prefill_tokens > 0) prefill_s += o.result.duration_s;
     else {
       decode_s += o.result.duration_s;
       ++decode_steps;

@@ -24,18 +24,6 @@ struct BatchItem {
   bool is_decode = false;  // one generated token fed back, as opposed to a prompt chunk
 };
 
-struct Batch {
-  std::vector<BatchItem> items;      // in scheduling order: running first, then admissions
-  std::vector<BlockCopy> copies;     // copy-on-write, to run before the forward pass
-  std::vector<Sequence*> preempted;  // sent back to waiting this step (recompute)
-  int block_size = 0;                // tokens per block of the items' tables (0: not paged)
-  int num_prefill_tokens = 0;        // the budget's accounting; shape_of() has the rest
-  int num_decode_tokens = 0;
-
-  bool empty() const { return items.empty(); }
-  int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
-};
-
 // The features of a batch that cost models price and calibration fits.
 struct BatchShape {
   int prefill_tokens = 0;
@@ -54,6 +42,21 @@ struct BatchShape {
   // that causal attention visits, so attention FLOPs = 4 * layers * heads * head_dim * this.
   double prefill_attention_keys = 0;
   double prefill_tokens_squared = 0;  // sum over prefill chunks of n*n
+};
+
+struct Batch {
+  std::vector<BatchItem> items;      // in scheduling order: running first, then admissions
+  std::vector<BlockCopy> copies;     // copy-on-write, to run before the forward pass
+  std::vector<Sequence*> preempted;  // sent back to waiting this step (recompute)
+  int block_size = 0;                // tokens per block of the items' tables (0: not paged)
+  int num_prefill_tokens = 0;        // the budget's accounting; shape has the rest
+  int num_decode_tokens = 0;
+  // The batch's features as it runs, shape_of(*this), set once by whoever builds the batch
+  // (Scheduler::schedule): a simulated step prices it, the step's record keeps it.
+  BatchShape shape;
+
+  bool empty() const { return items.empty(); }
+  int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
 };
 
 BatchShape shape_of(const Batch& batch);

@@ -69,7 +69,6 @@ StepOutcome Engine::step(double now) {
   StepOutcome outcome;
   outcome.batch = scheduler_.schedule();
   if (outcome.batch.empty()) return outcome;
-  outcome.shape = shape_of(outcome.batch);
   outcome.kv_scheduled = kv_->usage();
   outcome.result = executor_.execute(outcome.batch);
   postprocess(outcome, now + outcome.result.duration_s);

@@ -17,7 +17,6 @@ namespace duet {
 
 struct StepOutcome {
   Batch batch;
-  BatchShape shape;      // as the batch ran: finished sequences' tables are freed in postprocess
   KvUsage kv_scheduled;  // KV in use once the batch was scheduled, before finishes free it
   StepResult result;
   std::vector<Sequence*> finished;  // in this step; still owned by the engine until release()

@@ -262,7 +262,7 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   const KvUsage& kv = o.kv_scheduled;
   const KvCounters c = engine.kv().counters();
   StepRecord r;
-  record_shape(o.shape, r);
+  record_shape(o.batch.shape, r);
   r.start_s = start;
   r.duration_s = o.result.duration_s;
   r.host_s = host_s;

@@ -63,6 +63,7 @@ Batch Scheduler::schedule() {
   schedule_running(batch, budget, preempted);
   if (!preempted) schedule_waiting(batch, budget);
   batch.copies = kv_.take_copies();
+  batch.shape = shape_of(batch);
   return batch;
 }
 

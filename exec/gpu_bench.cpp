@@ -143,6 +143,7 @@ SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int bl
     if (it.is_decode) s.batch.num_decode_tokens += new_tokens;
     else s.batch.num_prefill_tokens += new_tokens;
   }
+  s.batch.shape = shape_of(s.batch);
   return s;
 }
 
@@ -503,7 +504,7 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
       const auto t0 = std::chrono::steady_clock::now();
       const StepOutcome out = engine.step(0);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const BatchShape& shape = out.shape;
+      const BatchShape& shape = out.batch.shape;
       // Decode steps after the first few (graph capture, warm-up).
       if (shape.prefill_tokens == 0 && shape.decode_seqs == b && ++step > 3) {
         sched.push_back(wall - exec.last_wall_s());

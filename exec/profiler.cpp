@@ -157,6 +157,7 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
   for (int c = 0; c < p.copies; ++c)
     d.batch.copies.push_back(
         {BlockId((next + 2 * c) % num_blocks), BlockId((next + 2 * c + 1) % num_blocks)});
+  d.batch.shape = shape_of(d.batch);
   return d;
 }
 
@@ -300,7 +301,7 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
     MeasuredPoint m;
     m.point = grid[k];
     DesignedBatch d = design(grid[k], c.block_size, memory.num_blocks, vocab, k * 7);
-    m.shape = shape_of(d.batch);
+    m.shape = d.batch.shape;
     executor.execute(d.batch);  // warm-up: caches, lazily sized buffers, CUDA graphs
     // Alone: back to back, as a run's consecutive steps find the weights and KV in the caches.
     if (!evict.empty())

@@ -1,12 +1,16 @@
 #include "sim/sim_executor.hpp"
 
+#include <stdexcept>
+
 #include "core/output_script.hpp"
 
 namespace duet {
 
 StepResult SimExecutor::execute(const Batch& batch) {
   StepResult r;
-  const BatchShape shape = shape_of(batch);
+  const BatchShape& shape = batch.shape;
+  if (shape.prefill_seqs + shape.decode_seqs != int(batch.items.size()))
+    throw std::logic_error("SimExecutor: the batch's shape was never set (shape_of)");
   const bool warm = turns_->last_engine == engine_;
   turns_->last_engine = engine_;
   const StepCost cost = warm ? cost_.warm_step_cost(shape) : cost_.step_cost(shape);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,11 @@ TEST(SimExecutor, StepTakesWhatTheCostModelSays) {
   EXPECT_DOUBLE_EQ(res.duration_s + res.host_s, r.cost.step_time(shape_of(b)));
   EXPECT_DOUBLE_EQ(res.host_s, r.cost.step_cost(shape_of(b)).host_s) << "the host share is priced apart";
   EXPECT_EQ(res.tokens.size(), 2u);
+  EXPECT_EQ(b.shape.prefill_seqs, 2) << "the scheduler sets the batch's shape";
+
+  Batch unshaped = b;  // a batch built by hand and never given its shape would be priced as empty
+  unshaped.shape = {};
+  EXPECT_THROW(r.exec.execute(unshaped), std::logic_error);
 }
 
 TEST(SimExecutor, TheStopModelEndsTheSequenceAtItsScriptedLength) {
