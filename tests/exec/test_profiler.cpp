@@ -66,12 +66,24 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
       run_profile(b, gpu_by_name("h100"), c, small_limits(), [&](std::size_t, std::size_t) { ++calls; });
   EXPECT_EQ(calls, r.points.size());
   EXPECT_EQ(r.points.size(), profile_grid(small_limits()).size());
+  int beams = 0;
   for (const MeasuredPoint& m : r.points) {
+    // Beams: rows of a group read their shared prefix's blocks, which the shape counts once.
+    if (m.point.group > 1) {
+      ++beams;
+      const int rows = int(m.point.items.size()), context = m.point.items[0].context;
+      const int shared = m.point.shared_context / c.block_size * c.block_size;
+      EXPECT_EQ(m.shape.decode_context_tokens, std::int64_t(rows) * context);
+      EXPECT_EQ(m.shape.decode_distinct_context_tokens,
+                std::int64_t(rows) * context - std::int64_t(rows - rows / m.point.group) * shared)
+          << rows << " rows in groups of " << m.point.group << ", " << shared << " tokens shared";
+    }
     EXPECT_GT(m.device_median, 0);
     EXPECT_EQ(m.alone_device_s.size(), m.device_s.size()) << "the CPU engine is timed warm and evicted";
     EXPECT_GT(m.host_median, 0);
     EXPECT_LE(m.device_min, m.device_median);
   }
+  EXPECT_GT(beams, 0) << "the grid has decodes that share a prefix";
   const CalibrationProfile& p = r.profile;
   EXPECT_EQ(p.model, "duet-tiny-llama");
   EXPECT_EQ(p.backend, "cpu");
