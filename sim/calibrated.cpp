@@ -465,8 +465,11 @@ StepCost CalibratedCostModel::warm_step_cost(const BatchShape& shape) const { re
 StepCost CalibratedCostModel::price(const BatchShape& shape, const DeviceFeatures& device) const {
   const DeviceFeatures d = device_features(shape);
   ++steps_;
-  for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)  // past the constant and the 0/1 switches
-    if (d[i] > kExtrapolationMargin * profile_.device_max[i]) ++beyond_[i];
+  // Past the constant and the 0/1 switches. A term the profile never measured and prices at 0 (a
+  // format-2 profile's distinct KV tokens, a table without the column) has no range to leave.
+  for (std::size_t i = 3; i < kNumDeviceFeatures; ++i)
+    if (d[i] > kExtrapolationMargin * profile_.device_max[i] && (profile_.device_max[i] > 0 || device[i] > 0))
+      ++beyond_[i];
   // A step always takes some time, even where a fit of non-negative terms has no term for it.
   return {std::max(dot(device, d), 1e-7), dot(profile_.host_coefficients, host_features(shape))};
 }

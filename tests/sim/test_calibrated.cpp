@@ -235,6 +235,14 @@ TEST(Calibrated, AFormatTwoProfileHasNoDistinctContextTerm) {
   const CalibrationProfile old = parse_profile(j.dump(), "old.json");
   EXPECT_EQ(old.device_coefficients[12], 0.0);
   EXPECT_NEAR(old.device_coefficients[7], kDevice[7], 1e-6 * kDevice[7]);
+  const CalibratedCostModel priced(old);
+  BatchShape beams;
+  add_decode(beams, 1000);
+  add_decode(beams, 1000);
+  beams.decode_distinct_context_tokens = 1100;
+  beams.logit_rows = 2;
+  priced.step_cost(beams);
+  EXPECT_EQ(priced.extrapolation_report(), "") << "a term the profile never had is no extrapolation";
   j["format"] = "duet-cost-profile/3";
   EXPECT_TRUE(contains(error_of([&] { parse_profile(j.dump(), "cut.json"); }),
                        "cut.json: field 'device_terms' must list 13 terms"));
