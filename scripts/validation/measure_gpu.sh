@@ -3,6 +3,9 @@
 # the GPU tests, the benchmarks, the profiles of the two thesis models, and the fidelity table
 # (bench/results/validation-h100.md on an H100). Phases, in the order they are worth running:
 #   tests     bundle/run-tests.sh, then quickstart.lua on the cuda backend (both models, one GPU)
+#   sanitize  the GPU tests again under compute-sanitizer: memcheck (out-of-bounds and misaligned
+#             accesses, every test but the death tests) and racecheck (shared-memory hazards, the
+#             attention kernels); SANITIZE_TIMEOUT s per tool (default 300)
 #   bench     decode, attention (block 16, and block 4 on Llama-3.1-8B's heads), prefill,
 #             cpu-overhead; HF transformers' decode (scripts/peer_hf.py) and duet's over it
 #   profile   duet profile --backend cuda of Llama-3.2-1B and Llama-3.1-8B, written where the
@@ -26,9 +29,9 @@ out="$1"
 shift
 for p in "$@"; do
   case "$p" in
-    tests | bench | profile | validate | memory | batching | shape | azure | load) ;;
-    *) echo "measure_gpu: unknown phase '$p' (valid: tests, bench, profile, validate, memory, batching," \
-      "shape, azure, load)" >&2; exit 2 ;;
+    tests | sanitize | bench | profile | validate | memory | batching | shape | azure | load) ;;
+    *) echo "measure_gpu: unknown phase '$p' (valid: tests, sanitize, bench, profile, validate, memory," \
+      "batching, shape, azure, load)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
@@ -47,7 +50,6 @@ if [ -z "${GPU:-}" ]; then
        exit 2 ;;
   esac
 fi
-step_timeout="${STEP_TIMEOUT:-900}"
 repeats="${REPEATS:-2}"
 problems="${PROBLEMS:-32}"
 beam="$DUET_HOME/scripts/validation/beam_gpu.lua"
@@ -60,18 +62,39 @@ step() {
   shift
   echo "== $name: $*" | tee "$out/$name.txt"
   start="$(date +%s)"
-  timeout --kill-after=10 "$step_timeout" "$@" 2>&1 | tee -a "$out/$name.txt"
+  timeout --kill-after=10 "${STEP_TIMEOUT:-900}" "$@" 2>&1 | tee -a "$out/$name.txt"
   rc="${PIPESTATUS[0]}"
   printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.tsv"
 }
 
+# The GPU tests: the bundle's run-tests.sh (it finds cuBLASLt), else the build's test binary.
+gpu_tests() {
+  if [ -x "$here/run-tests.sh" ]; then echo "$here/run-tests.sh"
+  else echo "$here/${BUILD_DIR:-build}/tests/kernels/test_kernels"; fi
+}
+
 phase_tests() {
   nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-  local tests="$here/run-tests.sh"
-  [ -x "$tests" ] || tests="$here/${BUILD_DIR:-build}/tests/kernels/test_kernels"
-  step gpu-tests "$tests"
+  step gpu-tests "$(gpu_tests)"
   step quickstart-cuda "$DUET" run "$DUET_HOME/scripts/quickstart.lua" --backend cuda \
     --out "$out/quickstart-cuda.h5" -- --problems 8 --gpu "$GPU"
+}
+
+# compute-sanitizer instruments every kernel (tens of times slower), so it runs the tests once
+# more after a plain pass, which measures nothing here: it only looks for what a pass can miss.
+phase_sanitize() {
+  local tests cs
+  tests="$(gpu_tests)"
+  cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [ ! -x "$cs" ]; then
+    echo "measure_gpu: no compute-sanitizer on PATH or in /usr/local/cuda/bin: sanitize skipped" |
+      tee "$out/sanitize.txt"
+    return
+  fi
+  STEP_TIMEOUT="${SANITIZE_TIMEOUT:-300}" step sanitize-memcheck "$cs" --tool memcheck --error-exitcode 1 \
+    --target-processes all "$tests" --gtest_filter='-*DeathTest*'
+  STEP_TIMEOUT="${SANITIZE_TIMEOUT:-300}" step sanitize-racecheck "$cs" --tool racecheck --error-exitcode 1 \
+    --target-processes all "$tests" --gtest_filter='Attention*'
 }
 
 phase_bench() {
