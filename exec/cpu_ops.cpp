@@ -218,9 +218,12 @@ double sample_uniform(std::uint64_t seed, std::uint64_t index) {
 }
 
 TokenId sample_top_p(std::span<const float> logits, float temperature, float top_p, double u) {
-  if (temperature <= 0.0f) return argmax(logits);
+  if (!(temperature > 0.0f)) return argmax(logits);  // NaN too
   require(!logits.empty(), "sample_top_p: no logits");
   const double top = double(logits[std::size_t(argmax(logits))]);
+  // An infinite maximum (+inf, or every logit -inf) leaves no finite distribution: the argmax, as
+  // the CUDA sampler returns.
+  if (!std::isfinite(top)) return argmax(logits);
   std::vector<double> p(logits.size());
   double total = 0.0;
   for (std::size_t i = 0; i < p.size(); ++i) {

@@ -154,7 +154,8 @@ MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
   return m;
 }
 
-// Sampling keyed by (seed, output index), as CpuExecutor's sample_token.
+// Sampling keyed by (seed, output index), as CpuExecutor's sample_token. Only the key is shared:
+// the draws come from Philox here and splitmix64 there, so seeded samples differ by backend.
 k::SampleParams sample_params(const Sequence& s) {
   k::SampleParams sp;
   sp.temperature = s.sampling.temperature;

@@ -210,6 +210,18 @@ TEST(CpuOps, TopPWithATinyPIsGreedy) {
       << "temperature 0 (the default): greedy";
 }
 
+TEST(CpuOps, SamplingWithoutAFiniteMaximumIsTheArgmax) {
+  // The CUDA sampler's rule: no finite distribution to draw from, so the greedy token.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 20; ++i) {
+    const double u = sample_uniform(5, std::uint64_t(i));
+    EXPECT_EQ(sample_top_p(std::vector<float>{1, inf, 2, inf}, 1.0f, 0.9f, u), 1) << "+inf: the first";
+    EXPECT_EQ(sample_top_p(std::vector<float>{-inf, -inf, -inf}, 1.0f, 1.0f, u), 0) << "all -inf";
+    EXPECT_EQ(sample_top_p(std::vector<float>{1, 5, 2}, std::numeric_limits<float>::quiet_NaN(), 1.0f, u), 1)
+        << "a NaN temperature";
+  }
+}
+
 TEST(CpuOps, SamplingIsDeterministicPerSeedAndOutputIndex) {
   const std::vector<float> logits = uniform(64, 3, -1.0f, 1.0f);  // flat: many tokens likely
   SamplingParams a;
