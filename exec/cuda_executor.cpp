@@ -9,6 +9,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -214,6 +215,7 @@ struct CudaExecutor::Impl {
   using GraphKey = std::tuple<int, int, int>;  // (bucket, splits, table width)
   std::map<GraphKey, k::Graph> graphs;
   std::set<GraphKey> failed_keys;
+  std::optional<GraphKey> pending_capture;  // this step's shape, captured once its outputs are in
 
   CudaExecutorStats stats;
   CudaExecutorMemory mem;
@@ -316,7 +318,9 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   const int tokens = std::max(o.max_num_batched_tokens, max_bucket);
   const int seqs = std::max(o.max_num_seqs, max_bucket);
   const int rows = seqs;
-  const int width = (o.max_model_len + block_size - 1) / block_size + 1;
+  // A graph step's table width is rounded up to a power of two (plan_shape): sized for that, a
+  // long context never grows the metadata buffer mid-run, which would drop every captured graph.
+  const int width = next_pow2((o.max_model_len + block_size - 1) / block_size + 1);
   const std::size_t meta_bytes = meta_layout(tokens, seqs, width, rows, rows, 0).total + 64 * 1024;
   std::size_t ws_bytes = 0;
   for (int b : buckets)
@@ -524,6 +528,7 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t0 = Clock::now();
   check_batch(batch, layout, spec.vocab_size, "CudaExecutor");
   used_graph = false;
+  pending_capture.reset();  // a step that threw before its capture leaves none behind
   last_logits.clear();
   const Step step = plan(batch);
   const auto t_prep = Clock::now();
@@ -532,6 +537,11 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t_launched = Clock::now();
   collect(batch, step);
   const auto t_synced = Clock::now();
+  // After the step's end event: the capture is host work (cpu_s), not the step's device time.
+  if (pending_capture) {
+    capture(step.f, *pending_capture);
+    pending_capture.reset();
+  }
   StepResult result = outputs(batch, step);
   const auto t_end = Clock::now();
   prep_s = seconds_since(t0, t_prep);
@@ -705,8 +715,8 @@ void CudaExecutor::Impl::launch(const Batch& batch, const Step& step) {
 }
 
 // Replays the graph of this shape. The first step of a shape runs eagerly instead (its results
-// are this step's, and every kernel and cuBLASLt plan has run once), then captures the same
-// launches for the next ones.
+// are this step's, and every kernel and cuBLASLt plan has run once), and execute() captures the
+// same launches for the next ones after the step has ended.
 void CudaExecutor::Impl::replay_or_capture(const Fwd& f) {
   const GraphKey key = std::make_tuple(f.S, f.splits, f.W);
   const auto g = graphs.find(key);
@@ -718,7 +728,7 @@ void CudaExecutor::Impl::replay_or_capture(const Fwd& f) {
   }
   forward(f);
   ++stats.eager_steps;
-  if (!failed_keys.count(key)) capture(f, key);
+  if (!failed_keys.count(key)) pending_capture = key;
 }
 
 // A capture that fails leaves this shape to eager steps, for good.

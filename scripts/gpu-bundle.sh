@@ -129,6 +129,31 @@ while IFS= read -r -d '' f; do
 done < <(find traces -type f -size -8M -print0)
 find "$bundle" -name __pycache__ -prune -exec rm -rf {} +
 
+cat >"$bundle/cuda-env.sh" <<'EOF'
+# Sourced (". bundle/cuda-env.sh") before running duet: cuBLASLt comes from the machine's CUDA 13,
+# and duet loads it at its first GEMM from LD_LIBRARY_PATH, its RUNPATH (/usr/local/cuda/lib64) or
+# the system's paths. Where it is elsewhere, this puts the first of the usual places that holds it
+# on LD_LIBRARY_PATH: the toolkit's other folders, then pip's wheels (nvidia-cublas; CUDA 13's
+# wheels keep it in nvidia/cu13/lib) of every python3 on PATH and of a PyTorch virtualenv.
+if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
+  duet_cublas_dirs=(/usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu)
+  for duet_py in python3 /opt/torch/.venv/bin/python3; do
+    command -v "$duet_py" >/dev/null 2>&1 || continue
+    while IFS= read -r duet_d; do
+      duet_cublas_dirs+=("$duet_d"/*/lib)
+    done < <("$duet_py" -c 'import nvidia; print(*nvidia.__path__, sep="\n")' 2>/dev/null)
+  done
+  for duet_d in "${duet_cublas_dirs[@]}"; do
+    if [ -e "$duet_d/libcublasLt.so.13" ]; then
+      export LD_LIBRARY_PATH="$duet_d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "cuda-env: cuBLASLt from $duet_d" >&2
+      break
+    fi
+  done
+  unset duet_cublas_dirs duet_py duet_d
+fi
+EOF
+
 cat >"$bundle/run-tests.sh" <<'EOF'
 #!/usr/bin/env bash
 # The GPU tests of this bundle: kernels and the CUDA executor against the CPU reference
@@ -136,21 +161,7 @@ cat >"$bundle/run-tests.sh" <<'EOF'
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export DUET_HOME="$here"
-# cuBLASLt comes from the machine's CUDA 13 toolkit: duet loads it when the first GEMM runs, from
-# LD_LIBRARY_PATH, the RUNPATH (/usr/local/cuda/lib64) or the system's paths. Where it is elsewhere,
-# look in the usual places, pip's nvidia-cublas wheel included.
-if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
-  candidates=(/usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu)
-  pip_dir="$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(os.path.dirname(c.__file__), "lib"))' 2>/dev/null || true)"
-  [ -n "$pip_dir" ] && candidates+=("$pip_dir")
-  for d in "${candidates[@]}"; do
-    if [ -e "$d/libcublasLt.so.13" ]; then
-      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      echo "run-tests: cuBLASLt from $d"
-      break
-    fi
-  done
-fi
+. "$here/cuda-env.sh"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
 exec "$here/test_kernels" "$@"
 EOF
@@ -159,7 +170,9 @@ chmod +x "$bundle/run-tests.sh"
 cat >"$bundle/README.txt" <<EOF
 duet GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 for CUDA architectures $archs. Needs: x86-64 Linux, glibc >= $(ldd --version | head -1 | awk '{print $NF}'),
-an NVIDIA driver for CUDA 13, and CUDA 13's cuBLAS in /usr/local/cuda/lib64.
+an NVIDIA driver for CUDA 13, and CUDA 13's cuBLAS (in /usr/local/cuda/lib64, or where
+". $(basename "$bundle")/cuda-env.sh" finds it: the toolkit's other folders, pip's nvidia-cublas).
+  . $(basename "$bundle")/cuda-env.sh
   DUET_HOME=\$PWD/$(basename "$bundle") $(basename "$bundle")/duet run $(basename "$bundle")/scripts/quickstart.lua --backend cuda
   $(basename "$bundle")/run-tests.sh
   $(basename "$bundle")/duet bench decode --json decode.json     (also: attention, prefill, cpu-overhead)

@@ -22,7 +22,8 @@
 # not stop the phase. Environment: DUET (the binary; default the bundle's, else build/'s),
 # DUET_HOME (default: the bundle or the repository), GPU (h100, h200, a100 or a100-40gb;
 # default: from nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation
-# passes, default 2), PROBLEMS (the memory and batching sweeps' problems, default 32).
+# passes, default 2), PROBLEMS (the memory and batching sweeps' problems, default 32), PYTHON (the
+# peer's interpreter, with PyTorch and transformers; default python3).
 set -uo pipefail
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2; }
 out="$1"
@@ -40,6 +41,9 @@ if [ -z "${DUET:-}" ]; then
   if [ -x "$here/duet" ]; then DUET="$here/duet"; else DUET="$here/${BUILD_DIR:-build}/cli/duet"; fi
 fi
 export DUET_HOME="${DUET_HOME:-$here}"
+# A bundle's cuda-env.sh puts cuBLASLt on LD_LIBRARY_PATH where it is not in /usr/local/cuda/lib64.
+# shellcheck source=/dev/null
+[ -f "$here/cuda-env.sh" ] && . "$here/cuda-env.sh"
 [ -x "$DUET" ] || { echo "measure_gpu: no duet binary at $DUET" >&2; exit 2; }
 if [ -z "${GPU:-}" ]; then
   name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
@@ -104,7 +108,7 @@ phase_bench() {
   done
   step attention-8b-block4 "$DUET" bench attention --block-size 4 --gpu-model llama-3.1-8b \
     --json "$out/attention-8b-block4.json"
-  step peer python3 "$DUET_HOME/scripts/peer_hf.py" --out "$out/peer.json"
+  step peer "${PYTHON:-python3}" "$DUET_HOME/scripts/peer_hf.py" --out "$out/peer.json"
   [ -s "$out/peer.json" ] && step decode-peer "$DUET" bench decode --peer "$out/peer.json" \
     --json "$out/decode-peer.json"
 }
