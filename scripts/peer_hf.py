@@ -9,9 +9,13 @@ machines have neither):
     python3 scripts/peer_hf.py --out peer.json [--batches 1,8,32,64,128,256] [--contexts 512,1024,2048,4096]
 
 Per (batch, context): a prompt of `context` random tokens per sequence is prefilled, then
-`--new-tokens` tokens are generated greedily with a static KV cache when transformers offers one;
-the decode throughput is batch * new_tokens / (time of generate - time of a 1-token generate),
-so that the prefill is not counted.
+`--new-tokens` tokens are generated greedily; the decode throughput is
+batch * (new_tokens - 1) / (time of generate - time of a 1-token generate), so that the prefill
+is not counted. Every point runs generate()'s default (dynamic) KV cache; at the batches of
+`--static-batches` (default 64, where duet's target is set) it also runs the static cache
+(cache_implementation="static"), and the point's figure is the faster of the two, so that the
+peer is not the slower of its own configurations. The JSON is rewritten after every point: a run
+cut short keeps what it measured.
 """
 import argparse
 import json
@@ -29,13 +33,34 @@ def llama_3_2_1b_config(transformers):
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
 
 
-def timed_generate(model, torch, ids, new_tokens):
+def timed_generate(model, torch, ids, new_tokens, cache):
+    extra = {} if cache == "dynamic" else {"cache_implementation": cache}
     torch.cuda.synchronize()
     start = time.perf_counter()
     model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                   do_sample=False, pad_token_id=0)
+                   do_sample=False, pad_token_id=0, **extra)
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def out_of_memory(torch, e):
+    # cuBLAS and the caching allocator also report exhaustion as a plain RuntimeError.
+    text = str(e)
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in text or "CUBLAS_STATUS_ALLOC" in text
+
+
+def decode_tokens_per_s(model, torch, ids, new_tokens, cache):
+    """Decode tokens/s of generate() with this KV cache, or None when the GPU runs out of memory."""
+    try:
+        timed_generate(model, torch, ids, 2, cache)  # warm-up
+        prefill = timed_generate(model, torch, ids, 1, cache)
+        total = timed_generate(model, torch, ids, new_tokens, cache)
+    except RuntimeError as e:
+        if not out_of_memory(torch, e):
+            raise
+        torch.cuda.empty_cache()
+        return None, None
+    return ids.shape[0] * (new_tokens - 1) / max(total - prefill, 1e-9), total
 
 
 def main():
@@ -44,6 +69,8 @@ def main():
     parser.add_argument("--batches", default="1,8,32,64,128,256")
     parser.add_argument("--contexts", default="512,1024,2048,4096")
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--static-batches", default="64",
+                        help="batches also measured with the static KV cache (empty: none)")
     args = parser.parse_args()
     try:
         import torch
@@ -53,29 +80,37 @@ def main():
     torch.manual_seed(0)
     config = llama_3_2_1b_config(transformers)
     model = transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
-    rows = []
+    static_batches = {int(x) for x in args.static_batches.split(",") if x}
+    result = {"peer": "huggingface transformers " + transformers.__version__, "torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name(0), "model": "llama-3.2-1b (random weights, bf16)",
+              "new_tokens": args.new_tokens, "rows": [], "skipped": []}
     with torch.inference_mode():
         for b in [int(x) for x in args.batches.split(",")]:
             for c in [int(x) for x in args.contexts.split(",")]:
                 ids = torch.randint(1, config.vocab_size, (b, c), device="cuda")
-                try:
-                    timed_generate(model, torch, ids, 2)  # warm-up
-                    prefill = timed_generate(model, torch, ids, 1)
-                    total = timed_generate(model, torch, ids, args.new_tokens)
-                except torch.cuda.OutOfMemoryError:
-                    print(f"batch {b} context {c}: out of memory, skipped", flush=True)
-                    torch.cuda.empty_cache()
-                    continue
-                decode_s = max(total - prefill, 1e-9)
-                tps = b * (args.new_tokens - 1) / decode_s
-                rows.append({"batch": b, "context": c, "tokens_per_s": tps, "generate_s": total})
-                print(f"batch {b:4d} context {c:5d}: {tps:10.0f} decode tokens/s", flush=True)
-    result = {"peer": "huggingface transformers " + transformers.__version__, "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name(0), "model": "llama-3.2-1b (random weights, bf16)",
-              "new_tokens": args.new_tokens, "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+                row = {"batch": b, "context": c}
+                for cache in ["dynamic"] + (["static"] if b in static_batches else []):
+                    try:
+                        tps, total = decode_tokens_per_s(model, torch, ids, args.new_tokens, cache)
+                    except Exception as e:  # a cache this transformers cannot run: kept, not fatal
+                        why = f"{type(e).__name__}: {e}"[:300]
+                    else:
+                        why = "out of memory" if tps is None else None
+                    if why:
+                        result["skipped"].append({"batch": b, "context": c, "cache": cache, "why": why})
+                        print(f"batch {b} context {c} {cache} cache: skipped ({why})", flush=True)
+                        continue
+                    row[f"{cache}_tokens_per_s"] = tps
+                    if tps > row.get("tokens_per_s", 0.0):
+                        row.update({"tokens_per_s": tps, "generate_s": total, "cache": cache})
+                    print(f"batch {b:4d} context {c:5d} {cache:7s}: {tps:10.0f} decode tokens/s", flush=True)
+                if "tokens_per_s" in row:
+                    result["rows"].append(row)
+                with open(args.out, "w") as f:
+                    json.dump(result, f, indent=2)
+    if not result["rows"]:
+        sys.exit(f"peer_hf.py: no point measured ({len(result['skipped'])} skipped); see {args.out}")
+    print(f"wrote {args.out}: {len(result['rows'])} points, {len(result['skipped'])} skipped")
 
 
 if __name__ == "__main__":
