@@ -328,15 +328,15 @@ TEST(Weights, DummyWeightsAreDeterministicAndSeedDependent) {
 }
 
 TEST(Weights, DummyWeightsArePinnedAcrossPlatforms) {
-  // Values from the raw mt19937_64 stream with exact integer-to-double steps: the same on every
-  // platform and compiler. A change here changes every dummy-weight experiment.
+  // Values from splitmix64's stream (core/mix.hpp) with exact integer-to-double steps: the same on
+  // every platform and compiler. A change here changes every dummy-weight experiment.
   const LlamaTensorSpec q{
       "model.layers.0.self_attn.q_proj.weight", {4, 4}, LlamaTensorSpec::Kind::Projection};
   const std::vector<float> got = dummy_tensor(q, 0).data;
-  const std::vector<float> expected = {0x1.bc2626p-3f,  -0x1.37e194p-5f,  0x1.9eeb94p-2f,  -0x1.141a94p-3f,
-                                       -0x1.ebd2c6p-2f, 0x1.038aa8p-4f,   -0x1.c170d4p-2f, 0x1.934b84p-4f,
-                                       0x1.b81e6p-2f,   -0x1.565636p-3f,  0x1.1d7692p-4f,  -0x1.b9c646p-5f,
-                                       0x1.49ea34p-2f,  -0x1.cac306p-10f, -0x1.d3dee4p-3f, -0x1.4c2d52p-2f};
+  const std::vector<float> expected = {-0x1.980bdcp-2f, 0x1.b0c7eap-4f,  0x1.848ff4p-6f, 0x1.55d85ep-2f,
+                                       0x1.ce4cp-2f,    -0x1.8060a4p-3f, 0x1.45ab3p-3f,  0x1.8ef9ecp-3f,
+                                       -0x1.9be0c2p-3f, 0x1.75bb82p-2f,  0x1.2048c4p-3f, -0x1.4ae00ep-2f,
+                                       -0x1.498276p-2f, 0x1.d678p-5f,    0x1.b3a09p-3f,  0x1.a2be3p-2f};
   EXPECT_EQ(got, expected);
 }
 
