@@ -34,9 +34,10 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec);
 //     is then a copy of embed_tokens.
 LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path);
 
-// Seeded values with the real shapes, deterministic for a seed on every platform (only the raw
-// std::mt19937_64 stream and exact integer-to-double steps are used). Each tensor has its own
-// stream, derived from the seed and its name, so any tensor can be generated on its own.
+// Seeded values with the real shapes, deterministic for a seed on every platform (only 64-bit
+// integer hashing, splitmix64's stream, and exact integer-to-double steps are used). Each tensor
+// has its own stream, derived from the seed and its name, so any tensor (or any range of one) can
+// be generated on its own.
 // Scales keep activations O(1): projections uniform in [-1, 1] / sqrt(in_features), embeddings
 // uniform in [-0.1, 0.1], norm weights 1 + uniform in [-0.05, 0.05].
 LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed);
