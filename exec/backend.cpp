@@ -128,9 +128,9 @@ class CpuBackendEngine final : public BuiltEngine {
 };
 
 #if DUET_HAVE_CUDA
-// The CUDA engine over the memory plan's block count. Dummy weights are generated tensor by
-// tensor straight into the upload (the float32 host copy of an 8B model would be 32 GB); a
-// checkpoint is read whole, uploaded and dropped.
+// The CUDA engine over the memory plan's block count. Dummy weights are generated on the device
+// (the float32 host copy of an 8B model would be 32 GB); a checkpoint is read whole, uploaded and
+// dropped.
 class CudaBackendEngine final : public BuiltEngine {
  public:
   CudaBackendEngine(const BackendOptions& b, const EngineConfig& c, const EngineMemory& m,
@@ -173,7 +173,7 @@ class CudaBackendEngine final : public BuiltEngine {
     o.max_num_seqs = c.max_num_seqs;
     o.max_model_len = c.max_model_len;
     if (b.load_format == "dummy")
-      return std::make_unique<CudaExecutor>(c.model, CudaExecutor::dummy_source(b.seed + model_id),
+      return std::make_unique<CudaExecutor>(c.model, CudaExecutor::DummyWeights{b.seed + model_id},
                                             m.num_blocks, c.block_size, o);
     const LlamaWeights weights = load_llama_weights(c.model, b.load_format);
     return std::make_unique<CudaExecutor>(weights, m.num_blocks, c.block_size, o);

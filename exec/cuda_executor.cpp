@@ -229,6 +229,7 @@ struct CudaExecutor::Impl {
   void init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o);
   void upload(const std::vector<LlamaTensorSpec>& specs,
               const std::function<const HostTensor&(std::size_t, HostTensor& scratch)>& get);
+  void fill_dummy(const std::vector<LlamaTensorSpec>& specs, std::uint64_t seed);
   void allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
   std::size_t activation_bytes(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) const;
 
@@ -368,6 +369,18 @@ std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size
   const std::size_t t = std::size_t(tokens), r = std::size_t(rows);
   return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H)) +  // bf16
          4 * r * std::size_t(V) + 8 * r + meta_bytes + ws_bytes;
+}
+
+// Each tensor straight into its place in the fused layout (a fused matrix's parts are row blocks,
+// so every tensor is one contiguous range), from the same function as the host's dummy_tensor.
+void CudaExecutor::Impl::fill_dummy(const std::vector<LlamaTensorSpec>& specs, std::uint64_t seed) {
+  bf16* base = weights.as<bf16>();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    std::int64_t numel = 1;
+    for (std::int64_t dim : specs[i].shape) numel *= dim;
+    k::fill_dummy(base + wplan.dst[i], numel, dummy_init(specs[i], seed), stream->get());
+  }
+  stream->synchronize();
 }
 
 void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes,
@@ -834,15 +847,11 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int bloc
   impl_->upload(specs, [&](std::size_t i, HostTensor&) -> const HostTensor& { return *slots[i]; });
 }
 
-CudaExecutor::CudaExecutor(const ModelSpec& spec, const TensorSource& source, int num_blocks, int block_size,
+CudaExecutor::CudaExecutor(const ModelSpec& spec, DummyWeights dummy, int num_blocks, int block_size,
                            const CudaExecutorOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->init(spec, num_blocks, block_size, options);
-  const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
-  impl_->upload(specs, [&](std::size_t i, HostTensor& scratch) -> const HostTensor& {
-    scratch = source(specs[i]);
-    return scratch;
-  });
+  impl_->fill_dummy(llama_tensor_specs(spec), dummy.seed);
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -851,10 +860,6 @@ CudaExecutor::~CudaExecutor() {
     impl_->stream->synchronize();
   } catch (...) {
   }
-}
-
-CudaExecutor::TensorSource CudaExecutor::dummy_source(std::uint64_t seed) {
-  return [seed](const LlamaTensorSpec& t) { return dummy_tensor(t, seed); };
 }
 
 StepResult CudaExecutor::execute(const Batch& batch) { return impl_->execute(batch); }

@@ -16,7 +16,6 @@
 // batches of up to the largest graph bucket are padded to a bucket and replayed from CUDA graphs
 // (captured once per bucket, decode split count and block-table width); the rest run eagerly.
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,9 +87,6 @@ struct CudaExecutorMemory {
 
 class CudaExecutor final : public Executor {
  public:
-  // Supplies one tensor of a checkpoint by its HuggingFace name and shape (llama_tensor_specs).
-  using TensorSource = std::function<HostTensor(const LlamaTensorSpec&)>;
-
   // Uploads `weights` (float32 on the host) as bf16, fusing q/k/v into one [q + 2 kv, hidden]
   // matrix and gate/up into one [2 intermediate, hidden]. The host weights are not kept: they may
   // be dropped once the constructor returns. The KV pool holds num_blocks blocks of block_size
@@ -98,16 +94,17 @@ class CudaExecutor final : public Executor {
   // no device is usable, or when the device lacks the memory (naming the figures).
   CudaExecutor(const LlamaWeights& weights, int num_blocks, int block_size,
                const CudaExecutorOptions& options = {});
-  // The same, one tensor at a time from `source` (generated or read on several host threads), so
-  // that the host never holds the whole float32 model: dummy weights of an 8B model are 32 GB.
-  CudaExecutor(const ModelSpec& spec, const TensorSource& source, int num_blocks, int block_size,
+  // vLLM's load_format = "dummy": dummy_llama_weights(spec, seed) rounded to bf16, bit for bit,
+  // generated on the device (kernels/ops.hpp's fill_dummy): no host copy (an 8B model's float32
+  // weights are 32 GB) and no upload.
+  struct DummyWeights {
+    std::uint64_t seed = 0;
+  };
+  CudaExecutor(const ModelSpec& spec, DummyWeights dummy, int num_blocks, int block_size,
                const CudaExecutorOptions& options = {});
   ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
-
-  // vLLM's load_format = "dummy": exactly dummy_llama_weights(spec, seed), tensor by tensor.
-  static TensorSource dummy_source(std::uint64_t seed);
 
   StepResult execute(const Batch& batch) override;
 

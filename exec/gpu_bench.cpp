@@ -192,7 +192,7 @@ int bench_decode(const GpuBenchOptions& o) {
   opt.max_num_batched_tokens = max_b;
   opt.max_num_seqs = max_b;
   opt.max_model_len = max_c + block_size;
-  CudaExecutor exec(spec, CudaExecutor::dummy_source(0), blocks, block_size, opt);
+  CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);
   const std::int64_t weight_bytes = bytes_per_weight_read(spec);
   const std::int64_t kv_token = 2LL * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2;  // bf16
   const auto peer = load_peer(o.peer);
@@ -402,7 +402,7 @@ int bench_prefill(const GpuBenchOptions& o) {
   opt.use_cuda_graphs = false;
   // Every sequence rounds up to whole blocks: max_num_seqs of them at max_model_len each.
   const int blocks = opt.max_num_seqs * ((opt.max_model_len + block_size - 1) / block_size) + 64;
-  CudaExecutor exec(spec, CudaExecutor::dummy_source(0), blocks, block_size, opt);
+  CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);
   const double h = spec.hidden_size, q = double(spec.num_heads) * spec.head_dim,
                kv = double(spec.num_kv_heads) * spec.head_dim, f = spec.intermediate_size;
   const double linear_per_token = 2.0 * spec.num_layers * (h * (q + 2 * kv) + q * h + 3.0 * f * h);
@@ -479,7 +479,7 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
   opt.max_num_batched_tokens = 8192;
   opt.max_num_seqs = max_b;
   opt.max_model_len = prompt + decode + 1;
-  CudaExecutor exec(spec, CudaExecutor::dummy_source(0), blocks, block_size, opt);
+  CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);
   std::printf("  %5s %6s %10s %10s %10s %10s %10s %8s %s\n", "batch", "steps", "sched us", "prep us",
               "exec us", "host us", "device us", "ratio", "");
   nlohmann::json rows = nlohmann::json::array();

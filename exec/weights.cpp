@@ -61,11 +61,6 @@ void check_no_extra_layers(const ModelSpec& spec, const Checkpoint& ckpt) {
   }
 }
 
-// Uniform in [-1, 1) in steps of 2^-53, from the 54 high bits of a 64-bit hash, converted exactly.
-double uniform_pm1(std::uint64_t bits) {
-  return double(std::int64_t(bits >> 10) - (std::int64_t(1) << 53)) * 0x1p-53;
-}
-
 std::vector<TensorData> tensors_to_write(const LlamaWeights& w, DType dtype,
                                          std::vector<std::vector<std::byte>>& buffers) {
   const ModelSpec& spec = w.spec;
@@ -135,22 +130,24 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) 
   return w;
 }
 
+kernels::DummyInit dummy_init(const LlamaTensorSpec& tensor, std::uint64_t seed) {
+  kernels::DummyInit t;
+  t.key = mix64(seed) ^ fnv1a64(tensor.name);
+  // 1/sqrt(in_features) keeps y = W x at the scale of x (variance x 1/3); the embedding scale is
+  // arbitrary as RMSNorm follows it, but keeps tied logits moderate.
+  t.scale = tensor.kind == Kind::Projection  ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
+            : tensor.kind == Kind::Embedding ? 0.1
+                                             : 0.05;
+  t.offset = tensor.kind == Kind::Norm ? 1.0 : 0.0;
+  return t;
+}
+
 HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed) {
-  // Counter-based, splitmix64's stream: value i is the hash of (the tensor's key, i), one mix per
-  // value and no sequential state (twice as fast as a Mersenne Twister here, which an 8B model's
-  // 8e9 values notice).
-  const std::uint64_t key = mix64(seed) ^ fnv1a64(tensor.name);
+  const kernels::DummyInit init = dummy_init(tensor, seed);
   std::int64_t numel = 1;
   for (std::int64_t d : tensor.shape) numel *= d;
   HostTensor out{tensor.shape, std::vector<float>(std::size_t(numel))};
-  // 1/sqrt(in_features) keeps y = W x at the scale of x (variance x 1/3); the embedding scale is
-  // arbitrary as RMSNorm follows it, but keeps tied logits moderate.
-  const double scale = tensor.kind == Kind::Projection  ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
-                       : tensor.kind == Kind::Embedding ? 0.1
-                                                        : 0.05;
-  const double offset = tensor.kind == Kind::Norm ? 1.0 : 0.0;
-  for (std::size_t i = 0; i < out.data.size(); ++i)
-    out.data[i] = float(offset + scale * uniform_pm1(mix64(key + std::uint64_t(i) * 0x9e3779b97f4a7c15ULL)));
+  for (std::size_t i = 0; i < out.data.size(); ++i) out.data[i] = kernels::dummy_value(init, i);
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/model_spec.hpp"
 #include "exec/llama_weights.hpp"
+#include "kernels/dummy_value.hpp"
 
 namespace duet {
 
@@ -42,6 +43,9 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path);
 // uniform in [-0.1, 0.1], norm weights 1 + uniform in [-0.05, 0.05].
 LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed);
 HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed);
+// A tensor's stream and scale: element i of dummy_tensor is dummy_value(dummy_init(tensor, seed), i)
+// (kernels/dummy_value.hpp), which the CUDA engine also computes on the device.
+kernels::DummyInit dummy_init(const LlamaTensorSpec& tensor, std::uint64_t seed);
 
 // Writes `weights` as one safetensors file at `path` (or, sharded, into directory `dir`) with
 // HuggingFace names, converting to `dtype` (bf16 and f16 round to nearest even). A tied model

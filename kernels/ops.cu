@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/dummy_value.hpp"
 #include "kernels/launch.cuh"
 #include "kernels/ops.hpp"
 
@@ -229,6 +230,13 @@ __global__ void prm_scores_kernel(const float* logits, float* out, int rows, int
   }
 }
 
+// Dummy weights: element i is dummy_value(init, i), the host's own function (dummy_value.hpp).
+__global__ void fill_dummy_kernel(bf16* dst, std::int64_t n, const DummyInit init) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = float_to_bf16(dummy_value(init, std::uint64_t(i)));
+}
+
 }  // namespace
 
 void embedding_gather(const bf16* table, const std::int32_t* tokens, bf16* out, int rows, int hidden,
@@ -290,6 +298,16 @@ void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32
   prm_scores_kernel<<<(rows + threads - 1) / threads, threads, 0, s>>>(logits, out, rows, vocab, plus_id,
                                                                        minus_id);
   check_launch("prm_scores");
+}
+
+void fill_dummy(bf16* dst, std::int64_t n, const DummyInit& init, Stream s) {
+  require(n >= 0, "fill_dummy: negative length");
+  if (n == 0) return;
+  const int threads = 256;
+  const std::int64_t want = (n + threads - 1) / threads;
+  const int blocks = int(want < 8192 ? want : 8192);
+  fill_dummy_kernel<<<blocks, threads, 0, s>>>(dst, n, init);
+  check_launch("fill_dummy");
 }
 
 }  // namespace duet::kernels

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/device.hpp"
+#include "kernels/dummy_value.hpp"
 
 namespace duet::kernels {
 
@@ -45,5 +46,9 @@ void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32
 
 // Gathers rows of x [*, hidden] into out [rows, hidden]: the LM head runs only on rows needing logits.
 void gather_rows(const bf16* x, const std::int32_t* rows_index, bf16* out, int rows, int hidden, Stream s);
+
+// Dummy weights on the device: dst[i] = bf16(dummy_value(init, i)), i < n, exactly the values the
+// host's dummy_tensor rounds to bf16 (vLLM's load_format = "dummy" without a host copy).
+void fill_dummy(bf16* dst, std::int64_t n, const DummyInit& init, Stream s);
 
 }  // namespace duet::kernels

@@ -5,11 +5,7 @@
 // no CUDA header (the host/device qualifiers appear only when nvcc compiles it).
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DUET_HOST_DEVICE __host__ __device__
-#else
-#define DUET_HOST_DEVICE
-#endif
+#include "kernels/host_device.hpp"
 
 namespace duet::kernels {
 

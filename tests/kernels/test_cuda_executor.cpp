@@ -987,15 +987,16 @@ TEST(CudaExecutor, RejectsBadOptionsAndWeights) {
   }
 }
 
-// Dummy weights streamed tensor by tensor are dummy_llama_weights exactly.
-TEST(CudaExecutor, StreamedDummyWeightsEqualDummyLlamaWeights) {
+// Dummy weights generated on the device are dummy_llama_weights exactly (the same bf16 weights:
+// the same logits, bit for bit).
+TEST(CudaExecutor, DeviceDummyWeightsEqualDummyLlamaWeights) {
   DUET_REQUIRE_CUDA_DEVICE();
   const ModelSpec spec = tiny_model();
   const LlamaWeights w = dummy_llama_weights(spec, 5);
   CudaExecutorOptions o;
   o.keep_logits = true;
   CudaExecutor from_weights(w, 16, kBlockSize, o);
-  CudaExecutor streamed(spec, CudaExecutor::dummy_source(5), 16, kBlockSize, o);
+  CudaExecutor streamed(spec, CudaExecutor::DummyWeights{5}, 16, kBlockSize, o);
   for (CudaExecutor* e : {&from_weights, &streamed}) {
     Engine engine("llm",
                   {.max_num_seqs = 2,

@@ -30,6 +30,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu_ops.hpp"
+#include "exec/weights.hpp"
 #include "kernels/device.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/ops.hpp"
@@ -458,6 +459,33 @@ TEST(Ops, PrmScoresMatchCpu) {
   }
 }
 
+TEST(Ops, FillDummyIsTheHostsDummyTensorInBf16) {
+  // The CUDA engine's dummy weights are the CPU engine's, bit for bit after rounding to bf16:
+  // both compute kernels/dummy_value.hpp's function (exact integer steps, one fused multiply-add
+  // and one rounding to float, which the device does as the host does).
+  DUET_REQUIRE_GPU();
+  dk::StreamHandle s;
+  using Kind = duet::LlamaTensorSpec::Kind;
+  const duet::LlamaTensorSpec tensors[] = {
+      {"model.layers.3.mlp.down_proj.weight", {300, 1377}, Kind::Projection},
+      {"model.embed_tokens.weight", {1000, 64}, Kind::Embedding},
+      {"model.norm.weight", {4099}, Kind::Norm},
+  };
+  for (const auto& t : tensors) {
+    const duet::HostTensor host = duet::dummy_tensor(t, 7);
+    const std::int64_t n = std::int64_t(host.data.size());
+    dk::DeviceBuffer b(std::size_t(n) * sizeof(bf16));
+    dk::fill_dummy(b.as<bf16>(), n, duet::dummy_init(t, 7), s.get());
+    const std::vector<bf16> got = download<bf16>(b.get(), std::size_t(n), s);
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (got[std::size_t(i)] != dk::to_bf16(host.data[std::size_t(i)]) && differ++ < 3)
+        ADD_FAILURE() << t.name << "[" << i << "]: device " << dk::from_bf16(got[std::size_t(i)]) << ", host "
+                      << host.data[std::size_t(i)];
+    EXPECT_EQ(differ, 0) << t.name << ": " << differ << " of " << n << " values differ";
+  }
+}
+
 TEST(Ops, RejectsBadShapesWithoutTouchingTheDevice) {
   // Validation runs on the host before any CUDA call, so this runs everywhere.
   EXPECT_THROW(dk::prm_scores(nullptr, nullptr, 1, 10, 10, 0, nullptr), duet::Error);
@@ -468,10 +496,12 @@ TEST(Ops, RejectsBadShapesWithoutTouchingTheDevice) {
   EXPECT_THROW(dk::rope(nullptr, nullptr, nullptr, nullptr, 1, 2, 1, 64, 64, 64, nullptr), duet::Error);
   EXPECT_THROW(dk::rmsnorm(nullptr, nullptr, nullptr, 1, 0, 1e-5f, nullptr), duet::Error);
   EXPECT_THROW(dk::silu_mul(nullptr, nullptr, -1, 8, nullptr), duet::Error);
+  EXPECT_THROW(dk::fill_dummy(nullptr, -1, {}, nullptr), duet::Error);
   // Zero rows launch nothing.
   EXPECT_NO_THROW(dk::rmsnorm(nullptr, nullptr, nullptr, 0, 64, 1e-5f, nullptr));
   EXPECT_NO_THROW(dk::sample(nullptr, nullptr, nullptr, 0, 10, nullptr));
   EXPECT_NO_THROW(dk::gather_rows(nullptr, nullptr, nullptr, 0, 64, nullptr));
+  EXPECT_NO_THROW(dk::fill_dummy(nullptr, 0, {}, nullptr));
 }
 
 // --- Sampling -----------------------------------------------------------------------------------
