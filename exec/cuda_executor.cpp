@@ -258,6 +258,7 @@ struct CudaExecutor::Impl {
   StepResult execute(const Batch& batch);
   Step plan(const Batch& batch);
   Step plan_shape(const Batch& batch) const;
+  void prepare_gemms(const Fwd& f);
   HostMeta host_meta(const MetaLayout& ml);
   void write_items(const Batch& batch, Step& step, const HostMeta& m) const;
   static void write_graph_padding(const Fwd& f, int n, const HostMeta& m);
@@ -573,6 +574,7 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan(const Batch& batch) {
       f.decode ? k::decode_workspace_bytes(f.S, spec.num_heads, spec.head_dim, f.splits) : std::size_t(0);
   // The output buffer holds 2 entries per logits row: a graph samples and scores every row.
   ensure(f.T, f.R, f.ml.total, ws_need);
+  prepare_gemms(f);
   const HostMeta m = host_meta(f.ml);
   write_items(batch, step, m);
   if (step.graph) write_graph_padding(f, int(batch.items.size()), m);
@@ -701,6 +703,17 @@ void CudaExecutor::Impl::write_graph_padding(const Fwd& f, int n, const HostMeta
     m.params[i] = k::SampleParams{};
   }
   for (int i = 0; i < n; ++i) m.rows[i] = i;
+}
+
+// The forward's GEMM shapes, as forward() calls them: a new shape's cuBLASLt heuristic runs here,
+// on the host before the step's start event, not between its kernels.
+void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
+  if (f.T <= 0) return;
+  gemm->prepare(f.T, QKV, H, false);
+  gemm->prepare(f.T, H, Q, false);
+  gemm->prepare(f.T, 2 * F, H, false);
+  gemm->prepare(f.T, H, F, false);
+  if (f.R > 0) gemm->prepare(f.R, V, H, true);
 }
 
 // The step's metadata in one upload; the step's device time starts here.

@@ -121,7 +121,7 @@ struct Gemm::Impl {
     return plans.emplace(key, p).first->second;
   }
 
-  void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s) {
+  static void check_shape(int m, int n, int k, cudaDataType_t out) {
     const char* what = out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
     const int out_align = out == CUDA_R_16BF ? 8 : 4;  // elements per 16 bytes
     if (m < 0 || n <= 0 || k <= 0) throw Error(std::string(what) + ": bad shape " + shape(m, n, k));
@@ -130,6 +130,11 @@ struct Gemm::Impl {
                   ": cuBLASLt's bf16 tensor-core path needs leading dimensions of a multiple of 16 bytes "
                   "(k % 8 == 0, n % " +
                   std::to_string(out_align) + " == 0)");
+  }
+
+  void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s) {
+    const char* what = out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
+    check_shape(m, n, k, out);
     if (m == 0) return;
     if (!aligned16(x) || !aligned16(w) || !aligned16(y))
       throw Error(std::string(what) + ": x, W and y must be 16-byte aligned (" + shape(m, n, k) + ")");
@@ -154,6 +159,12 @@ void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, 
 
 void Gemm::f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s) {
   impl_->run(x, w, y, m, n, k, CUDA_R_32F, s);
+}
+
+void Gemm::prepare(int m, int n, int k, bool f32_out) {
+  const cudaDataType_t out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
+  Impl::check_shape(m, n, k, out);
+  if (m > 0) impl_->plan(m, n, k, out);
 }
 
 }  // namespace duet::kernels

@@ -18,6 +18,10 @@ class Gemm {
   void bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s);
   // y (float32) = x * W^T: logits.
   void f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s);
+  // Chooses and caches the algorithm of that call now (cuBLASLt's heuristic is host work): a caller
+  // that times its device work prepares its GEMMs before its start event, so that a step of a new
+  // shape does not leave the GPU idle inside the timed span. Shapes are checked as by the calls.
+  void prepare(int m, int n, int k, bool f32_out);
 
  private:
   struct Impl;

@@ -962,6 +962,12 @@ TEST(Gemm, ValidatesShapesAndAlignment) {
   EXPECT_NO_THROW(gemm.bf16_out(nullptr, nullptr, y.as<bf16>(), 0, 64, 64, s.get()));
   const auto after = download<std::uint16_t>(y.get(), 64 * 64, s);
   EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](auto v) { return v == 0; }));
+  // prepare() checks shapes as the calls do, and a prepared call runs as an unprepared one.
+  EXPECT_THROW(gemm.prepare(4, 64, 100, false), duet::Error);
+  EXPECT_THROW(gemm.prepare(4, 102, 64, true), duet::Error);
+  EXPECT_NO_THROW(gemm.prepare(0, 64, 64, false));
+  EXPECT_NO_THROW(gemm.prepare(5, 64, 64, false));
+  EXPECT_NO_THROW(gemm.bf16_out(xp, wp, y.as<bf16>(), 5, 64, 64, s.get()));
 }
 
 // A decoder step's shape of work captured into a CUDA graph replays to the same bits as the eager
