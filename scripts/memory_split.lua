@@ -9,7 +9,9 @@ local beam_search = require("workloads.beam_search")
 -- which is what prefix caching gave the thesis's vLLM PRM; without it every step is re-prefilled.
 -- The defaults (n = 16, 256 problems in flight) are where memory binds on an H100: with n = 4 and
 -- 128 in flight both pools are larger than the search ever needs, and the curve is flat. Here the
--- LLM preempts below 0.10 and the PRM evicts its prefix cache above 0.45: an interior plateau.
+-- LLM's pool fills at 0.08 (it evicts its kept beams' cached blocks rather than preempting: kept KV
+-- is a cache, not a reservation) and the PRM's prefix cache thrashes at 0.5: throughput is flat up
+-- to 0.45 and falls beyond.
 local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
                        n = 16, concurrency = 256, cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
