@@ -14,6 +14,9 @@
 --   load      problems in flight (concurrency 8, 32, 128) at the splits 0.1, 0.3 and 0.5 on
 --             `load_problems` problems: where throughput peaks, and whether the simulator puts
 --             the peak in the same place
+--   wide      n = 16 (`wide_n`) with `wide_problems` problems in flight at the splits 0.08, 0.3,
+--             0.45 and 0.5: where memory binds on an 80 GB GPU (scripts/memory_split.lua's
+--             workload; with n = 4 every split leaves both models more KV than the search uses)
 -- `duet validate` predicts with the profiles measured on the device; `duet run` of the same script
 -- with `--cost-model operator` (or `roofline`) predicts the same points with the other cost models,
 -- for the measured makespans to be compared with.
@@ -23,7 +26,8 @@ local beam_search = require("workloads.beam_search")
 
 local args = duet.args{problems = 32, concurrency = 32, n = 4, beam_width = 4, gpu = "h100", total = 0.9,
                        split = 0.3, prm_mode = "full", score_cache = true, sweeps = "memory,batching", seed = 0,
-                       shape_problems = 200, shape_concurrency = 64, load_problems = 128,
+                       shape_problems = 200, shape_concurrency = 64, load_problems = 128, wide_n = 16,
+                       wide_problems = 256,
                        llm = "llama-3.2-1b", prm = "llama-3.1-8b", cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
 
@@ -37,7 +41,7 @@ local function config(label, llm_util, o)
   return {label = label, gpu = args.gpu, cost_model = args.cost_model, concurrency = o.concurrency or args.concurrency, seed = args.seed,
           progress = false,
           engines = {engine("llm", args.llm, llm_util), engine("prm", args.prm, args.total - llm_util)},
-          workload = beam_search.workload{problems = list, n = args.n, beam_width = args.beam_width,
+          workload = beam_search.workload{problems = list, n = o.n or args.n, beam_width = args.beam_width,
                                           prm_mode = args.prm_mode, score_cache = args.score_cache,
                                           seed = args.seed}}
 end
@@ -69,5 +73,13 @@ if args.sweeps:find("load") then
              run = function(p)
                return config(string.format("load llm_util=%.2f concurrency=%d", p.llm_util, p.concurrency),
                              p.llm_util, {problems = many, concurrency = p.concurrency})
+             end}
+end
+if args.sweeps:find("wide") then
+  local many = math500.load{limit = args.wide_problems}
+  duet.sweep{label = "wide", grid = {llm_util = {0.08, 0.3, 0.45, 0.5}},
+             run = function(p)
+               return config(string.format("wide n=%d llm_util=%.2f", args.wide_n, p.llm_util), p.llm_util,
+                             {problems = many, concurrency = args.wide_problems, n = args.wide_n})
              end}
 end

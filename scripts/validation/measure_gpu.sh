@@ -15,6 +15,7 @@
 #             with 2 passes), shape (its 2 PRM-eviction points) and azure (an Azure conversation
 #             slice on Llama-3.1-8B)
 #   load      beam_gpu.lua's concurrency sweep (9 points) on the real engine
+#   wide      beam_gpu.lua's n = 16 sweep (4 splits, 256 problems in flight), where memory binds
 #
 #   scripts/validation/measure_gpu.sh OUT_DIR PHASE...      e.g. results tests bench
 # Every command's output is kept in OUT_DIR (NAME.txt beside NAME.json / .h5, the names of the
@@ -30,9 +31,9 @@ out="$1"
 shift
 for p in "$@"; do
   case "$p" in
-    tests | sanitize | bench | profile | validate | memory | batching | shape | azure | load) ;;
+    tests | sanitize | bench | profile | validate | memory | batching | shape | azure | load | wide) ;;
     *) echo "measure_gpu: unknown phase '$p' (valid: tests, sanitize, bench, profile, validate, memory," \
-      "batching, shape, azure, load)" >&2; exit 2 ;;
+      "batching, shape, azure, load, wide)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
@@ -132,6 +133,7 @@ phase_memory() { validate_beam memory "$repeats" --problems "$problems" --concur
 phase_batching() { validate_beam batching "$repeats" --problems "$problems" --concurrency "$problems"; }
 phase_shape() { validate_beam shape 1; }
 phase_load() { validate_beam load 1; }
+phase_wide() { validate_beam wide 1; }
 phase_azure() {
   step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
     --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \
