@@ -103,10 +103,11 @@ int profile(int argc, char** argv) {
                                "longest context")(
       "block-size", po::value(&limits.block_size)->default_value(limits.block_size), "tokens per KV block")(
       "repeats", po::value(&limits.repeats)->default_value(limits.repeats),
-      "timed runs per point (median kept)")("evict-mib", po::value(&evict_mib)->default_value(64),
-                                            "cpu: MiB streamed through the caches before the timed run "
-                                            "that stands for engines taking turns; each point is also "
-                                            "timed warm, for an engine alone (0: warm only)")(
+      "timed runs per point (the fastest is fitted; median and spread are kept)")(
+      "evict-mib", po::value(&evict_mib)->default_value(64),
+      "cpu: MiB streamed through the caches before the timed run "
+      "that stands for engines taking turns; each point is also "
+      "timed warm, for an engine alone (0: warm only)")(
       "load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")(
       "seed", po::value(&seed)->default_value(0), "dummy weights' seed")("help,h", "this help");
   return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
