@@ -227,8 +227,7 @@ struct CudaExecutor::Impl {
 
   // ---- construction ----
   void init(const ModelSpec& m, int num_blocks, int block_size, const CudaExecutorOptions& o);
-  void upload(const std::vector<LlamaTensorSpec>& specs,
-              const std::function<const HostTensor&(std::size_t, HostTensor& scratch)>& get);
+  void upload(const std::vector<LlamaTensorSpec>& specs, const std::vector<const HostTensor*>& tensors);
   void fill_dummy(const std::vector<LlamaTensorSpec>& specs, std::uint64_t seed);
   void allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
   std::size_t activation_bytes(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) const;
@@ -377,9 +376,7 @@ std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size
 void CudaExecutor::Impl::fill_dummy(const std::vector<LlamaTensorSpec>& specs, std::uint64_t seed) {
   bf16* base = weights.as<bf16>();
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    std::int64_t numel = 1;
-    for (std::int64_t dim : specs[i].shape) numel *= dim;
-    k::fill_dummy(base + wplan.dst[i], numel, dummy_init(specs[i], seed), stream->get());
+    k::fill_dummy(base + wplan.dst[i], specs[i].numel(), dummy_init(specs[i], seed), stream->get());
   }
   stream->synchronize();
 }
@@ -429,9 +426,8 @@ void CudaExecutor::Impl::ensure(int tokens, int rows, std::size_t meta_bytes, st
 }
 
 void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
-                                const std::function<const HostTensor&(std::size_t, HostTensor&)>& get) {
-  // Tensors are produced and converted on several threads (dummy weights are generated per
-  // tensor; float32 -> bf16 is the other cost), and copied one at a time.
+                                const std::vector<const HostTensor*>& tensors) {
+  // Tensors are converted (float32 -> bf16) on several threads and copied one at a time.
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const unsigned workers = std::min<unsigned>(std::min(hw, 8u), unsigned(specs.size()));
   std::atomic<std::size_t> next{0};
@@ -445,17 +441,13 @@ void CudaExecutor::Impl::upload(const std::vector<LlamaTensorSpec>& specs,
       const std::size_t i = next++;
       if (i >= specs.size() || failed) return;
       try {
-        HostTensor scratch;
-        const HostTensor& t = get(i, scratch);
-        std::int64_t numel = 1;
-        for (std::int64_t dim : specs[i].shape) numel *= dim;
-        if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
+        const HostTensor& t = *tensors[i];
+        if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != specs[i].numel())
           throw Error("CudaExecutor: weight " + specs[i].name + " has shape " + shape_string(t.shape) +
                       " and " + std::to_string(t.data.size()) + " values, model " + spec.name + " expects " +
                       shape_string(specs[i].shape));
-        buf.resize(std::size_t(numel));
+        buf.resize(t.data.size());
         for (std::size_t e = 0; e < buf.size(); ++e) buf[e] = float_to_bf16(t.data[e]);
-        scratch = {};
         std::lock_guard<std::mutex> lock(copy_mutex);
         k::copy_to_device(base + wplan.dst[i], buf.data(), buf.size() * sizeof(bf16), stream->get());
         stream->synchronize();  // buf is reused
@@ -848,16 +840,10 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, int num_blocks, int bloc
     throw Error("CudaExecutor: " + std::to_string(weights.layers.size()) +
                 " layers of weights for a model of " + std::to_string(m.num_layers));
   impl_->init(m, num_blocks, block_size, options);
-  // The tensors in llama_tensor_specs order (the LM head is the embedding when tied).
-  std::vector<const HostTensor*> slots{&weights.embed_tokens};
-  for (const LlamaLayerWeights& l : weights.layers)
-    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
-                               &l.gate_proj, &l.up_proj, &l.down_proj});
-  slots.push_back(&weights.final_norm);
-  if (!m.tie_word_embeddings) slots.push_back(&weights.lm_head);
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(m);
-  if (specs.size() != slots.size()) throw std::logic_error("CudaExecutor: tensor list mismatch");
-  impl_->upload(specs, [&](std::size_t i, HostTensor&) -> const HostTensor& { return *slots[i]; });
+  const std::vector<const HostTensor*> tensors = llama_tensors(weights);
+  if (specs.size() != tensors.size()) throw std::logic_error("CudaExecutor: tensor list mismatch");
+  impl_->upload(specs, tensors);
 }
 
 CudaExecutor::CudaExecutor(const ModelSpec& spec, DummyWeights dummy, int num_blocks, int block_size,

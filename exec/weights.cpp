@@ -75,9 +75,7 @@ std::vector<TensorData> tensors_to_write(const LlamaWeights& w, DType dtype,
   buffers.reserve(specs.size());  // the spans below point into these buffers
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const HostTensor& t = *slots[i];
-    std::int64_t numel = 1;
-    for (std::int64_t d : specs[i].shape) numel *= d;
-    if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != numel)
+    if (t.shape != specs[i].shape || std::int64_t(t.data.size()) != specs[i].numel())
       throw Error("save_llama_weights: tensor " + in_quotes(specs[i].name) + " has shape " +
                   shape_string(t.shape) + " and " + std::to_string(t.data.size()) + " values, model " +
                   in_quotes(spec.name) + " expects " + shape_string(specs[i].shape));
@@ -116,6 +114,8 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
   return specs;
 }
 
+std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights) { return tensor_slots(weights); }
+
 LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) {
   spec.validate();
   const Checkpoint ckpt = Checkpoint::open(path);
@@ -144,9 +144,7 @@ kernels::DummyInit dummy_init(const LlamaTensorSpec& tensor, std::uint64_t seed)
 
 HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed) {
   const kernels::DummyInit init = dummy_init(tensor, seed);
-  std::int64_t numel = 1;
-  for (std::int64_t d : tensor.shape) numel *= d;
-  HostTensor out{tensor.shape, std::vector<float>(std::size_t(numel))};
+  HostTensor out{tensor.shape, std::vector<float>(std::size_t(tensor.numel()))};
   for (std::size_t i = 0; i < out.data.size(); ++i) out.data[i] = kernels::dummy_value(init, i);
   return out;
 }

@@ -18,11 +18,19 @@ struct LlamaTensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;
   Kind kind = Kind::Projection;
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // Every tensor a checkpoint of `spec` holds, in HuggingFace's order (embeddings, layer by layer,
 // final norm, LM head). lm_head.weight is left out when the embeddings are tied.
 std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec);
+// The tensors of `weights` in llama_tensor_specs order (weights.layers must hold every layer).
+std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights);
 
 // Loads `path` (see Checkpoint::open: a directory, an index or a safetensors file) into float32.
 // Every expected tensor must be present with exactly the expected shape; BF16, F16 and F32 are

@@ -121,8 +121,12 @@ struct Gemm::Impl {
     return plans.emplace(key, p).first->second;
   }
 
+  static const char* call_name(cudaDataType_t out) {
+    return out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
+  }
+
   static void check_shape(int m, int n, int k, cudaDataType_t out) {
-    const char* what = out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
+    const char* what = call_name(out);
     const int out_align = out == CUDA_R_16BF ? 8 : 4;  // elements per 16 bytes
     if (m < 0 || n <= 0 || k <= 0) throw Error(std::string(what) + ": bad shape " + shape(m, n, k));
     if (k % 8 != 0 || n % out_align != 0)
@@ -133,7 +137,7 @@ struct Gemm::Impl {
   }
 
   void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s) {
-    const char* what = out == CUDA_R_16BF ? "Gemm::bf16_out" : "Gemm::f32_out";
+    const char* what = call_name(out);
     check_shape(m, n, k, out);
     if (m == 0) return;
     if (!aligned16(x) || !aligned16(w) || !aligned16(y))
