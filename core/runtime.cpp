@@ -276,7 +276,6 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   r.prefix_query_tokens = c.query_tokens - slot.last_counters.query_tokens;
   r.prefix_hit_tokens = c.hit_tokens - slot.last_counters.hit_tokens;
   r.evictions = static_cast<std::int32_t>(c.evictions - slot.last_counters.evictions);
-  r.cow_copies = static_cast<std::int32_t>(c.cow_copies - slot.last_counters.cow_copies);
   r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size());
   slot.last_counters = c;
   tallies_[std::size_t(e)].add(r);

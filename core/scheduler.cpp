@@ -62,7 +62,9 @@ Batch Scheduler::schedule() {
   bool preempted = false;
   schedule_running(batch, budget, preempted);
   if (!preempted) schedule_waiting(batch, budget);
-  batch.copies = kv_.take_copies();
+  // A step that runs nothing copies nothing: copies made since the last step (a naive allocator's
+  // fork) wait for the next step that runs, so that each copy is executed and counted once.
+  if (!batch.empty()) batch.copies = kv_.take_copies();
   batch.shape = shape_of(batch);
   return batch;
 }

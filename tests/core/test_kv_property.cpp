@@ -769,7 +769,10 @@ class KvModel {
 class KvProperty : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(KvProperty, RandomOperationsKeepInvariants) {
-  const KvCase& c = GetParam();
+  const test_support::PropertySoak soak = test_support::property_soak();
+  KvCase c = GetParam();
+  c.seed += soak.seed_offset;
+  c.num_ops = int(std::min<std::int64_t>(std::int64_t(c.num_ops) * soak.scale, 1'000'000'000));
   KvModel model(c);
   for (int i = 0; i < c.num_ops; ++i) {
     const std::string err = model.step();

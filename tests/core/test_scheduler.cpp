@@ -248,5 +248,31 @@ TEST(Scheduler, KeptKvGoesBackBeforeARunningSequenceIsPreempted) {
   }
 }
 
+// Copies made between steps (here a fork's copy-on-write outside the scheduler) are not lost to a
+// step that schedules nothing: the next step that runs executes them.
+TEST(Scheduler, AStepThatRunsNothingLeavesPendingCopiesForTheNext) {
+  Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 64}, 16, 4);
+  Sequence a, b;
+  a.id = 100, b.id = 101;
+  a.tokens = {1, 2, 3, 4, 5, 6};  // one full block and half of another
+  a.num_prompt_tokens = 6;
+  ASSERT_TRUE(r.kv.allocate_slots(a, 6, 0));
+  b.tokens = a.tokens;
+  ASSERT_TRUE(r.kv.fork(a, b));
+  b.tokens.push_back(7);
+  ASSERT_TRUE(r.kv.allocate_slots(b, 1, 0));  // writes into the shared half block: a copy
+  ASSERT_EQ(r.kv.counters().cow_copies, 1);
+
+  EXPECT_TRUE(r.step().empty());
+  r.add(3);
+  const Batch next = r.step();
+  ASSERT_FALSE(next.empty());
+  ASSERT_EQ(next.copies.size(), 1u) << "the empty step dropped the copy";
+  EXPECT_EQ(next.shape.copies, 1);
+  EXPECT_EQ(next.copies[0].dst, b.kv.blocks[1]);
+  r.kv.free(a);
+  r.kv.free(b);
+}
+
 }  // namespace
 }  // namespace duet

@@ -521,10 +521,11 @@ void run_case(const SchedCase& c, RunStats& total) {
 }
 
 TEST(SchedulerProperty, RandomConfigurations) {
-  // Seeds one after another until 100,000 steps have been checked.
+  // Seeds one after another until 100,000 steps (times the soak's scale) have been checked.
+  const test_support::PropertySoak soak = test_support::property_soak();
   RunStats total;
   int runs = 0;
-  for (std::uint64_t seed = 1; total.steps < 100'000; ++seed, ++runs)
+  for (std::uint64_t seed = 1 + soak.seed_offset; total.steps < 100'000 * soak.scale; ++seed, ++runs)
     ASSERT_NO_FATAL_FAILURE(run_case(random_case(seed), total));
   EXPECT_GT(total.preemptions, 0) << "the pools never ran short";
   EXPECT_GT(total.hit_tokens, 0) << "no prefix hit in any run";
@@ -535,8 +536,10 @@ TEST(SchedulerProperty, RandomConfigurations) {
 // Paged pools of exactly one max_model_len sequence, with and without prefix caching, so that
 // preemption is frequent.
 TEST(SchedulerProperty, TightPagedPool) {
+  const test_support::PropertySoak soak = test_support::property_soak();
   RunStats total;
-  for (std::uint64_t seed = 1000; seed < 1006; ++seed) {
+  const std::uint64_t first = 1000 + soak.seed_offset;
+  for (std::uint64_t seed = first; seed < first + 6 * std::uint64_t(soak.scale); ++seed) {
     SchedCase c = random_case(seed);
     c.allocator = Allocator::Paged;
     c.num_blocks = (kMaxModelLen + c.block_size - 1) / c.block_size;

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -95,6 +99,31 @@ inline bool admit(KvAllocator& kv, Sequence& s) {
   if (!kv.allocate_slots(s, s.num_tokens() - hit, hit)) return false;
   s.num_computed_tokens = s.num_tokens();
   return true;
+}
+
+// A soak run of the property tests: DUET_PROPERTY_SCALE multiplies their step and operation counts
+// and DUET_PROPERTY_SEED moves their seeds (both 0 / unset: the committed, repeatable runs). For
+// long runs by hand, never in CI: `DUET_PROPERTY_SCALE=100 DUET_PROPERTY_SEED=$RANDOM ctest -R Property`.
+struct PropertySoak {
+  std::int64_t scale = 1;
+  std::uint64_t seed_offset = 0;
+};
+
+inline PropertySoak property_soak() {
+  auto read = [](const char* name) -> std::int64_t {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    if (*end != '\0' || x < 0) throw std::invalid_argument(std::string(name) + "=" + v + ": not a count");
+    return x;
+  };
+  PropertySoak s;
+  s.scale = std::max<std::int64_t>(1, read("DUET_PROPERTY_SCALE"));
+  s.seed_offset = std::uint64_t(read("DUET_PROPERTY_SEED")) * 0x100000ULL;
+  if (s.scale > 1 || s.seed_offset > 0)
+    std::cout << "[ soak     ] scale " << s.scale << ", seed offset " << s.seed_offset << "\n";
+  return s;
 }
 
 inline SamplingParams sampling(float temperature, std::uint64_t seed, float top_p = 1.0f) {
