@@ -180,7 +180,7 @@ int bench(int argc, char** argv) {
       "  hdf5          the run file's size and write time under each compression\n"
       "  cpu           the CPU reference engine's prefill and decode tokens/s\n"
       "  decode        CUDA: Llama-3.2-1B decode steps vs the HBM roofline (batch 1-256)\n"
-      "  attention     CUDA: paged decode attention GB/s vs peak bandwidth\n"
+      "  attention     CUDA: paged decode attention GB/s vs peak bandwidth, at each split count\n"
       "  prefill       CUDA: Llama-3.1-8B (PRM) prefill TFLOP/s vs dense bf16 peak\n"
       "  cpu-overhead  CUDA: host time per step (scheduling + batch preparation)");
   options.add_options()("name", po::value(&which), "benchmark to run")(

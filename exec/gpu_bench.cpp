@@ -256,7 +256,8 @@ int bench_decode(const GpuBenchOptions& o) {
 
 // Paged decode attention alone (one layer, Llama-3.2-1B's heads unless --gpu-model names
 // another), blocks of each sequence scattered over the pool. Bytes: K and V of every context
-// token, plus queries and outputs. Target: >= 70% of peak HBM bandwidth.
+// token, plus queries and outputs. Target: >= 70% of peak HBM bandwidth, at the engine's split
+// count; each point also times the other split counts and reports the fastest.
 int bench_attention(const GpuBenchOptions& o) {
   namespace k = kernels;
   const DetectedGpu gpu = detect_gpu(o.gpu);
@@ -307,18 +308,21 @@ int bench_attention(const GpuBenchOptions& o) {
   for (int i = 0; i <= max_b; ++i) hstart[std::size_t(i)] = i;
   k::copy_to_device(qstart.get(), hstart.data(), qstart.bytes(), stream.get());
   const int sm = k::device_info().sm_count;
-  std::printf("  %5s %7s %7s %10s %9s %8s %s\n", "batch", "context", "splits", "time us", "GB/s", "of peak",
-              "");
+  std::printf("  %5s %7s %7s %10s %9s %8s %4s %11s %8s\n", "batch", "context", "splits", "time us", "GB/s",
+              "of peak", "", "best splits", "of peak");
   nlohmann::json rows = nlohmann::json::array();
   bool met = true;
   double worst = 1e9;
+  // Besides the split count the engine chooses (choose_decode_splits), every power of two up to
+  // 32 is timed, so that one run shows whether the heuristic leaves bandwidth behind.
+  const std::vector<int> sweep = {1, 2, 4, 8, 16, 32};
+  const std::size_t max_ws =
+      k::decode_workspace_bytes(max_b, spec.num_heads, spec.head_dim, k::kMaxDecodeSplits);
+  k::DeviceBuffer ws(std::max<std::size_t>(16, max_ws));
   for (int b : batches)
     for (int c : contexts) {
       const std::vector<std::int32_t> hctx(std::size_t(b), c);
       k::copy_to_device(ctx.get(), hctx.data(), hctx.size() * 4, stream.get());
-      const int splits = std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, c, sm));
-      k::DeviceBuffer ws(
-          std::max<std::size_t>(16, k::decode_workspace_bytes(b, spec.num_heads, spec.head_dim, splits)));
       k::AttentionBatch ab;
       ab.q = q.as<const k::bf16>();
       ab.q_stride = q_width;
@@ -331,31 +335,48 @@ int bench_attention(const GpuBenchOptions& o) {
       ab.num_seqs = b;
       ab.num_heads = spec.num_heads;
       ab.scale = float(1.0 / std::sqrt(double(spec.head_dim)));
-      for (int i = 0; i < 3; ++i)
-        k::paged_decode_attention(pool.as<const k::bf16>(), shape, 0, ab, splits, ws.get(), stream.get());
-      const int iters = std::max(10, o.iters * 5);
-      k::Event start, end;
-      start.record(stream.get());
-      for (int i = 0; i < iters; ++i)
-        k::paged_decode_attention(pool.as<const k::bf16>(), shape, 0, ab, splits, ws.get(), stream.get());
-      end.record(stream.get());
-      end.synchronize();
-      const double t = double(k::Event::elapsed_ms(start, end)) * 1e-3 / iters;
+      auto time_with = [&](int splits) {
+        for (int i = 0; i < 3; ++i)
+          k::paged_decode_attention(pool.as<const k::bf16>(), shape, 0, ab, splits, ws.get(), stream.get());
+        const int iters = std::max(10, o.iters * 5);
+        k::Event start, end;
+        start.record(stream.get());
+        for (int i = 0; i < iters; ++i)
+          k::paged_decode_attention(pool.as<const k::bf16>(), shape, 0, ab, splits, ws.get(), stream.get());
+        end.record(stream.get());
+        end.synchronize();
+        return double(k::Event::elapsed_ms(start, end)) * 1e-3 / iters;
+      };
+      const int splits =
+          std::clamp(k::choose_decode_splits(b, spec.num_kv_heads, c, sm), 1, k::kMaxDecodeSplits);
+      const double t = time_with(splits);
       const int table_entries = (c + block_size - 1) / block_size;  // one int32 per block of the context
       const double bytes = double(b) * c * spec.num_kv_heads * spec.head_dim * 2.0 * 2.0 +  // K and V
                            double(b) * q_width * 2.0 * 2.0 + double(b) * table_entries * 4.0;
       const double frac = bytes / t / gpu.spec.hbm_bandwidth;
       met = met && frac >= kTarget;
       worst = std::min(worst, frac);
-      std::printf("  %5d %7d %7d %10.2f %9.0f %7.1f%% %s\n", b, c, splits, 1e6 * t, bytes / t / 1e9,
-                  100 * frac, frac >= kTarget ? "ok" : "MISSED");
+      nlohmann::json swept = nlohmann::json::array();
+      int best_splits = splits;
+      double best_t = t;
+      for (int n : sweep) {
+        const double tn = n == splits ? t : time_with(n);
+        swept.push_back({{"splits", n}, {"time_s", tn}});
+        if (tn < best_t) best_t = tn, best_splits = n;
+      }
+      std::printf("  %5d %7d %7d %10.2f %9.0f %7.1f%% %4s %11d %7.1f%%\n", b, c, splits, 1e6 * t,
+                  bytes / t / 1e9, 100 * frac, frac >= kTarget ? "ok" : "MISS", best_splits,
+                  100 * bytes / best_t / gpu.spec.hbm_bandwidth);
       rows.push_back({{"batch", b},
                       {"context", c},
                       {"splits", splits},
                       {"time_s", t},
                       {"bytes", bytes},
                       {"achieved_Bps", bytes / t},
-                      {"fraction_of_peak", frac}});
+                      {"fraction_of_peak", frac},
+                      {"best_splits", best_splits},
+                      {"best_fraction_of_peak", bytes / best_t / gpu.spec.hbm_bandwidth},
+                      {"swept", swept}});
     }
   std::printf("  target               >= %.0f%% of peak bandwidth: %s (worst %.1f%%, ratio to target %.2f)\n",
               100 * kTarget, met ? "met" : "MISSED", 100 * worst, worst / kTarget);

@@ -39,7 +39,6 @@ constexpr int kMaxGroup = 8;  // query heads per thread block (registers: 16 flo
 // halved at 8 heads per block, where q and the accumulators already take 128 registers.
 constexpr int loads_for(int gc) { return gc >= kMaxGroup ? 4 : 8; }
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxSplits = 64;  // choose_decode_splits' ceiling; the kernels accept any count
 
 using detail::check_launch;
 using detail::require;
@@ -317,7 +316,7 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm
   if (max_context < 1024 || sm_count <= 0) return 1;
   const long long blocks = std::max(1LL, static_cast<long long>(num_seqs) * std::max(1, num_kv_heads));
   const long long want = (2LL * sm_count + blocks - 1) / blocks;
-  const long long cap = std::min<long long>(kMaxSplits, std::max(1, max_context / 256));
+  const long long cap = std::min<long long>(kMaxDecodeSplits, std::max(1, max_context / 256));
   return int(std::clamp<long long>(want, 1, cap));
 }
 
