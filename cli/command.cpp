@@ -38,6 +38,9 @@ int run_command(const Command& c, int argc, char** argv,
   } catch (const po::error& e) {
     std::fprintf(stderr, "duet %s: %s (see duet %s --help)\n", c.name, e.what(), c.name);
     return 2;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "duet %s: error: %s (see duet %s --help)\n", c.name, e.what(), c.name);
+    return 2;
   } catch (const FailedCloseError& e) {
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
     std::fflush(stdout);

@@ -1,6 +1,6 @@
 #pragma once
 // The frame every duet subcommand shares: parse the options (no prefix guessing), answer --help,
-// run the body, and turn bad usage and duet errors into one-line messages with exit status 2.
+// run the body, and turn bad usage (exit status 2) and duet errors into one-line messages.
 #include <boost/program_options.hpp>
 #include <functional>
 #include <string>
@@ -17,7 +17,7 @@ struct Command {
   const boost::program_options::options_description& options;
   const boost::program_options::positional_options_description* positional = nullptr;
   const char* required = nullptr;  // a positional without which the command prints its help
-  int error_status = 2;            // exit status for a duet::Error from the body
+  int error_status = 2;            // exit status for a duet::Error from the body (UsageError: 2)
 };
 
 int run_command(const Command& command, int argc, char** argv,
@@ -32,6 +32,24 @@ std::string command_line_of(int argc, char** argv);
 // file). `what` names the option ("--out").
 void check_output(const std::string& out, const std::vector<std::string>& inputs,
                   const std::string& what = "--out");
+
+// Bad usage found after parsing (a flag's value, a missing input file): exit status 2 from every
+// command, also from those whose other errors exit 1 (a failed run).
+struct UsageError : Error {
+  using Error::Error;
+};
+
+// Runs `checks` (the body's validation of its flags), turning their duet::Error into UsageError.
+template <typename F>
+void check_usage(F&& checks) {
+  try {
+    checks();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
 
 // An error after which HDF5 could not close a file (a full disk). run_command reports it as any
 // error and ends the process without the exit handlers: HDF5 1.10's own would close the file

@@ -47,11 +47,16 @@ BatchShape batch_of(const BatchArgs& a) {
   return s;
 }
 
-// "roofline", "operator", "auto", or a JSON file: an operator prior or a measured profile.
+// "roofline", "operator", "auto", "operator:PRIOR.json" or "profile:PROFILE.json" (as the simulator
+// takes them), or a bare JSON file: an operator prior or a measured profile, told by its format.
 std::string model_name_of(const std::string& arg) {
   if (arg == "roofline" || arg == "operator" || arg == "auto") return arg;
+  for (const char* prefix : {"operator:", "profile:", "calibrated:"})
+    if (arg.starts_with(prefix)) return arg;
   if (!std::filesystem::exists(arg))
-    throw Error("--cost-model: '" + arg + "' is neither roofline, operator, auto nor a JSON file");
+    throw Error(
+        "--cost-model: '" + arg +
+        "' is neither roofline, operator, auto, operator:PRIOR.json, profile:PROFILE.json nor a JSON file");
   const nlohmann::json j = read_json_file(arg);
   // Any version of the prior family goes to the prior's reader, which names the version it wants.
   const std::string_view family = kOperatorPriorFormat.substr(0, kOperatorPriorFormat.find('/'));
@@ -106,8 +111,9 @@ int cost(int argc, char** argv) {
                         "a built-in model or a Hugging Face config.json")(
       "gpu", po::value(&gpu_arg)->required(), "h100, h200, a100")(
       "cost-model", po::value(&cost_arg)->default_value("auto"),
-      "roofline, operator (the GPU's prior), auto (as the simulator chooses), or a prior or profile JSON")(
-      "prefill-tokens", po::value(&a.prefill_tokens), "new prompt tokens in the step")(
+      "roofline, operator (the GPU's prior), auto (as the simulator chooses), operator:PRIOR.json, "
+      "profile:PROFILE.json, or a prior or profile JSON")("prefill-tokens", po::value(&a.prefill_tokens),
+                                                          "new prompt tokens in the step")(
       "prefill-seqs", po::value(&a.prefill_seqs)->default_value(1),
       "chunks the prefill tokens are split into")("prefill-context", po::value(&a.prefill_context),
                                                   "cached tokens before each prefill chunk")(

@@ -1,6 +1,8 @@
 // duet run SCRIPT.lua: an experiment written in Lua.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -42,6 +44,13 @@ int run_body(lua::ScriptOptions& opt) {
                    signal, e.what());
     return stopped_exit_status(signal);
   }
+}
+
+// Before any work: the script must be a readable file (a typo in its path is bad usage).
+void check_script(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such script file");
+  if (!std::ifstream(path)) throw Error(path + ": cannot open script");
 }
 
 }  // namespace
@@ -87,16 +96,21 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
   return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
     opt.progress = !vm.count("no-progress");
     opt.resume = vm.count("resume") > 0;
-    if (vm.count("shard")) opt.shard = parse_shard(shard);
     opt.stop = &g_stop_signal;
-    check_backend(opt.backend);
-    opt.record = parse_record_level("--record", record);
-    if (opt.instruction_limit <= 0) throw Error("--lua-instruction-limit must be positive");
-    if (opt.threads <= 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    check_usage([&] {
+      check_script(opt.script);
+      if (vm.count("shard")) opt.shard = parse_shard(shard);
+      check_backend(opt.backend);
+      opt.record = parse_record_level("--record", record);
+      if (opt.instruction_limit <= 0) throw Error("--lua-instruction-limit must be positive");
+      if (opt.threads < 0)
+        throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
+      if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
+      if (opt.ranks.rank == 0) check_output(opt.out, {opt.script});
+    });
+    if (opt.threads == 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     opt.source_dir = source_dir();
     opt.command_line = command_line_of(argc, argv);
-    if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
-    if (opt.ranks.rank == 0) check_output(opt.out, {opt.script});
     install_stop_handlers();
     return run_body(opt);
   });

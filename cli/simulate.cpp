@@ -21,7 +21,7 @@ int simulate(int argc, char** argv) {
   std::string out;
   std::string record = "steps";
   po::options_description options("duet simulate: replay a trace or a synthetic workload through one engine");
-  options.add(trace_options(args, true));
+  options.add(trace_options(args, BackendChoice::Any));
   po::options_description output("Output");
   output.add_options()("out", po::value(&out), "HDF5 file to write as the run goes (see analysis/README.md)")(
       "record", po::value(&record)->default_value("steps"),

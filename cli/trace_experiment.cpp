@@ -10,7 +10,7 @@ namespace po = boost::program_options;
 
 namespace duet::cli {
 
-po::options_description trace_options(TraceArgs& a, bool with_backend) {
+po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
   po::options_description workload("Workload (one of --trace and --synthetic)");
   workload.add_options()("trace", po::value(&a.trace),
                          "trace file: Azure LLM 2023 CSV or Mooncake JSONL (.gz too)")(
@@ -50,11 +50,12 @@ po::options_description trace_options(TraceArgs& a, bool with_backend) {
       "simulator: auto (the model's committed profile on the device, else the device's operator prior, else "
       "the "
       "roofline), roofline, operator, operator:PRIOR.json or profile:PROFILE.json");
-  if (with_backend)
+  if (backends == BackendChoice::Any)
     engine.add_options()("backend", po::value(&a.backend)->default_value("sim"),
-                         "sim (simulator), cpu or cuda (real engines, wall clock)")(
-        "load-format", po::value(&a.load_format)->default_value("dummy"),
-        "real engines: dummy, or a checkpoint path");
+                         "sim (simulator), cpu or cuda (real engines, wall clock)");
+  else engine.add_options()("backend", po::value(&a.backend), "cpu or cuda: the real engine to measure");
+  engine.add_options()("load-format", po::value(&a.load_format)->default_value("dummy"),
+                       "real engines: dummy, or a checkpoint path");
   po::options_description all;
   all.add(workload).add(engine);
   return all;

@@ -24,8 +24,12 @@ struct TraceArgs {
   std::int32_t num_gpu_blocks_override = 0;
 };
 
+// Which backends --backend offers: any (the simulator by default), or only a real engine, which
+// must then be named (duet validate measures one against the simulator).
+enum class BackendChoice { Any, RealEngine };
+
 // Workload, engine and backend options (the caller adds its own output options).
-boost::program_options::options_description trace_options(TraceArgs& a, bool with_backend);
+boost::program_options::options_description trace_options(TraceArgs& a, BackendChoice backends);
 
 // The trace, read or made (synthetic), and the experiment that replays it.
 struct TraceExperiment {

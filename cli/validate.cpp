@@ -204,7 +204,7 @@ int validate(int argc, char** argv) {
                     "2 on the table shows how far the real engine is from itself")(
       "out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")(
       "no-progress", "never draw progress bars")("help,h", "this help");
-  options.add(own).add(trace_options(trace, true));
+  options.add(own).add(trace_options(trace, BackendChoice::RealEngine));
   po::positional_options_description positional;
   positional.add("script", 1);
   int own_argc = argc;
@@ -217,12 +217,14 @@ int validate(int argc, char** argv) {
   const std::string command_line = command_line_of(argc, argv);
   return run_command(
       {"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
-        if (max_error < 0) throw Error("--max-error must not be negative");
-        if (repeats < 1) throw Error("--repeats must be at least 1");
-        if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
-          throw Error("give a script or --trace FILE (or --synthetic N)");
-        if (!is_real_backend(trace.backend))
-          throw Error("--backend must be a real engine (cpu or cuda) to validate against");
+        check_usage([&] {
+          if (max_error < 0) throw Error("--max-error must not be negative");
+          if (repeats < 1) throw Error("--repeats must be at least 1");
+          if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
+            throw Error("give a script or --trace FILE (or --synthetic N)");
+          if (!is_real_backend(trace.backend))
+            throw Error("--backend must be a real engine (cpu or cuda) to validate against");
+        });
         if (opt.script.empty()) {
           if (out.empty())
             out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() +

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -107,7 +108,7 @@ int l_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
-    const bool write = wants_output(L, 1) && writes(ctx);
+    const bool write = wants_output(L, 1, "duet.run") && writes(ctx);
     const std::string group = cli::run_group(ctx.runs);
     std::optional<ExperimentResult> r = write ? resumed_run(ctx, group) : std::nullopt;
     if (!r) {
@@ -483,7 +484,9 @@ int l_sweep(lua_State* L) {
       t.fail("run", "expected a function run(point) -> duet.run configuration");
     call.fn = lua_gettop(L);
     // Validation measures a real engine: one point at a time, nothing beside it on the cores.
-    const int threads = ctx.opt.validate ? 1 : std::max(1, t.int32("threads").value_or(ctx.opt.threads));
+    const std::optional<int> asked = t.int32("threads");
+    if (asked && *asked < 1) t.fail("threads", "must be at least 1, got " + std::to_string(*asked));
+    const int threads = ctx.opt.validate ? 1 : std::max(1, asked.value_or(ctx.opt.threads));
     call.label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();
@@ -501,7 +504,7 @@ int l_sweep(lua_State* L) {
       push_results(L, call, (*ctx.worker->earlier)[std::size_t(call.sweep)]);
       return 1;
     }
-    const bool write = writes(ctx) && wants_output(L, 1);
+    const bool write = wants_output(L, 1, "duet.sweep") && writes(ctx);
     SweepResults results;
     results.outcomes.resize(call.points.size());
     std::vector<std::size_t> pending;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include "cli/lua/lua_util.hpp"
 #include "cli/progress.hpp"
@@ -143,6 +144,31 @@ void shared_block_sizes(TableReader& t, Experiment& ex) {
   for (std::size_t i = 0; i < sizes.size(); ++i) ex.engines[i].block_size = sizes[i];
 }
 
+// arbiter_priority: engine names, most important first; only with arbiter = "priority", where it
+// defaults to the engines' order.
+void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
+  const int type = t.push("arbiter_priority");
+  if (type != LUA_TNIL) {
+    if (ex.arbiter != ArbiterKind::Priority)
+      t.fail("arbiter_priority", "orders engines for arbiter = 'priority' only");
+    if (type != LUA_TTABLE) t.fail("arbiter_priority", "expected a list of engine names");
+    const lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= n; ++i) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) != LUA_TSTRING)
+        t.fail("arbiter_priority",
+               "entry " + std::to_string(i) + " is a " + luaL_typename(L, -1) + ", not an engine name");
+      const std::string name = lua_tostring(L, -1);
+      if (std::none_of(ex.engines.begin(), ex.engines.end(),
+                       [&](const EngineConfig& e) { return e.name == name; }))
+        t.fail("arbiter_priority", "entry " + std::to_string(i) + " names unknown engine '" + name + "'");
+      ex.arbiter_priority.push_back(name);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+}
+
 Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
   TableReader t(L, index, "duet.run");
   Experiment ex;
@@ -185,19 +211,20 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     ex.arbiter_fn.L = L;
     ex.arbiter_fn.ref = luaL_ref(L, LUA_REGISTRYINDEX);
   } else {
-    if (arb == LUA_TSTRING) ex.arbiter = arbiter_kind_from_name(lua_tostring(L, -1));
-    else if (arb != LUA_TNIL)
+    if (arb == LUA_TSTRING) {
+      try {
+        ex.arbiter = arbiter_kind_from_name(lua_tostring(L, -1));
+      } catch (const Error& e) {
+        t.fail("arbiter", e.what());
+      }
+      if (ex.arbiter == ArbiterKind::Callback)
+        t.fail("arbiter", "'callback' is given as a function, not a name");
+    } else if (arb != LUA_TNIL) {
       t.fail("arbiter", "expected a name (alternate, priority, oldest) or a function");
+    }
     lua_pop(L, 1);
   }
-  if (t.push("arbiter_priority") == LUA_TTABLE) {
-    for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
-      lua_rawgeti(L, -1, i);
-      if (lua_type(L, -1) == LUA_TSTRING) ex.arbiter_priority.emplace_back(lua_tostring(L, -1));
-      lua_pop(L, 1);
-    }
-  }
-  lua_pop(L, 1);
+  read_arbiter_priority(L, t, ex);
   read_function(L, t, "memory_split", ex.memory_split);
   read_function(L, t, "memory_policy", ex.memory_policy);
   if (ex.memory_policy && ex.kv_pool.kind != KvPoolKind::Shared)
@@ -378,7 +405,7 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
     int found = -1;
     for (std::size_t i = 0; i < ex.engines.size(); ++i)
       if (ex.engines[i].name == name) found = int(i);
-    if (found < 0) throw Error("duet.run: arbiter_priority names unknown engine '" + name + "'");
+    if (found < 0) throw std::logic_error("arbiter_priority: unknown engine '" + name + "' got past reading");
     a.priority.push_back(found);
   }
   if (ex.arbiter == ArbiterKind::Callback) {
@@ -414,8 +441,14 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
 
 }  // namespace
 
-bool wants_output(lua_State* L, int index) {
+bool wants_output(lua_State* L, int index, const char* fn) {
   const int t = lua_getfield(L, index, "out");
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
+    const std::string type = luaL_typename(L, -1);
+    lua_pop(L, 1);
+    throw Error(where(L) + fn + ": out: expected true or false, got a " + type +
+                " (the file is duet run's --out; a run's group in it is named by label)");
+  }
   const bool no = t == LUA_TBOOLEAN && !lua_toboolean(L, -1);
   lua_pop(L, 1);
   return !no;

@@ -62,7 +62,8 @@ ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefault
 // The result table that duet.run returns to Lua.
 void push_result(lua_State* L, const ExperimentResult& result);
 
-// Whether the configuration asks not to write a file (out = false).
-bool wants_output(lua_State* L, int index);
+// Whether the configuration of `fn` (duet.run, duet.sweep) asks not to write a file (out = false);
+// any other value than a boolean is an error.
+bool wants_output(lua_State* L, int index, const char* fn);
 
 }  // namespace duet::lua

@@ -1,4 +1,6 @@
 // duet.synthetic, duet.tokens, duet.tokenizer, duet.token_list: token lists for prompts.
+#include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +29,8 @@ int l_synthetic(lua_State* L) {  // duet.synthetic(n, key...) -> TokenList
   const lua_Integer n = luaL_checkinteger(L, 1);
   const lua_Integer vocab = luaL_optinteger(L, 3, 128256);
   luaL_argcheck(L, n >= 0 && n <= (1 << 24), 1, "token count out of range");
+  luaL_argcheck(L, vocab >= 1 && vocab <= std::numeric_limits<std::int32_t>::max(), 3,
+                "vocabulary size out of range");
   const std::uint64_t key = std::uint64_t(luaL_optinteger(L, 2, 0));
   return guarded(L, [&] {
     push_token_list(L, synthetic_tokens(int(n), key, int(vocab), kNoToken, kNoToken));

@@ -1,8 +1,10 @@
 #include "cli/lua/lua_types.hpp"
 
 #include <new>
+#include <string>
 
 #include "cli/lua/lua_util.hpp"
+#include "core/error.hpp"
 #include "core/mix.hpp"
 
 namespace duet::lua {
@@ -20,6 +22,11 @@ TokenList* test_token_list(lua_State* L, int index) {
 
 std::vector<TokenId> synthetic_tokens(int n, std::uint64_t key, int vocab_size, TokenId avoid1,
                                       TokenId avoid2) {
+  const auto avoided = [&](TokenId t) { return t >= 0 && t < vocab_size; };
+  const int drawable = vocab_size - int(avoided(avoid1)) - int(avoided(avoid2) && avoid2 != avoid1);
+  if (drawable <= 0)
+    throw Error("synthetic tokens: a vocabulary of " + std::to_string(vocab_size) +
+                " leaves no token to draw");
   std::vector<TokenId> out(std::size_t(std::max(0, n)));
   for (int i = 0; i < n; ++i) {
     TokenId t = TokenId(mix64(key * 0x9e3779b97f4a7c15ULL + std::uint64_t(i)) % std::uint64_t(vocab_size));

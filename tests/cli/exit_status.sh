@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# docs/reliability.md's exit statuses: 0 success, 1 a failed run, 2 bad usage, from every command
+# that takes the case; bad usage found after parsing (a flag's value, a missing script) included.
+set -uo pipefail
+duet="$1" source="$2" out="$3"
+rm -rf "$out" && mkdir -p "$out" && cd "$out" || exit 1
+quick="$source/scripts/quickstart.lua"
+failed=0
+expect() {
+  local want="$1"
+  shift
+  "$duet" "$@" >log.txt 2>&1
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: duet $* exited $got, expected $want:"
+    cat log.txt
+    failed=1
+  fi
+}
+expect 0 run --help
+expect 2 run "$out/no-such-script.lua"
+expect 2 run "$quick" --backend gpu
+expect 2 run "$quick" --shard 3/2
+expect 2 run "$quick" --record stepz
+expect 2 run "$quick" --threads -1
+expect 2 run "$quick" --lua-instruction-limit 0
+expect 2 run "$quick" --out "$out/no-such-dir/x.h5"
+expect 2 run "$quick" --no-such-flag
+expect 2 validate --synthetic 2
+expect 2 validate --synthetic 2 --backend sim
+expect 2 validate --synthetic 2 --backend cpu --repeats 0
+expect 2 simulate --synthetic 4 --model gpt-5
+expect 2 cost --model llama-3.1-8b --gpu h100 --cost-model nope
+expect 1 run "$source/tests/lua/bad_runtime.lua" --no-progress --out "$out/runtime.h5"
+expect 0 run "$quick" --no-progress --out "$out/quick.h5" -- --problems 2
+exit $failed
