@@ -4,6 +4,7 @@
 
 #include "cli/lua/lua_util.hpp"
 #include "cli/lua/lua_workload.hpp"
+#include "core/block_pool.hpp"
 
 namespace duet::lua {
 
@@ -44,6 +45,9 @@ int engine_set_priority(lua_State* L) {
   const int engine = check_engine(L, 1).index;
   const lua_Integer id = luaL_checkinteger(L, 2);
   const lua_Integer p = luaL_checkinteger(L, 3);
+  if (p < 0 || p >= kNumPriorities)
+    return luaL_argerror(L, 3,
+                         lua_pushfstring(L, "retention priority must be in [0, %d]", kNumPriorities - 1));
   const bool shared = lua_toboolean(L, 4);
   return guarded(L,
                  [&] { return LuaWorkload::from(L).lua_set_priority(L, engine, SeqId(id), int(p), shared); });

@@ -1,6 +1,10 @@
 #include "cli/lua/lua_workload.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
 
 #include "cli/lua/lua_engine_handle.hpp"
 #include "cli/lua/lua_types.hpp"
@@ -326,6 +330,13 @@ TokenId token_name(const TableReader& spec, const char* key, const std::string& 
   spec.fail(key, "unknown token name '" + name + "' (valid: step, eos, or a token id)");
 }
 
+TokenId checked_token(const TableReader& spec, const char* key, lua_Integer id, const EngineVocab& v) {
+  if (id < 0 || id >= v.vocab_size)
+    spec.fail(key, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                       std::to_string(v.vocab_size) + ")");
+  return TokenId(id);
+}
+
 std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const EngineVocab& v) {
   std::vector<TokenId> out;
   const int t = spec.push("stop");
@@ -340,25 +351,40 @@ std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const Engi
   const lua_Integer n = luaL_len(co, -1);
   for (lua_Integer k = 1; k <= n; ++k) {
     lua_rawgeti(co, -1, k);
-    if (lua_isinteger(co, -1)) out.push_back(TokenId(lua_tointeger(co, -1)));
+    if (lua_isinteger(co, -1)) out.push_back(checked_token(spec, "stop", lua_tointeger(co, -1), v));
     else if (lua_type(co, -1) == LUA_TSTRING)
       out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
+    else
+      spec.fail("stop", "entry " + std::to_string(k) + " is a " + luaL_typename(co, -1) +
+                            ", not a token name ('step', 'eos') or id");
     lua_pop(co, 1);
   }
   lua_pop(co, 1);
   return out;
 }
 
+// A list of numbers (T float: finite ones; T int: integers that fit), each entry checked.
 template <typename T>
 std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* key) {
   std::vector<T> out;
   const int t = spec.push(key);
   if (t == LUA_TTABLE) {
     const lua_Integer n = luaL_len(co, -1);
-    out.reserve(std::size_t(n));
+    out.reserve(std::size_t(std::max<lua_Integer>(0, n)));
     for (lua_Integer k = 1; k <= n; ++k) {
       lua_rawgeti(co, -1, k);
-      out.push_back(T(lua_tonumber(co, -1)));
+      const std::string entry = "entry " + std::to_string(k);
+      if (lua_type(co, -1) != LUA_TNUMBER)
+        spec.fail(key, entry + " is a " + luaL_typename(co, -1) + ", not a number");
+      const double x = lua_tonumber(co, -1);
+      if constexpr (std::is_integral_v<T>) {
+        if (!lua_isinteger(co, -1) || x < double(std::numeric_limits<T>::min()) ||
+            x > double(std::numeric_limits<T>::max()))
+          spec.fail(key, entry + " must be an integer that fits 32 bits, got " + lua_tostring(co, -1));
+      } else if (!std::isfinite(x)) {
+        spec.fail(key, entry + " must be finite, got " + lua_tostring(co, -1));
+      }
+      out.push_back(T(x));
       lua_pop(co, 1);
     }
   } else if (t != LUA_TNIL) {
@@ -388,31 +414,38 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   if (parent && !prompt.empty()) spec.fail("prompt", "give either a prompt or a parent to fork, not both");
   s.sampling.max_tokens = spec.int32("max_tokens").value_or(256);
   s.sampling.ignore_eos = spec.boolean("ignore_eos").value_or(false);
-  s.sampling.temperature = float(spec.number("temperature").value_or(0.0));
-  s.sampling.top_p = float(spec.number("top_p").value_or(1.0));
+  // vLLM's ranges: temperature >= 0 (0: greedy), top_p in (0, 1].
+  const double temperature = spec.number("temperature").value_or(0.0);
+  if (temperature < 0)
+    spec.fail("temperature", "must be a finite number >= 0, got " + std::to_string(temperature));
+  const double top_p = spec.number("top_p").value_or(1.0);
+  if (!(top_p > 0 && top_p <= 1)) spec.fail("top_p", "must be in (0, 1], got " + std::to_string(top_p));
+  s.sampling.temperature = float(temperature);
+  s.sampling.top_p = float(top_p);
   s.sampling.seed = seed;
   s.sampling.stop_token_ids = read_stop_list(co, spec, v);
   s.script.seed = seed;
   s.script.force = spec.boolean("force").value_or(true);
   if (const auto stop_at = spec.int32("stop_at")) {
+    if (*stop_at < 0) spec.fail("stop_at", "must be an output index >= 0, got " + std::to_string(*stop_at));
     s.script.stop_at = *stop_at;
     const int t = spec.push("stop_with");
-    if (t == LUA_TNUMBER) s.script.stop_token = TokenId(lua_tointeger(co, -1));
+    if (t == LUA_TNUMBER && lua_isinteger(co, -1))
+      s.script.stop_token = checked_token(spec, "stop_with", lua_tointeger(co, -1), v);
     else if (t == LUA_TSTRING) s.script.stop_token = token_name(spec, "stop_with", lua_tostring(co, -1), v);
-    else
+    else if (t == LUA_TNIL)
       s.script.stop_token = s.sampling.stop_token_ids.empty() ? v.eos_id : s.sampling.stop_token_ids.front();
+    else spec.fail("stop_with", "expected a token name ('step', 'eos') or id");
     lua_pop(co, 1);
   }
   s.script.scores = read_number_list<float>(co, spec, "scores");
   s.score_positions = read_number_list<int>(co, spec, "score_positions");
   s.keep_kv = spec.boolean("keep").value_or(false);
-  const std::optional<int> priority = spec.int32("priority");
   spec.finish();
 
   if (parent) {
     s.tokens = std::move(append);
     Sequence& child = rt_->fork(engine, SeqId(*parent), std::move(s));
-    if (priority) rt_->engine(engine).set_priority(child.id, *priority);
     owner_[child.id] = &task;
     task.live.emplace(child.id, engine);
     ++task.requests;

@@ -38,6 +38,40 @@ expect_call_error(function() return duet.sweep{grid = {x = {1}}, run = function(
                   "duet.sweep.*threads.*must be at least 1, got %-1")
 expect_call_error(function() return duet.synthetic(4, 1, 0) end, "vocabulary size out of range")
 
+-- A submit's values: out of range or of the wrong type is an error naming the line and the key.
+local submit_errors = {
+  {{temperature = -1}, "temperature.*must be a finite number >= 0, got %-1"},
+  {{temperature = 0/0}, "temperature.*expected a finite number"},
+  {{top_p = 0}, "top_p.*must be in %(0, 1%]"},
+  {{top_p = 1.5}, "top_p.*must be in %(0, 1%]"},
+  {{stop = {"eos", true}}, "stop.*entry 2 is a boolean"},
+  {{stop = {-3}}, "stop.*token id %-3 is outside the vocabulary"},
+  {{stop_at = -1}, "stop_at.*must be an output index >= 0"},
+  {{stop_at = 3, stop_with = {}}, "stop_with.*expected a token name"},
+  {{scores = {0.5, "high"}}, "scores.*entry 2 is a string, not a number"},
+  {{scores = {1/0}}, "scores.*entry 1 must be finite"},
+  {{score_positions = {1.5}}, "score_positions.*entry 1 must be an integer"},
+  {{score_positions = {0/0}}, "score_positions.*entry 1 must be an integer"},
+  {{priority = 1}, "unknown key 'priority'"},
+}
+local checked = 0
+duet.run(config{workload = {problems = {{}}, solve = function(ctx)
+  local llm = ctx.engines.llm
+  for _, case in ipairs(submit_errors) do
+    local spec = {prompt = 8, max_tokens = 2}
+    for k, v in pairs(case[1]) do spec[k] = v end
+    local ok, err = pcall(function() return llm:submit(spec) end)
+    assert(not ok, "submit accepted a bad value; expected '" .. case[2] .. "'")
+    assert(tostring(err):find(case[2]), "error '" .. tostring(err) .. "' does not match '" .. case[2] .. "'")
+    assert(tostring(err):find("check_config_errors.lua:%d+"), "error '" .. tostring(err) .. "' names no line")
+    checked = checked + 1
+  end
+  local ok, err = pcall(function() llm:set_priority(1, 8) end)
+  assert(not ok and tostring(err):find("retention priority must be in %[0, 7%]"), tostring(err))
+  return {score = 0}
+end}})
+assert(checked == #submit_errors)
+
 -- And the valid forms run: priority with and without its list.
 assert(duet.run(config{arbiter = "priority", arbiter_priority = {"prm", "llm"}}))
 assert(duet.run(config{arbiter = "priority"}))
