@@ -208,7 +208,9 @@ struct CudaExecutor::Impl {
   std::size_t cap_meta = 0, cap_ws = 0;
   k::DeviceBuffer x, h, d, scratch, gathered, logits, out, meta, ws;
 
-  std::vector<std::uint64_t> staging;  // 8-byte aligned host staging of the metadata
+  // The metadata's host side, pinned so that its upload is a DMA the host does not wait for. Each
+  // step ends in a synchronize (collect), so the next step may rewrite it.
+  k::PinnedBuffer staging;
   std::vector<std::int32_t> host_out;
   std::vector<float> host_logits;
 
@@ -361,6 +363,7 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   inv_freq = k::DeviceBuffer(freq32.size() * sizeof(float));
   k::copy_to_device(inv_freq.get(), freq32.data(), freq32.size() * sizeof(float), stream->get());
   allocate_step_buffers(tokens, rows, meta_bytes, ws_bytes);
+  staging = k::PinnedBuffer(meta_bytes);
   stream->synchronize();
 }
 
@@ -627,8 +630,11 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan_shape(const Batch& batch) cons
 }
 
 CudaExecutor::Impl::HostMeta CudaExecutor::Impl::host_meta(const MetaLayout& ml) {
-  if (staging.size() < ml.total / 8 + 1) staging.resize(ml.total / 8 + 1);
-  std::byte* base = reinterpret_cast<std::byte*>(staging.data());
+  if (staging.bytes() < ml.total) {
+    stream->synchronize();  // no copy may still read the old buffer
+    staging = k::PinnedBuffer(std::max(ml.total, staging.bytes() + staging.bytes() / 2));
+  }
+  std::byte* base = static_cast<std::byte*>(staging.get());
   auto i32 = [&](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
   return {.tokens = i32(ml.tokens),
           .positions = i32(ml.positions),
@@ -712,7 +718,7 @@ void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
 void CudaExecutor::Impl::stage(const Step& step) {
   const k::Stream s = stream->get();
   ev_start->record(s);
-  k::copy_to_device(meta.get(), staging.data(), step.f.ml.total, s);
+  k::copy_to_device(meta.get(), staging.get(), step.f.ml.total, s);
 }
 
 void CudaExecutor::Impl::launch(const Batch& batch, const Step& step) {

@@ -112,6 +112,27 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 // pageable memory returns once it is done). Zero bytes is a no-op, so callers need not special-case
 // empty batches.
 
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  check(cudaMallocHost(&ptr_, bytes), bytes_call("cudaMallocHost", bytes));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) (void)cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) (void)cudaFreeHost(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
 void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (bytes == 0) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),

@@ -52,6 +52,26 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory: a copy from it to the device is a DMA that the host does not wait
+// for, where a copy from pageable memory first goes through the driver's own staging on the host.
+// The host must not rewrite it until the stream has passed the copy.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream stream);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream stream);
 void copy_device(void* dst, const void* src, std::size_t bytes, Stream stream);

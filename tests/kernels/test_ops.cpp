@@ -212,6 +212,26 @@ TEST(Device, BuffersCopiesStreamsAndEvents) {
   s.synchronize();
 }
 
+// Pinned host memory uploads without the host waiting; its contents survive moves.
+TEST(Device, PinnedBufferUploadsAndMoves) {
+  DUET_REQUIRE_GPU();
+  dk::StreamHandle s;
+  dk::PinnedBuffer pinned(4000);
+  ASSERT_NE(pinned.get(), nullptr);
+  EXPECT_EQ(pinned.bytes(), 4000u);
+  auto* p = static_cast<std::int32_t*>(pinned.get());
+  std::iota(p, p + 1000, 5);
+  dk::PinnedBuffer moved(std::move(pinned));
+  EXPECT_EQ(pinned.get(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is the test
+  dk::DeviceBuffer d(4000);
+  dk::copy_to_device(d.get(), moved.get(), 4000, s.get());
+  const auto back = download<std::int32_t>(d.get(), 1000, s);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back[std::size_t(i)], i + 5) << i;
+  pinned = std::move(moved);
+  EXPECT_EQ(pinned.bytes(), 4000u);
+  EXPECT_EQ(dk::PinnedBuffer(0).get(), nullptr);
+}
+
 // --- Ops: gathers -------------------------------------------------------------------------------
 
 // hidden 4096: 16-byte path; 1030: bf16x2 path; 1027 (odd): scalar path.
