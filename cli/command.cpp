@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -70,6 +71,14 @@ RecordLevel parse_record_level(const std::string& option, const std::string& tex
   } catch (const Error& e) {
     throw Error(option + ": " + e.what());
   }
+}
+
+void check_script(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path + ": no such script file");
+  if (fs::is_directory(path, ec)) throw Error(path + ": is a directory, not a script");
+  if (!std::ifstream(path)) throw Error(path + ": cannot open script");
 }
 
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {

@@ -51,6 +51,10 @@ void check_usage(F&& checks) {
   }
 }
 
+// Before any work: the script exists and can be read (a pipe such as /dev/stdin too); throws
+// duet::Error naming it otherwise.
+void check_script(const std::string& path);
+
 // An error after which HDF5 could not close a file (a full disk). run_command reports it as any
 // error and ends the process without the exit handlers: HDF5 1.10's own would close the file
 // again and crash, after the error and the file were already dealt with.

@@ -1,8 +1,6 @@
 // duet run SCRIPT.lua: an experiment written in Lua.
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -44,13 +42,6 @@ int run_body(lua::ScriptOptions& opt) {
                    signal, e.what());
     return stopped_exit_status(signal);
   }
-}
-
-// Before any work: the script must be a readable file (a typo in its path is bad usage).
-void check_script(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such script file");
-  if (!std::ifstream(path)) throw Error(path + ": cannot open script");
 }
 
 }  // namespace

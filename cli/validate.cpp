@@ -224,16 +224,16 @@ int validate(int argc, char** argv) {
             throw Error("give a script or --trace FILE (or --synthetic N)");
           if (!is_real_backend(trace.backend))
             throw Error("--backend must be a real engine (cpu or cuda) to validate against");
-        });
-        if (opt.script.empty()) {
+          if (!opt.script.empty()) check_script(opt.script);
           if (out.empty())
-            out = std::filesystem::path(trace.trace.empty() ? "synthetic" : trace.trace).stem().string() +
+            out = std::filesystem::path(opt.script.empty() ? (trace.trace.empty() ? "synthetic" : trace.trace)
+                                                           : opt.script)
+                      .stem()
+                      .string() +
                   ".validate.h5";
-          check_output(out, {trace.trace, profile});
-          return validate_trace(trace, profile, repeats, max_error, out, command_line);
-        }
-        if (out.empty()) out = std::filesystem::path(opt.script).stem().string() + ".validate.h5";
-        check_output(out, {opt.script, profile});
+          check_output(out, {opt.script, trace.trace, profile});
+        });
+        if (opt.script.empty()) return validate_trace(trace, profile, repeats, max_error, out, command_line);
         return validate_script(opt, trace.backend, profile, repeats, max_error, out,
                                !vm.count("no-progress"));
       });

@@ -62,7 +62,9 @@ class KvAllocator {
   virtual void free(Sequence& seq) = 0;
   // Sets the retention priority of the sequence's blocks (those it holds alone, unless `shared`).
   virtual void set_priority(Sequence& seq, int priority, bool shared = false) = 0;
-  // Block copies queued since the last call, for the executor to run before the next step.
+  // Block copies queued since the last call, for the executor to run before the next step. They run
+  // at once (a GPU kernel copies them in parallel): no two share a destination, and no destination
+  // is another copy's source.
   virtual std::vector<BlockCopy> take_copies() = 0;
   // Floor and ceiling on the blocks this allocator holds (a shared pool's policy moves them).
   virtual void set_limits(KvLimits limits) = 0;

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -54,11 +55,21 @@ bool NaiveAllocator::fork(const Sequence& src, Sequence& dst) {
   const BlockId base = r * blocks_per_region_;
   for (std::size_t i = 0; i < src.kv.blocks.size(); ++i) {
     dst.kv.blocks.push_back(base + BlockId(i));
-    copies_.push_back({src.kv.blocks[i], dst.kv.blocks.back()});
+    const BlockCopy c{pending_origin(src.kv.blocks[i]), dst.kv.blocks.back()};
+    copies_.push_back(c);
+    pending_src_[c.dst] = c.src;
     ++counters_.cow_copies;
   }
   filled_tokens_ += dst.kv.num_slots;
   return true;
+}
+
+// The copies of one step run at once on a GPU (kernels::copy_blocks), so none may read a block
+// that another writes: a fork from a sequence whose own fork copy is still pending copies from
+// where that copy reads, and a region freed before its copies ran takes them back.
+BlockId NaiveAllocator::pending_origin(BlockId b) const {
+  const auto it = pending_src_.find(b);
+  return it == pending_src_.end() ? b : it->second;
 }
 
 void NaiveAllocator::free(Sequence& seq) {
@@ -66,12 +77,17 @@ void NaiveAllocator::free(Sequence& seq) {
   if (kv.naive_region >= 0) {
     region_free_[kv.naive_region] = 1;
     free_regions_.push_back(kv.naive_region);
+    const BlockId first = kv.naive_region * blocks_per_region_, last = first + blocks_per_region_;
+    counters_.cow_copies -=
+        std::erase_if(copies_, [&](const BlockCopy& c) { return c.dst >= first && c.dst < last; });
+    for (BlockId b = first; b < last; ++b) pending_src_.erase(b);
   }
   filled_tokens_ -= kv.num_slots;
   kv = KvState{};
 }
 
 std::vector<BlockCopy> NaiveAllocator::take_copies() {
+  pending_src_.clear();
   std::vector<BlockCopy> out;
   out.swap(copies_);
   return out;

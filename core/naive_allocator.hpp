@@ -4,6 +4,7 @@
 // Large Language Model Serving with PagedAttention", SOSP 2023, section 3). Regions are expressed
 // as runs of consecutive blocks, so that executors read them through the same block tables.
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "core/kv_allocator.hpp"
@@ -34,6 +35,7 @@ class NaiveAllocator final : public KvAllocator {
 
  private:
   std::int32_t reserve();
+  BlockId pending_origin(BlockId b) const;  // where the pending copy into b reads, or b
 
   int block_size_;
   int max_model_len_;
@@ -42,6 +44,7 @@ class NaiveAllocator final : public KvAllocator {
   std::vector<char> region_free_;
   std::int64_t filled_tokens_ = 0;
   std::vector<BlockCopy> copies_;
+  std::unordered_map<BlockId, BlockId> pending_src_;  // copies_ by destination
   KvCounters counters_;
 };
 

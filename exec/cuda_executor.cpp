@@ -542,7 +542,16 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const Step step = plan(batch);
   const auto t_prep = Clock::now();
   stage(step);
-  launch(batch, step);
+  try {
+    launch(batch, step);
+  } catch (...) {
+    // The metadata upload may still read the pinned staging buffer, which the next step rewrites.
+    try {
+      stream->synchronize();
+    } catch (...) {  // the launch's own error is the one to report
+    }
+    throw;
+  }
   const auto t_launched = Clock::now();
   collect(batch, step);
   const auto t_synced = Clock::now();

@@ -485,8 +485,9 @@ int l_sweep(lua_State* L) {
     call.fn = lua_gettop(L);
     // Validation measures a real engine: one point at a time, nothing beside it on the cores.
     const std::optional<int> asked = t.int32("threads");
-    if (asked && *asked < 1) t.fail("threads", "must be at least 1, got " + std::to_string(*asked));
-    const int threads = ctx.opt.validate ? 1 : std::max(1, asked.value_or(ctx.opt.threads));
+    if (asked && *asked < 0)
+      t.fail("threads", "must be 0 (as duet run --threads) or more, got " + std::to_string(*asked));
+    const int threads = ctx.opt.validate ? 1 : (asked && *asked > 0 ? *asked : ctx.opt.threads);
     call.label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();

@@ -248,7 +248,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     ex.record = d.record;
   }
   if (!t.has("workload")) t.fail("workload", "missing: a workload table {problems = ..., solve = ...}");
-  t.has("out");
+  t.boolean("out");  // read by wants_output for duet.run; checked here for sweep points too
   t.finish();
   return ex;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -330,6 +331,15 @@ TokenId token_name(const TableReader& spec, const char* key, const std::string& 
   spec.fail(key, "unknown token name '" + name + "' (valid: step, eos, or a token id)");
 }
 
+// The value at idx as an integer: an integer, or a number with an integral value (3.0), as
+// TableReader reads integer fields; nothing for anything else (a string is not converted).
+std::optional<lua_Integer> integral(lua_State* co, int idx) {
+  if (lua_type(co, idx) != LUA_TNUMBER) return std::nullopt;
+  int exact = 0;
+  const lua_Integer x = lua_tointegerx(co, idx, &exact);
+  return exact ? std::optional<lua_Integer>(x) : std::nullopt;
+}
+
 TokenId checked_token(const TableReader& spec, const char* key, lua_Integer id, const EngineVocab& v) {
   if (id < 0 || id >= v.vocab_size)
     spec.fail(key, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -351,7 +361,7 @@ std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const Engi
   const lua_Integer n = luaL_len(co, -1);
   for (lua_Integer k = 1; k <= n; ++k) {
     lua_rawgeti(co, -1, k);
-    if (lua_isinteger(co, -1)) out.push_back(checked_token(spec, "stop", lua_tointeger(co, -1), v));
+    if (const auto id = integral(co, -1)) out.push_back(checked_token(spec, "stop", *id, v));
     else if (lua_type(co, -1) == LUA_TSTRING)
       out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
     else
@@ -376,15 +386,17 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
       const std::string entry = "entry " + std::to_string(k);
       if (lua_type(co, -1) != LUA_TNUMBER)
         spec.fail(key, entry + " is a " + luaL_typename(co, -1) + ", not a number");
-      const double x = lua_tonumber(co, -1);
       if constexpr (std::is_integral_v<T>) {
-        if (!lua_isinteger(co, -1) || x < double(std::numeric_limits<T>::min()) ||
-            x > double(std::numeric_limits<T>::max()))
+        const std::optional<lua_Integer> x = integral(co, -1);
+        if (!x || *x < std::numeric_limits<T>::min() || *x > std::numeric_limits<T>::max())
           spec.fail(key, entry + " must be an integer that fits 32 bits, got " + lua_tostring(co, -1));
-      } else if (!std::isfinite(x)) {
-        spec.fail(key, entry + " must be finite, got " + lua_tostring(co, -1));
+        out.push_back(T(*x));
+      } else {
+        const T x = T(lua_tonumber(co, -1));  // finite after the narrowing too: 1e39 is no float
+        if (!std::isfinite(x))
+          spec.fail(key, entry + " must be finite in single precision, got " + lua_tostring(co, -1));
+        out.push_back(x);
       }
-      out.push_back(T(x));
       lua_pop(co, 1);
     }
   } else if (t != LUA_TNIL) {
@@ -430,8 +442,7 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
     if (*stop_at < 0) spec.fail("stop_at", "must be an output index >= 0, got " + std::to_string(*stop_at));
     s.script.stop_at = *stop_at;
     const int t = spec.push("stop_with");
-    if (t == LUA_TNUMBER && lua_isinteger(co, -1))
-      s.script.stop_token = checked_token(spec, "stop_with", lua_tointeger(co, -1), v);
+    if (const auto id = integral(co, -1)) s.script.stop_token = checked_token(spec, "stop_with", *id, v);
     else if (t == LUA_TSTRING) s.script.stop_token = token_name(spec, "stop_with", lua_tostring(co, -1), v);
     else if (t == LUA_TNIL)
       s.script.stop_token = s.sampling.stop_token_ids.empty() ? v.eos_id : s.sampling.stop_token_ids.front();
@@ -440,6 +451,10 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   }
   s.script.scores = read_number_list<float>(co, spec, "scores");
   s.score_positions = read_number_list<int>(co, spec, "score_positions");
+  if (s.kind != SeqKind::Score && spec.has("scores"))
+    spec.fail("scores", "a PRM's scores: needs kind = 'score'");
+  if (s.kind != SeqKind::Score && spec.has("score_positions"))
+    spec.fail("score_positions", "positions a PRM scores: needs kind = 'score'");
   s.keep_kv = spec.boolean("keep").value_or(false);
   spec.finish();
 

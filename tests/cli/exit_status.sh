@@ -29,8 +29,13 @@ expect 2 run "$quick" --no-such-flag
 expect 2 validate --synthetic 2
 expect 2 validate --synthetic 2 --backend sim
 expect 2 validate --synthetic 2 --backend cpu --repeats 0
+expect 2 validate "$out/no-such-script.lua" --backend cpu
+expect 2 validate --synthetic 2 --backend cpu --out "$out/no-such-dir/x.validate.h5"
 expect 2 simulate --synthetic 4 --model gpt-5
 expect 2 cost --model llama-3.1-8b --gpu h100 --cost-model nope
 expect 1 run "$source/tests/lua/bad_runtime.lua" --no-progress --out "$out/runtime.h5"
 expect 0 run "$quick" --no-progress --out "$out/quick.h5" -- --problems 2
+# A script read from a pipe is a script too.
+echo 'print("from a pipe")' | "$duet" run /dev/stdin --no-progress --out "$out/pipe.h5" >log.txt 2>&1 ||
+  { echo "FAIL: duet run /dev/stdin exited $?:"; cat log.txt; failed=1; }
 exit $failed

@@ -187,6 +187,29 @@ TEST(NaiveAllocator, ForkReservesARegionAndCopiesEveryUsedBlock) {
   EXPECT_EQ(src.kv.blocks, range(0, 3));
 }
 
+// A step's copies run at once on a GPU, so they must not depend on each other: a fork of a fork
+// whose copies are still pending reads from the first source, and a region freed before its
+// copies ran takes them back (its next owner's copies would race with them).
+TEST(NaiveAllocator, PendingCopiesNeverReadOrRewriteAnotherCopysDestination) {
+  NaiveAllocator a(64, 16, 256);  // 4 regions of 16 blocks
+  Sequence p = make_seq(1, 40);
+  ASSERT_TRUE(a.allocate_slots(p, 40));  // blocks 0, 1, 2
+  Sequence c = make_seq(2, 40), g = make_seq(3, 40);
+  ASSERT_TRUE(a.fork(p, c));  // region 1: 0->16, 1->17, 2->18
+  ASSERT_TRUE(a.fork(c, g));  // region 2, from p's blocks: c's are not written yet
+  const std::vector<BlockCopy> chained = {{0, 16}, {1, 17}, {2, 18}, {0, 32}, {1, 33}, {2, 34}};
+  EXPECT_EQ(a.take_copies(), chained);
+
+  Sequence h = make_seq(4, 40), k = make_seq(5, 40);
+  ASSERT_TRUE(a.fork(p, h));  // region 3: 0->48, 1->49, 2->50
+  a.free(h);                  // before any step ran its copies
+  EXPECT_EQ(a.counters().cow_copies, 6);
+  ASSERT_TRUE(a.fork(g, k));  // region 3 again, now from g
+  const std::vector<BlockCopy> after_free = {{32, 48}, {33, 49}, {34, 50}};
+  EXPECT_EQ(a.take_copies(), after_free);
+  EXPECT_EQ(a.counters().cow_copies, 9);
+}
+
 TEST(NaiveAllocator, ForkWithoutAFreeRegionLeavesTheCopyToRecompute) {
   NaiveAllocator a(16, 16, 256);  // a single region
   Sequence src = make_seq(1, 8);

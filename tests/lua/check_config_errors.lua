@@ -35,7 +35,7 @@ local function expect_call_error(f, pattern)
   assert(tostring(err):find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
 end
 expect_call_error(function() return duet.sweep{grid = {x = {1}}, run = function() return config{} end, threads = -1} end,
-                  "duet.sweep.*threads.*must be at least 1, got %-1")
+                  "duet.sweep.*threads.*must be 0 %(as duet run %-%-threads%) or more, got %-1")
 expect_call_error(function() return duet.synthetic(4, 1, 0) end, "vocabulary size out of range")
 
 -- A submit's values: out of range or of the wrong type is an error naming the line and the key.
@@ -50,9 +50,12 @@ local submit_errors = {
   {{stop_at = 3, stop_with = {}}, "stop_with.*expected a token name"},
   {{scores = {0.5, "high"}}, "scores.*entry 2 is a string, not a number"},
   {{scores = {1/0}}, "scores.*entry 1 must be finite"},
+  {{scores = {1e39}}, "scores.*entry 1 must be finite in single precision"},
   {{score_positions = {1.5}}, "score_positions.*entry 1 must be an integer"},
   {{score_positions = {0/0}}, "score_positions.*entry 1 must be an integer"},
   {{priority = 1}, "unknown key 'priority'"},
+  {{scores = {0.5}}, "scores.*needs kind = 'score'"},
+  {{score_positions = {3}}, "score_positions.*needs kind = 'score'"},
 }
 local checked = 0
 duet.run(config{workload = {problems = {{}}, solve = function(ctx)
@@ -66,6 +69,9 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
     assert(tostring(err):find("check_config_errors.lua:%d+"), "error '" .. tostring(err) .. "' names no line")
     checked = checked + 1
   end
+  -- Integral floats are integers, as for every integer field.
+  duet.await(llm:submit{prompt = 8, max_tokens = 2, stop = {2.0}, stop_at = 1, stop_with = 3.0})
+  duet.await(llm:submit{kind = "score", prompt = 8, score_positions = {3.0, 7}})
   local ok, err = pcall(function() llm:set_priority(1, 8) end)
   assert(not ok and tostring(err):find("retention priority must be in %[0, 7%]"), tostring(err))
   return {score = 0}

@@ -1,0 +1,72 @@
+-- Every duet.* function and engine method called with edge arguments (zero, negative, huge, NaN,
+-- infinities, wrong types) under pcall: each call returns or raises a Lua error; none may end the
+-- process (duet.synthetic(n, key, 0) once did, with SIGFPE) or hang.
+local duet = require("duet")
+local weird = {0, -1, 1, 2^31, 2^53, -2^63, 0/0, 1/0, -1/0, 0.5, "", "x", true, {}, {1, 2}, function() end}
+local calls = 0
+local function try(f, ...)
+  pcall(f, ...)
+  calls = calls + 1
+end
+
+for _, name in ipairs{"synthetic", "token_list", "tokens", "tokenizer", "read_json", "read_jsonl", "model",
+                      "gpu", "models", "gpus", "args", "uniform", "normal", "hash", "trace", "now"} do
+  local f = duet[name]
+  try(f)
+  for _, a in ipairs(weird) do
+    try(f, a)
+    for _, b in ipairs(weird) do
+      try(f, a, b)
+      try(f, 4, a, b)
+    end
+  end
+end
+local list = duet.synthetic(8, 1)
+for _, a in ipairs(weird) do
+  try(function() return list:get(a) end)
+  try(function() return list .. a end)
+  try(function() return a .. list end)
+  for _, b in ipairs(weird) do try(function() return list:get(a, b) end) end
+end
+
+local keys = {"prompt", "parent", "append", "kind", "max_tokens", "ignore_eos", "temperature", "top_p", "seed",
+              "stop", "stop_at", "stop_with", "score_positions", "scores", "keep", "force"}
+local accepted = 0
+local function solve(ctx)
+  local e = ctx.engines.llm
+  for _, k in ipairs(keys) do
+    for _, v in ipairs(weird) do
+      local spec = {prompt = 8, max_tokens = 2}
+      spec[k] = v
+      local ok, id = pcall(function() return e:submit(spec) end)
+      calls = calls + 1
+      if ok then
+        accepted = accepted + 1
+        try(function() duet.await(id) end)
+      end
+    end
+  end
+  for _, a in ipairs(weird) do
+    try(function() e:release(a) end)
+    try(function() return e:tokens(a) end)
+    try(function() return e:tokens(1, a) end)
+    try(function() e:set_priority(a, 1) end)
+    try(function() e:set_priority(1, a) end)
+    try(function() duet.await(a) end)
+    try(function() duet.sleep_until(a) end)
+  end
+  local kept = e:submit{prompt = 8, max_tokens = 2, keep = true}
+  duet.await(kept)
+  for _, a in ipairs(weird) do
+    try(function() duet.await(e:submit{parent = kept, append = a, max_tokens = 1}) end)
+    try(function() duet.await(e:submit{parent = kept, kind = "score", score_positions = {a}}) end)
+  end
+  return {score = 0}
+end
+local r = duet.run{out = false, progress = false,
+                   engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.5}},
+                   workload = {problems = {{}}, solve = solve}}
+assert(r.problems == 1, "the workload did not finish")
+assert(accepted > 0 and accepted < #keys * #weird, "every or no submit was accepted: the probe tests nothing")
+print(string.format("API edges: %d calls, %d of %d odd submits accepted, the process survived", calls, accepted,
+                    #keys * #weird))
