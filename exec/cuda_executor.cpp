@@ -208,8 +208,9 @@ struct CudaExecutor::Impl {
   std::size_t cap_meta = 0, cap_ws = 0;
   k::DeviceBuffer x, h, d, scratch, gathered, logits, out, meta, ws;
 
-  // The metadata's host side, pinned so that its upload is a DMA the host does not wait for. Each
-  // step ends in a synchronize (collect), so the next step may rewrite it.
+  // The metadata's host side (cap_meta bytes, grown with meta by ensure(), which synchronizes
+  // first), pinned so that its upload is a DMA the host does not wait for. Each step ends in a
+  // synchronize (collect), so the next step may rewrite it.
   k::PinnedBuffer staging;
   std::vector<std::int32_t> host_out;
   std::vector<float> host_logits;
@@ -260,7 +261,7 @@ struct CudaExecutor::Impl {
   Step plan(const Batch& batch);
   Step plan_shape(const Batch& batch) const;
   void prepare_gemms(const Fwd& f);
-  HostMeta host_meta(const MetaLayout& ml);
+  HostMeta host_meta(const MetaLayout& ml) const;
   void write_items(const Batch& batch, Step& step, const HostMeta& m) const;
   static void write_graph_padding(const Fwd& f, int n, const HostMeta& m);
   void stage(const Step& step);
@@ -363,7 +364,6 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   inv_freq = k::DeviceBuffer(freq32.size() * sizeof(float));
   k::copy_to_device(inv_freq.get(), freq32.data(), freq32.size() * sizeof(float), stream->get());
   allocate_step_buffers(tokens, rows, meta_bytes, ws_bytes);
-  staging = k::PinnedBuffer(meta_bytes);
   stream->synchronize();
 }
 
@@ -404,8 +404,9 @@ void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t
     cap_rows = rows;
   }
   if (meta_bytes > cap_meta) {
-    meta = {};
+    meta = {}, staging = {};
     meta = k::DeviceBuffer(meta_bytes);
+    staging = k::PinnedBuffer(meta_bytes);  // its host side, the same size
     cap_meta = meta_bytes;
   }
   if (ws_bytes > cap_ws) {
@@ -638,11 +639,7 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan_shape(const Batch& batch) cons
   return step;
 }
 
-CudaExecutor::Impl::HostMeta CudaExecutor::Impl::host_meta(const MetaLayout& ml) {
-  if (staging.bytes() < ml.total) {
-    stream->synchronize();  // no copy may still read the old buffer
-    staging = k::PinnedBuffer(std::max(ml.total, staging.bytes() + staging.bytes() / 2));
-  }
+CudaExecutor::Impl::HostMeta CudaExecutor::Impl::host_meta(const MetaLayout& ml) const {
   std::byte* base = static_cast<std::byte*>(staging.get());
   auto i32 = [&](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
   return {.tokens = i32(ml.tokens),

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <stdexcept>
 
 #include "cli/lua/lua_util.hpp"
 #include "cli/progress.hpp"
@@ -63,7 +62,7 @@ struct Experiment {
   std::vector<std::string> load_formats;
   std::vector<std::unique_ptr<EnginePolicies>> policies;
   ArbiterKind arbiter = ArbiterKind::Alternate;
-  std::vector<std::string> arbiter_priority;
+  std::vector<int> arbiter_priority;  // engine indices, most important first
   FunctionRef arbiter_fn, memory_split, memory_policy;
   KvPoolRequest kv_pool;
   std::vector<bool> block_size_given;
@@ -159,10 +158,11 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
         t.fail("arbiter_priority",
                "entry " + std::to_string(i) + " is a " + luaL_typename(L, -1) + ", not an engine name");
       const std::string name = lua_tostring(L, -1);
-      if (std::none_of(ex.engines.begin(), ex.engines.end(),
-                       [&](const EngineConfig& e) { return e.name == name; }))
+      const auto engine = std::find_if(ex.engines.begin(), ex.engines.end(),
+                                       [&](const EngineConfig& e) { return e.name == name; });
+      if (engine == ex.engines.end())
         t.fail("arbiter_priority", "entry " + std::to_string(i) + " names unknown engine '" + name + "'");
-      ex.arbiter_priority.push_back(name);
+      ex.arbiter_priority.push_back(int(engine - ex.engines.begin()));
       lua_pop(L, 1);
     }
   }
@@ -401,13 +401,7 @@ MemoryPolicy make_memory_policy(lua_State* L, const Experiment& ex) {
 Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
   Arbiter a;
   a.kind = ex.arbiter;
-  for (const std::string& name : ex.arbiter_priority) {
-    int found = -1;
-    for (std::size_t i = 0; i < ex.engines.size(); ++i)
-      if (ex.engines[i].name == name) found = int(i);
-    if (found < 0) throw std::logic_error("arbiter_priority: unknown engine '" + name + "' got past reading");
-    a.priority.push_back(found);
-  }
+  a.priority = ex.arbiter_priority;
   if (ex.arbiter == ArbiterKind::Callback) {
     const FunctionRef* fn = &ex.arbiter_fn;
     std::vector<std::string> names;
