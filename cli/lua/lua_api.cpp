@@ -202,11 +202,11 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
 
 // The values of grid.KEY (on the stack top) as JSON, checked: numbers, booleans or strings.
 nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
-  if (!lua_istable(L, -1) || luaL_len(L, -1) == 0)
-    throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
+  const lua_Integer n = lua_istable(L, -1) ? length(L, -1) : 0;
+  if (n <= 0) throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
   nlohmann::ordered_json values = nlohmann::ordered_json::array();
-  for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {
-    lua_rawgeti(L, -1, i);
+  for (lua_Integer i = 1; i <= n; ++i) {
+    get_index(L, -1, i);
     const int type = lua_type(L, -1);
     if (type == LUA_TNUMBER) values.push_back(lua_tonumber(L, -1));
     else if (type == LUA_TBOOLEAN) values.push_back(bool(lua_toboolean(L, -1)));
@@ -232,7 +232,7 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   std::vector<SweepPoint> points(1);
   for (const std::string& key : keys) {
-    lua_getfield(L, grid, key.c_str());
+    get_field(L, grid, key.c_str());
     const nlohmann::ordered_json values = grid_values(L, key);
     json[key] = values;
     std::vector<SweepPoint> next;
@@ -255,8 +255,8 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
 void push_point(lua_State* L, int grid, const SweepPoint& p) {
   lua_createtable(L, 0, int(p.numbers.size() + p.text.size()));
   for (const auto& [k, v] : p.numbers) {
-    lua_getfield(L, grid, k.c_str());
-    lua_rawgeti(L, -1, 1);
+    get_field(L, grid, k.c_str());
+    get_index(L, -1, 1);
     const bool boolean = lua_type(L, -1) == LUA_TBOOLEAN;
     lua_pop(L, 2);
     if (boolean) lua_pushboolean(L, v != 0.0);

@@ -18,7 +18,14 @@ int l_args(lua_State* L) {
     const auto& args = context(L).opt.args;
     lua_newtable(L);
     lua_pushnil(L);
-    while (lua_next(L, 1) != 0) {  // copy the defaults
+    while (lua_next(L, 1) != 0) {  // copy the defaults, which also say each argument's type
+      const int type = lua_type(L, -1);
+      if (lua_type(L, -2) != LUA_TSTRING)
+        throw Error(where(L) + "duet.args: the defaults' keys must be argument names, got a " +
+                    luaL_typename(L, -2));
+      if (type != LUA_TNUMBER && type != LUA_TBOOLEAN && type != LUA_TSTRING)
+        throw Error(where(L) + "duet.args: default '" + lua_tostring(L, -2) +
+                    "' must be a number, boolean or string, got a " + luaL_typename(L, -1));
       lua_pushvalue(L, -2);
       lua_insert(L, -2);
       lua_settable(L, -4);
@@ -35,12 +42,12 @@ int l_args(lua_State* L) {
       }
       for (char& c : name)
         if (c == '-') c = '_';
-      const int t = lua_getfield(L, 1, name.c_str());
+      const int t = lua_getfield(L, -1, name.c_str());  // the copy: no metamethods
       lua_pop(L, 1);
       if (t == LUA_TNIL) {
         std::string valid;
         lua_pushnil(L);
-        while (lua_next(L, 1) != 0) {
+        while (lua_next(L, -2) != 0) {
           lua_pop(L, 1);
           valid += std::string(valid.empty() ? "" : ", ") + "--" + lua_tostring(L, -1);
         }

@@ -151,9 +151,9 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
     if (ex.arbiter != ArbiterKind::Priority)
       t.fail("arbiter_priority", "orders engines for arbiter = 'priority' only");
     if (type != LUA_TTABLE) t.fail("arbiter_priority", "expected a list of engine names");
-    const lua_Integer n = luaL_len(L, -1);
+    const lua_Integer n = length(L, -1);
     for (lua_Integer i = 1; i <= n; ++i) {
-      lua_rawgeti(L, -1, i);
+      get_index(L, -1, i);
       if (lua_type(L, -1) != LUA_TSTRING)
         t.fail("arbiter_priority",
                "entry " + std::to_string(i) + " is a " + luaL_typename(L, -1) + ", not an engine name");
@@ -197,10 +197,10 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     }
   }
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
-  const lua_Integer n = luaL_len(L, -1);
+  const lua_Integer n = length(L, -1);
   if (n < 1) t.fail("engines", "needs at least one engine");
   for (lua_Integer i = 1; i <= n; ++i) {
-    lua_rawgeti(L, -1, i);
+    get_index(L, -1, i);
     ex.engines.push_back(read_engine(L, -1, ex, cost, d.source_dir));
     lua_pop(L, 1);
   }
@@ -436,7 +436,12 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
 }  // namespace
 
 bool wants_output(lua_State* L, int index, const char* fn) {
-  const int t = lua_getfield(L, index, "out");
+  int t = LUA_TNIL;
+  try {
+    t = get_field(L, index, "out");
+  } catch (const Error& e) {
+    throw Error(where(L) + fn + ".out: reading it raised an error: " + e.what());
+  }
   if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
     const std::string type = luaL_typename(L, -1);
     lua_pop(L, 1);
@@ -495,7 +500,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   const std::vector<Vocabulary> v = vocabularies(spec);
   for (std::size_t i = 0; i < v.size(); ++i)
     vocabs.push_back({spec.engines[i].config.name, v[i].vocab_size, v[i].step_id, v[i].eos_id});
-  lua_getfield(L, index, "workload");
+  get_field(L, index, "workload");
   LuaWorkload workload(L, -1, vocabs, ex.workload);
   lua_pop(L, 1);
   const std::string what = spec.backend == "sim" ? "simulated" : "measured";

@@ -92,6 +92,63 @@ std::string where(lua_State* L, int level) {
   return w;
 }
 
+namespace {
+
+int raw_gettable(lua_State* L) {  // (table, key) -> table[key], metamethods included
+  lua_gettable(L, 1);
+  return 1;
+}
+
+int raw_length(lua_State* L) {  // (value) -> #value as an integer, as luaL_len
+  lua_pushinteger(L, luaL_len(L, 1));
+  return 1;
+}
+
+bool has_metatable(lua_State* L, int index) {
+  if (!lua_getmetatable(L, index)) return false;
+  lua_pop(L, 1);
+  return true;
+}
+
+// Calls f(value [, key]) under lua_pcall, leaving its one result on the stack.
+void protected_read(lua_State* L, lua_CFunction f, int index, int nargs_after) {
+  lua_pushcfunction(L, f);
+  lua_pushvalue(L, index);
+  lua_rotate(L, -2 - nargs_after, 2);  // function and value below the key
+  if (lua_pcall(L, 1 + nargs_after, 1, 0) != LUA_OK) {
+    std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(non-string Lua error)";
+    lua_pop(L, 1);
+    throw Error(msg);
+  }
+}
+
+}  // namespace
+
+int get_field(lua_State* L, int index, const char* key) {
+  index = lua_absindex(L, index);
+  if (!has_metatable(L, index)) return lua_getfield(L, index, key);
+  lua_pushstring(L, key);
+  protected_read(L, raw_gettable, index, 1);
+  return lua_type(L, -1);
+}
+
+int get_index(lua_State* L, int index, lua_Integer i) {
+  index = lua_absindex(L, index);
+  if (!has_metatable(L, index)) return lua_rawgeti(L, index, i);
+  lua_pushinteger(L, i);
+  protected_read(L, raw_gettable, index, 1);
+  return lua_type(L, -1);
+}
+
+lua_Integer length(lua_State* L, int index) {
+  index = lua_absindex(L, index);
+  if (lua_istable(L, index) && !has_metatable(L, index)) return lua_Integer(lua_rawlen(L, index));
+  protected_read(L, raw_length, index, 0);
+  const lua_Integer n = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return n;
+}
+
 TableReader::TableReader(lua_State* L, int index, std::string where)
     : L_(L), index_(lua_absindex(L, index)), where_(std::move(where)) {
   if (!lua_istable(L, index_))
@@ -104,7 +161,11 @@ void TableReader::fail(const char* key, const std::string& what) const {
 
 int TableReader::push(const char* key) {
   asked_.insert(key);
-  return lua_getfield(L_, index_, key);
+  try {
+    return get_field(L_, index_, key);
+  } catch (const Error& e) {
+    fail(key, std::string("reading it raised an error: ") + e.what());
+  }
 }
 
 bool TableReader::has(const char* key) {

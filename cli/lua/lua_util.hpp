@@ -51,6 +51,15 @@ void pcall(lua_State* L, int nargs, int nresults);
 // Loads a script file as a function on the stack; a syntax error throws duet::Error (file:line).
 void load_file(lua_State* L, const std::string& path);
 
+// Table reads that may run a script's metamethods (__index, __len). Lua raises an error in a
+// metamethod with longjmp, which would skip the destructors of the C++ frames between here and
+// the enclosing protected call; these run the read under lua_pcall and throw duet::Error instead.
+// A table without a metatable is read directly. get_field and get_index push the value and
+// return its Lua type.
+int get_field(lua_State* L, int index, const char* key);
+int get_index(lua_State* L, int index, lua_Integer i);
+lua_Integer length(lua_State* L, int index);
+
 // Reads the fields of a configuration table, remembering which keys it asked for; finish()
 // rejects any other key, listing the valid ones. `where` names the table in errors
 // ("duet.run", "engines.llm").

@@ -36,7 +36,7 @@ const char* finish_name(FinishReason r) {
 }
 
 int ref_field(lua_State* L, int index, const char* key, int type, const char* what) {
-  if (lua_getfield(L, index, key) != type) {
+  if (get_field(L, index, key) != type) {
     lua_pop(L, 1);
     throw Error(std::string("workload: field '") + key + "' must be " + what);
   }
@@ -160,17 +160,7 @@ void LuaWorkload::complete(Task& task) {
   r.finish_s = rt_->now();
   r.requests = task.requests;
   r.generated_tokens = task.generated;
-  if (lua_gettop(co) >= 1 && lua_istable(co, 1)) {
-    lua_getfield(co, 1, "score");
-    r.score = lua_isnumber(co, -1) ? lua_tonumber(co, -1) : 0.0;
-    lua_getfield(co, 1, "correct");
-    r.correct = lua_isboolean(co, -1) ? (lua_toboolean(co, -1) ? 1 : 0) : -1;
-    lua_getfield(co, 1, "iterations");
-    r.iterations = lua_isinteger(co, -1) ? int(lua_tointeger(co, -1)) : 0;
-    lua_getfield(co, 1, "level");
-    r.level = lua_isinteger(co, -1) ? int(lua_tointeger(co, -1)) : 0;
-    lua_pop(co, 4);
-  }
+  if (lua_gettop(co) >= 1) read_solution(co, r);
   results_.push_back(r);
   // Whatever the search kept or left running is given back.
   for (auto [e, id] : task.kept) rt_->release(e, id);
@@ -181,6 +171,45 @@ void LuaWorkload::complete(Task& task) {
   luaL_unref(L_, LUA_REGISTRYINDEX, task.thread_ref);
   tasks_.erase(co);
   fill();
+}
+
+// solve()'s return value {score, correct, iterations, level}: each field optional, nil (or no
+// table) leaving the record's default; any other type is an error naming the problem and field.
+void LuaWorkload::read_solution(lua_State* co, ProblemRecord& r) {
+  if (lua_isnil(co, 1)) return;
+  const std::string problem = "problem " + std::to_string(r.index) + ": solve() returned ";
+  if (!lua_istable(co, 1))
+    throw Error(problem + "a " + luaL_typename(co, 1) + ", not a table {score, correct, iterations, level}");
+  // Read from the main thread: the coroutine has ended, and a field's __index may raise.
+  lua_pushvalue(co, 1);
+  lua_xmove(co, L_, 1);
+  const auto field = [&](const char* key, bool ok_type, const char* expected) {
+    if (!ok_type && !lua_isnil(L_, -1)) {
+      const std::string type = luaL_typename(L_, -1);
+      lua_pop(L_, 2);
+      throw Error(problem + key + " = a " + type + ", expected " + expected);
+    }
+  };
+  get_field(L_, -1, "score");
+  field("score", lua_type(L_, -1) == LUA_TNUMBER, "a number");
+  if (!lua_isnil(L_, -1)) r.score = lua_tonumber(L_, -1);
+  lua_pop(L_, 1);
+  get_field(L_, -1, "correct");
+  field("correct", lua_isboolean(L_, -1), "true or false");
+  if (!lua_isnil(L_, -1)) r.correct = lua_toboolean(L_, -1) ? 1 : 0;
+  lua_pop(L_, 1);
+  const auto count = [&](const char* key) {
+    get_field(L_, -1, key);
+    const bool ok = lua_isinteger(L_, -1) && lua_tointeger(L_, -1) >= 0 &&
+                    lua_tointeger(L_, -1) <= std::numeric_limits<std::int32_t>::max();
+    field(key, ok, "an integer >= 0");
+    const std::int32_t v = lua_isnil(L_, -1) ? 0 : std::int32_t(lua_tointeger(L_, -1));
+    lua_pop(L_, 1);
+    return v;
+  };
+  r.iterations = count("iterations");
+  r.level = count("level");
+  lua_pop(L_, 1);
 }
 
 LuaWorkload::Task& LuaWorkload::task_of(lua_State* co) {
@@ -272,9 +301,9 @@ int LuaWorkload::lua_await(lua_State* co) {
   const int n = lua_gettop(co);
   for (int a = 1; a <= n; ++a) {
     if (lua_istable(co, a)) {
-      const lua_Integer len = luaL_len(co, a);
+      const lua_Integer len = length(co, a);
       for (lua_Integer k = 1; k <= len; ++k) {
-        lua_rawgeti(co, a, k);
+        get_index(co, a, k);
         const bool ok = lua_isinteger(co, -1);
         const lua_Integer id = lua_tointeger(co, -1);
         lua_pop(co, 1);
@@ -358,9 +387,9 @@ std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const Engi
     lua_pop(co, 1);
     spec.fail("stop", "expected a list of token names ('step', 'eos') or ids");
   }
-  const lua_Integer n = luaL_len(co, -1);
+  const lua_Integer n = length(co, -1);
   for (lua_Integer k = 1; k <= n; ++k) {
-    lua_rawgeti(co, -1, k);
+    get_index(co, -1, k);
     if (const auto id = integral(co, -1)) out.push_back(checked_token(spec, "stop", *id, v));
     else if (lua_type(co, -1) == LUA_TSTRING)
       out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
@@ -379,10 +408,10 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
   std::vector<T> out;
   const int t = spec.push(key);
   if (t == LUA_TTABLE) {
-    const lua_Integer n = luaL_len(co, -1);
-    out.reserve(std::size_t(std::max<lua_Integer>(0, n)));
+    const lua_Integer n = length(co, -1);
+    out.reserve(std::size_t(std::clamp<lua_Integer>(n, 0, 1 << 20)));
     for (lua_Integer k = 1; k <= n; ++k) {
-      lua_rawgeti(co, -1, k);
+      get_index(co, -1, k);
       const std::string entry = "entry " + std::to_string(k);
       if (lua_type(co, -1) != LUA_TNUMBER)
         spec.fail(key, entry + " is a " + luaL_typename(co, -1) + ", not a number");

@@ -83,6 +83,7 @@ class LuaWorkload final : public Workload {
   void resume(Task& task, int nargs);
   void push_results(Task& task, lua_State* co);
   void complete(Task& task);
+  void read_solution(lua_State* co, ProblemRecord& r);
   void fill();
   Task& task_of(lua_State* co);
 
