@@ -14,7 +14,17 @@ AllocatorKind allocator_kind_from_name(const std::string& name) {
   throw Error("unknown allocator '" + name + "' (valid: paged, naive)");
 }
 
+void check_model_len(const EngineConfig& c) {
+  // vLLM refuses a max_model_len beyond the model's context: positions past it have no trained
+  // RoPE frequencies, and the run would price contexts the model cannot hold.
+  const int model_len = c.model.max_position_embeddings;
+  if (model_len > 0 && c.max_model_len > model_len)
+    throw Error("engine '" + c.name + "': max_model_len " + std::to_string(c.max_model_len) + " exceeds " +
+                c.model.name + "'s max_position_embeddings (" + std::to_string(model_len) + ")");
+}
+
 EngineMemoryRequest memory_request(const EngineConfig& c) {
+  check_model_len(c);
   EngineMemoryRequest r;
   r.label = c.name;
   r.model = c.model;

@@ -36,6 +36,9 @@ struct EngineConfig {
   KvLimits limits;  // shared pool: the floor and ceiling on the pages this engine holds
 };
 
+// A max_model_len beyond the model's max_position_embeddings is an error (duet::Error naming the
+// engine); memory_request checks it, as the first thing every run asks of a configuration.
+void check_model_len(const EngineConfig& config);
 EngineMemoryRequest memory_request(const EngineConfig& config);
 SchedulerConfig scheduler_config(const EngineConfig& config);
 // The pages of a shared KV pool (plan.shared), engine i its tenant i with model id i, each with

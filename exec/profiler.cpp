@@ -281,6 +281,7 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   c.max_num_seqs = limits.max_num_seqs;
   c.max_num_batched_tokens = limits.max_num_batched_tokens;
   c.max_model_len = limits.max_model_len;
+  check_model_len(c);
   EngineMemory memory;
   memory.num_blocks = int(std::min<std::int64_t>(want, 8192));
   std::unique_ptr<BuiltEngine> built = make_engine(backend, gpu, c, memory, 0);

@@ -68,6 +68,15 @@ ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const Mo
 
 }  // namespace
 
+void check_cost_model_name(const std::string& name) {
+  for (const std::string_view prefix :
+       {std::string_view("profile:"), std::string_view("calibrated:"), kOperatorPrefix})
+    if (name.starts_with(prefix) && name.size() > prefix.size()) return;
+  if (name != "auto" && name != "roofline" && name != "operator")
+    throw Error("unknown cost model '" + name +
+                "' (valid: auto, roofline, operator, operator:PRIOR.json, profile:PROFILE.json)");
+}
+
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir) {
   for (const char* prefix : {"profile:", "calibrated:"})
@@ -87,9 +96,7 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
     throw Error("cost model 'operator': no operator prior for device '" + device + "'" +
                 (profile_dir.empty() ? "" : " at " + prior_path(profile_dir, device)) +
                 "; fit one with `duet fit-ops`");
-  if (name != "auto" && name != "roofline")
-    throw Error("unknown cost model '" + name +
-                "' (valid: auto, roofline, operator, operator:PRIOR.json, profile:PROFILE.json)");
+  check_cost_model_name(name);
   ChosenCostModel c;
   c.kind = "roofline";
   c.reason = name == "roofline"

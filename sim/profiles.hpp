@@ -37,6 +37,8 @@ struct ChosenCostModel {
 // "operator:PATH", or "profile:PATH" ("calibrated:PATH" is the same).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir);
+// Throws duet::Error listing the valid forms when name is none of them (no file is read).
+void check_cost_model_name(const std::string& name);
 
 // The roofline, or an explicit profile or prior, without the device check (tests, benchmarks).
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu,

@@ -156,7 +156,7 @@ DUET_YIELDS_FROM_C int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yi
   return 0;
 }
 
-// duet.trace(path, {max_requests, vocab_size, seed, rate_scale}) -> array of
+// duet.trace(path, {max_requests, vocab_size, seed}) -> array of
 // {arrival_s, input_tokens, output_tokens, prompt = TokenList}
 int l_trace(lua_State* L) {
   const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
@@ -164,9 +164,14 @@ int l_trace(lua_State* L) {
     std::size_t max = 0;
     int vocab = 128256;
     std::uint64_t seed = 0;
+    if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
+      throw Error(where(L) + "duet.trace: options must be a table {max_requests, vocab_size, seed}, got a " +
+                  luaL_typename(L, 2));
     if (lua_istable(L, 2)) {
       TableReader t(L, 2, "duet.trace");
-      max = std::size_t(t.integer("max_requests").value_or(0));
+      const std::int64_t max_requests = t.integer("max_requests").value_or(0);
+      if (max_requests < 0) t.fail("max_requests", "must be >= 0 (0: every request)");
+      max = std::size_t(max_requests);
       vocab = t.int32("vocab_size").value_or(vocab);
       seed = std::uint64_t(t.integer("seed").value_or(0));
       t.finish();
@@ -202,11 +207,19 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
 
 // The values of grid.KEY (on the stack top) as JSON, checked: numbers, booleans or strings.
 nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
-  const lua_Integer n = lua_istable(L, -1) ? length(L, -1) : 0;
+  const auto read = [&](auto f) {
+    try {
+      return f();
+    } catch (const Error& e) {
+      throw Error(where(L) + "duet.sweep: grid." + key + ": reading it raised an error: " + e.what());
+    }
+  };
+  const lua_Integer n = lua_istable(L, -1) ? read([&] { return length(L, -1); }) : 0;
   if (n <= 0) throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
   nlohmann::ordered_json values = nlohmann::ordered_json::array();
+  int first_type = LUA_TNONE;
   for (lua_Integer i = 1; i <= n; ++i) {
-    get_index(L, -1, i);
+    read([&] { return get_index(L, -1, i); });
     const int type = lua_type(L, -1);
     if (type == LUA_TNUMBER) values.push_back(lua_tonumber(L, -1));
     else if (type == LUA_TBOOLEAN) values.push_back(bool(lua_toboolean(L, -1)));
@@ -214,6 +227,11 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
     lua_pop(L, 1);
     if (type != LUA_TNUMBER && type != LUA_TBOOLEAN && type != LUA_TSTRING)
       throw Error(where(L) + "duet.sweep: grid." + key + " values must be numbers, booleans or strings");
+    // One type per key: a point's value keeps its type, and the file's point.KEY column has one.
+    if (i > 1 && type != first_type)
+      throw Error(where(L) + "duet.sweep: grid." + key + " mixes " + lua_typename(L, first_type) + "s and " +
+                  lua_typename(L, type) + "s (value " + std::to_string(i) + ")");
+    first_type = type;
   }
   return values;
 }
@@ -232,7 +250,11 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   std::vector<SweepPoint> points(1);
   for (const std::string& key : keys) {
-    get_field(L, grid, key.c_str());
+    try {
+      get_field(L, grid, key.c_str());
+    } catch (const Error& e) {
+      throw Error(where(L) + "duet.sweep: grid." + key + ": reading it raised an error: " + e.what());
+    }
     const nlohmann::ordered_json values = grid_values(L, key);
     json[key] = values;
     std::vector<SweepPoint> next;
@@ -240,7 +262,8 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
       for (const auto& v : values) {
         SweepPoint p = base;
         if (v.is_string()) p.text.emplace_back(key, v.get<std::string>());
-        else if (v.is_boolean()) p.numbers.emplace_back(key, v.get<bool>() ? 1.0 : 0.0);
+        else if (v.is_boolean())
+          p.numbers.emplace_back(key, v.get<bool>() ? 1.0 : 0.0), p.booleans.push_back(key);
         else p.numbers.emplace_back(key, v.get<double>());
         next.push_back(std::move(p));
       }
@@ -252,14 +275,10 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
 }
 
 // Pushes the point as a Lua table {name = value}, values with their Lua types.
-void push_point(lua_State* L, int grid, const SweepPoint& p) {
+void push_point(lua_State* L, const SweepPoint& p) {
   lua_createtable(L, 0, int(p.numbers.size() + p.text.size()));
   for (const auto& [k, v] : p.numbers) {
-    get_field(L, grid, k.c_str());
-    get_index(L, -1, 1);
-    const bool boolean = lua_type(L, -1) == LUA_TBOOLEAN;
-    lua_pop(L, 2);
-    if (boolean) lua_pushboolean(L, v != 0.0);
+    if (std::find(p.booleans.begin(), p.booleans.end(), k) != p.booleans.end()) lua_pushboolean(L, v != 0.0);
     else if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
     else lua_pushnumber(L, v);
     lua_setfield(L, -2, k.c_str());
@@ -293,7 +312,7 @@ PointOutcome run_point(lua_State* L, const SweepCall& call, std::size_t index) {
   const int top = lua_gettop(L);
   try {
     lua_pushvalue(L, call.fn);
-    push_point(L, call.grid, call.points[index]);
+    push_point(L, call.points[index]);
     pcall(L, 1, 1);
     if (!lua_istable(L, -1)) throw Error("duet.sweep: run(point) must return a duet.run configuration table");
     o.result = run_experiment(L, -1, call.defaults);
@@ -456,7 +475,7 @@ void push_results(lua_State* L, const SweepCall& call, const SweepResults& resul
   for (const PointOutcome& o : results.outcomes) {
     if (o.status != PointStatus::Done && o.status != PointStatus::Failed) continue;
     lua_createtable(L, 0, 3);
-    push_point(L, call.grid, call.points[o.index]);
+    push_point(L, call.points[o.index]);
     lua_setfield(L, -2, "point");
     set_integer(L, "index", lua_Integer(o.index + 1));
     if (o.status == PointStatus::Done) {

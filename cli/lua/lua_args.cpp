@@ -1,6 +1,7 @@
 // duet.args: the script's arguments after `--`, checked against its defaults.
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "cli/lua/lua_context.hpp"
@@ -30,6 +31,7 @@ int l_args(lua_State* L) {
       lua_insert(L, -2);
       lua_settable(L, -4);
     }
+    std::set<std::string> given;
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
       if (a.rfind("--", 0) != 0) throw Error("script argument '" + a + "': expected --name [value]");
@@ -42,6 +44,7 @@ int l_args(lua_State* L) {
       }
       for (char& c : name)
         if (c == '-') c = '_';
+      if (!given.insert(name).second) throw Error("script argument '--" + name + "' is given twice");
       const int t = lua_getfield(L, -1, name.c_str());  // the copy: no metamethods
       lua_pop(L, 1);
       if (t == LUA_TNIL) {
@@ -63,9 +66,10 @@ int l_args(lua_State* L) {
         if (t == LUA_TNUMBER) {
           char* end = nullptr;
           const double v = std::strtod(value.c_str(), &end);
-          if (value.empty() || *end)
-            throw Error("script argument '--" + name + "': '" + value + "' is not a number");
-          if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));
+          if (value.empty() || *end || !std::isfinite(v))
+            throw Error("script argument '--" + name + "': '" + value + "' is not a finite number");
+          const bool integral = std::floor(v) == v && std::abs(v) < 9e15;
+          if (integral) lua_pushinteger(L, lua_Integer(v));
           else lua_pushnumber(L, v);
         } else if (t == LUA_TBOOLEAN) {
           if (value != "true" && value != "false")

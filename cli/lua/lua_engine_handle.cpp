@@ -38,6 +38,8 @@ int engine_tokens(lua_State* L) {
   const int engine = check_engine(L, 1).index;
   const lua_Integer id = luaL_checkinteger(L, 2);
   const lua_Integer from = luaL_optinteger(L, 3, 0);
+  luaL_argcheck(L, from >= 0 && from <= std::numeric_limits<int>::max(), 3,
+                "the first token's index must be >= 0");
   return guarded(L, [&] { return LuaWorkload::from(L).lua_tokens(L, engine, SeqId(id), int(from)); });
 }
 
@@ -94,6 +96,7 @@ void register_engine_handle(lua_State* L) {
   lua_newtable(L);
   luaL_setfuncs(L, methods, 0);
   lua_setfield(L, -2, "__methods");
+  protect_metatable(L, kEngineRefMeta);
   lua_pop(L, 1);
 }
 

@@ -90,9 +90,11 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
     if (e.name == c.name) t.fail("name", "engine name '" + c.name + "' is used twice");
   const auto model = t.string("model");
   if (!model) t.fail("model", "missing: a built-in model name or a HuggingFace config.json path");
-  c.model = model_of(*model, source_dir);
-  if (auto u = t.number("gpu_memory_utilization")) c.gpu_memory_utilization = *u;
+  c.model = t.checked("model", [&] { return model_of(*model, source_dir); });
+  const auto utilization = t.number("gpu_memory_utilization");
+  if (utilization) c.gpu_memory_utilization = *utilization;
   if (auto g = t.number("budget_gib")) {
+    if (utilization) t.fail("budget_gib", "give either budget_gib or gpu_memory_utilization, not both");
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
     c.gpu_memory_utilization.reset();
   }
@@ -109,9 +111,11 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   c.max_model_len = t.int32("max_model_len").value_or(c.max_model_len);
   c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
-  c.allocator = allocator_kind_from_name(t.string("allocator").value_or("paged"));
+  c.allocator = t.checked("allocator",
+                          [&] { return allocator_kind_from_name(t.string("allocator").value_or("paged")); });
   if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
+  t.checked("cost_model", [&] { return check_cost_model_name(ex.cost_models.back()); });
   ex.load_formats.push_back(t.string("load_format").value_or("dummy"));
   auto policies = std::make_unique<EnginePolicies>();
   if (t.push("policy") == LUA_TTABLE) {
@@ -151,9 +155,9 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
     if (ex.arbiter != ArbiterKind::Priority)
       t.fail("arbiter_priority", "orders engines for arbiter = 'priority' only");
     if (type != LUA_TTABLE) t.fail("arbiter_priority", "expected a list of engine names");
-    const lua_Integer n = length(L, -1);
+    const lua_Integer n = t.checked("arbiter_priority", [&] { return length(L, -1); });
     for (lua_Integer i = 1; i <= n; ++i) {
-      get_index(L, -1, i);
+      t.checked("arbiter_priority", [&] { return get_index(L, -1, i); });
       if (lua_type(L, -1) != LUA_TSTRING)
         t.fail("arbiter_priority",
                "entry " + std::to_string(i) + " is a " + luaL_typename(L, -1) + ", not an engine name");
@@ -172,16 +176,14 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
 Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
   TableReader t(L, index, "duet.run");
   Experiment ex;
-  ex.gpu = gpu_by_name(t.string("gpu").value_or("h100"));
+  ex.gpu = t.checked("gpu", [&] { return gpu_by_name(t.string("gpu").value_or("h100")); });
   ex.backend = t.string("backend").value_or(d.backend);
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
   check_backend(ex.backend);
   const std::string cost = t.string("cost_model").value_or("auto");
-  try {
-    ex.kv_pool.kind = kv_pool_kind_from_name(t.string("kv_pool").value_or("static"));
-  } catch (const Error& e) {
-    t.fail("kv_pool", e.what());
-  }
+  t.checked("cost_model", [&] { return check_cost_model_name(cost); });
+  ex.kv_pool.kind =
+      t.checked("kv_pool", [&] { return kv_pool_kind_from_name(t.string("kv_pool").value_or("static")); });
   if (auto pages = t.int32("kv_pool_blocks")) {
     if (ex.kv_pool.kind != KvPoolKind::Shared)
       t.fail("kv_pool_blocks", "sizes a shared pool: needs kv_pool = 'shared'");
@@ -190,17 +192,13 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   if (auto eviction = t.string("kv_eviction")) {
     if (ex.kv_pool.kind != KvPoolKind::Shared)
       t.fail("kv_eviction", "orders a shared pool's evictions: needs kv_pool = 'shared'");
-    try {
-      ex.kv_pool.eviction = kv_eviction_from_name(*eviction);
-    } catch (const Error& e) {
-      t.fail("kv_eviction", e.what());
-    }
+    ex.kv_pool.eviction = t.checked("kv_eviction", [&] { return kv_eviction_from_name(*eviction); });
   }
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
-  const lua_Integer n = length(L, -1);
+  const lua_Integer n = t.checked("engines", [&] { return length(L, -1); });
   if (n < 1) t.fail("engines", "needs at least one engine");
   for (lua_Integer i = 1; i <= n; ++i) {
-    get_index(L, -1, i);
+    t.checked("engines", [&] { return get_index(L, -1, i); });
     ex.engines.push_back(read_engine(L, -1, ex, cost, d.source_dir));
     lua_pop(L, 1);
   }
@@ -212,11 +210,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     ex.arbiter_fn.ref = luaL_ref(L, LUA_REGISTRYINDEX);
   } else {
     if (arb == LUA_TSTRING) {
-      try {
-        ex.arbiter = arbiter_kind_from_name(lua_tostring(L, -1));
-      } catch (const Error& e) {
-        t.fail("arbiter", e.what());
-      }
+      ex.arbiter = t.checked("arbiter", [&] { return arbiter_kind_from_name(lua_tostring(L, -1)); });
       if (ex.arbiter == ArbiterKind::Callback)
         t.fail("arbiter", "'callback' is given as a function, not a name");
     } else if (arb != LUA_TNIL) {
@@ -231,19 +225,21 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
     t.fail("memory_policy", "moves the floors and ceilings of a shared pool: needs kv_pool = 'shared'");
   if (ex.kv_pool.kind == KvPoolKind::Shared) shared_block_sizes(t, ex);
   ex.workload.concurrency = t.int32("concurrency").value_or(64);
+  if (ex.workload.concurrency < 1)
+    t.fail("concurrency",
+           "problems in flight must be at least 1, got " + std::to_string(ex.workload.concurrency));
   const std::string batching = t.string("batching").value_or("continuous");
   if (batching == "fixed") ex.workload.batching = ProblemBatching::Fixed;
   else if (batching != "continuous") t.fail("batching", "must be 'continuous' or 'fixed'");
   ex.workload.min_batch = t.int32("min_batch").value_or(ex.workload.concurrency);
+  if (ex.workload.min_batch < 1 || ex.workload.min_batch > ex.workload.concurrency)
+    t.fail("min_batch", "must be in [1, concurrency = " + std::to_string(ex.workload.concurrency) +
+                            "], got " + std::to_string(ex.workload.min_batch));
   ex.workload.seed = std::uint64_t(t.integer("seed").value_or(0));
   ex.label = t.string("label").value_or("");
   ex.progress = t.boolean("progress").value_or(d.progress);
   if (const auto record = t.string("record")) {
-    try {
-      ex.record = record_level_from_name(*record);
-    } catch (const Error& e) {
-      t.fail("record", e.what());
-    }
+    ex.record = t.checked("record", [&] { return record_level_from_name(*record); });
   } else {
     ex.record = d.record;
   }
@@ -421,12 +417,24 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
         lua_rawseti(L, -2, s.index + 1);
       }
       pcall(L, 1, 1);
+      const int n = int(names.size());
       int pick = -1;
-      if (lua_isinteger(L, -1)) pick = int(lua_tointeger(L, -1)) - 1;
-      else if (lua_type(L, -1) == LUA_TSTRING)
-        for (std::size_t i = 0; i < names.size(); ++i)
-          if (names[i] == lua_tostring(L, -1)) pick = int(i);
+      std::string returned;
+      if (const auto i = integral(L, -1)) {
+        returned = std::to_string(*i);
+        if (*i >= 1 && *i <= n) pick = int(*i) - 1;
+      } else if (lua_type(L, -1) == LUA_TSTRING) {
+        returned = "'" + std::string(lua_tostring(L, -1)) + "'";
+        for (int i = 0; i < n; ++i)
+          if (names[std::size_t(i)] == lua_tostring(L, -1)) pick = i;
+      } else {
+        returned = std::string("a ") + luaL_typename(L, -1);
+      }
       lua_pop(L, 1);
+      // Runtime checks that the engine it names has work.
+      if (pick < 0)
+        throw Error("the arbiter returned " + returned + ", not an engine's name or its index (1 to " +
+                    std::to_string(n) + ")");
       return pick;
     };
   }
@@ -711,6 +719,7 @@ void push_result(lua_State* L, const ExperimentResult& r) {
   if (luaL_newmetatable(L, kRecordsMeta)) {
     lua_pushcfunction(L, records_gc);
     lua_setfield(L, -2, "__gc");
+    protect_metatable(L, kRecordsMeta);
   }
   lua_setmetatable(L, -2);
   lua_pushboolean(L, !keeps_steps(r.record));

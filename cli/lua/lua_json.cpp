@@ -1,5 +1,7 @@
 // duet.read_json, duet.read_jsonl: JSON files (problem sets, fitted models) as Lua tables.
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,8 +16,13 @@ namespace duet::lua {
 
 namespace {
 
-void push_json(lua_State* L, const nlohmann::json& j) {
-  luaL_checkstack(L, 4, "JSON nesting too deep");
+// Deeper than any problem set or fitted model; the bound keeps the recursion off the C stack's end.
+constexpr int kMaxJsonDepth = 256;
+
+void push_json(lua_State* L, const nlohmann::json& j, int depth = 0) {
+  if (depth > kMaxJsonDepth)
+    throw Error("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (!lua_checkstack(L, 4)) throw Error("JSON nesting too deep for the Lua stack");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       lua_pushnil(L);
@@ -24,8 +31,12 @@ void push_json(lua_State* L, const nlohmann::json& j) {
       lua_pushboolean(L, j.get<bool>());
       break;
     case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned:
       lua_pushinteger(L, j.get<lua_Integer>());
+      break;
+    case nlohmann::json::value_t::number_unsigned:  // beyond int64: a float, as Lua reads 2^63
+      if (j.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<lua_Integer>::max()))
+        lua_pushnumber(L, double(j.get<std::uint64_t>()));
+      else lua_pushinteger(L, j.get<lua_Integer>());
       break;
     case nlohmann::json::value_t::number_float:
       lua_pushnumber(L, j.get<double>());
@@ -37,7 +48,7 @@ void push_json(lua_State* L, const nlohmann::json& j) {
       lua_createtable(L, int(j.size()), 0);
       lua_Integer i = 0;
       for (const auto& v : j) {
-        push_json(L, v);
+        push_json(L, v, depth + 1);
         lua_rawseti(L, -2, ++i);
       }
       break;
@@ -45,7 +56,7 @@ void push_json(lua_State* L, const nlohmann::json& j) {
     case nlohmann::json::value_t::object: {
       lua_createtable(L, 0, int(j.size()));
       for (const auto& [k, v] : j.items()) {
-        push_json(L, v);
+        push_json(L, v, depth + 1);
         lua_setfield(L, -2, k.c_str());
       }
       break;
@@ -61,7 +72,12 @@ int l_read_json(lua_State* L) {
   const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const std::string p = resolve_path(L, path);
-    push_json(L, read_json_file(p));
+    const nlohmann::json j = read_json_file(p);
+    try {
+      push_json(L, j);
+    } catch (const Error& e) {
+      throw Error(p + ": " + e.what());
+    }
     return 1;
   });
 }
@@ -69,6 +85,7 @@ int l_read_json(lua_State* L) {
 int l_read_jsonl(lua_State* L) {              // duet.read_jsonl(path [, limit])
   const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   const lua_Integer limit = luaL_optinteger(L, 2, 0);
+  luaL_argcheck(L, limit >= 0, 2, "the number of lines to read (0: all) must not be negative");
   return guarded(L, [&] {
     const std::string p = resolve_path(L, path);
     std::ifstream in(p);
@@ -82,6 +99,8 @@ int l_read_jsonl(lua_State* L) {              // duet.read_jsonl(path [, limit])
         push_json(L, nlohmann::json::parse(line));
       } catch (const nlohmann::json::exception& e) {
         throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
+      } catch (const Error& e) {
+        throw Error(p + ":" + std::to_string(lineno) + ": " + e.what());
       }
       lua_rawseti(L, -2, ++n);
     }

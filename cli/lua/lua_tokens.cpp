@@ -66,17 +66,23 @@ int l_tokenizer(lua_State* L) {  // duet.tokenizer() -> {vocab_size, step_id, eo
   });
 }
 
-int l_token_list(lua_State* L) {  // duet.token_list{ids}
+// duet.token_list{ids}: ids are token ids (>= 0, 32-bit); the vocabulary is checked where the
+// list is submitted to an engine. No C++ object lives across the Lua errors raised here: the
+// list is a userdata on the stack, collected with it.
+int l_token_list(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   const lua_Integer n = luaL_len(L, 1);
-  std::vector<TokenId>* ids = nullptr;
-  TokenList& list = push_token_list(L, {});
-  ids = &list.ids;
+  luaL_argcheck(L, n >= 0 && n <= (1 << 24), 1, "a token list holds 0 to 2^24 ids");
+  std::vector<TokenId>& ids = push_token_list(L, {}).ids;
   for (lua_Integer i = 1; i <= n; ++i) {
-    lua_rawgeti(L, 1, i);
-    const lua_Integer v = luaL_checkinteger(L, -1);
+    lua_geti(L, 1, i);
+    int ok = 0;
+    const lua_Integer v = lua_tointegerx(L, -1, &ok);
+    if (!ok || v < 0 || v > std::numeric_limits<TokenId>::max())
+      return luaL_error(L, "duet.token_list: entry %d is not a token id (an integer from 0 to 2^31 - 1)",
+                        int(i));
     lua_pop(L, 1);
-    ids->push_back(TokenId(v));
+    ids.push_back(TokenId(v));
   }
   return 1;
 }

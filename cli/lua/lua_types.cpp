@@ -88,6 +88,7 @@ void register_types(lua_State* L) {
   lua_pushcfunction(L, token_list_get);
   lua_setfield(L, -2, "get");
   lua_setfield(L, -2, "__index");
+  protect_metatable(L, kTokenListMeta);
   lua_pop(L, 1);
 }
 

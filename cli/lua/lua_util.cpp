@@ -85,6 +85,13 @@ void load_file(lua_State* L, const std::string& path) {
   }
 }
 
+std::optional<lua_Integer> integral(lua_State* L, int idx) {
+  if (lua_type(L, idx) != LUA_TNUMBER) return std::nullopt;
+  int exact = 0;
+  const lua_Integer x = lua_tointegerx(L, idx, &exact);
+  return exact ? std::optional<lua_Integer>(x) : std::nullopt;
+}
+
 std::string where(lua_State* L, int level) {
   luaL_where(L, level);
   std::string w = lua_tostring(L, -1);
@@ -146,6 +153,10 @@ lua_Integer length(lua_State* L, int index) {
   protected_read(L, raw_length, index, 0);
   const lua_Integer n = lua_tointeger(L, -1);
   lua_pop(L, 1);
+  // duet's lists hold tokens, engines or problems: a __len beyond 32 bits is a lie that would
+  // keep a C loop (no Lua instruction counted) reading entries for hours.
+  if (n < 0 || n > std::numeric_limits<std::int32_t>::max())
+    throw Error("a list's length (its __len) is " + std::to_string(n) + ", outside 0 to 2^31 - 1");
   return n;
 }
 

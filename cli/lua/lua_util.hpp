@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace duet::lua {
 
 // Owns a lua_State with the standard libraries open.
@@ -79,6 +81,15 @@ class TableReader {
   const std::string& where() const { return where_; }
   // Throws duet::Error naming the Lua caller's file:line, the table and the key.
   [[noreturn]] void fail(const char* key, const std::string& what) const;
+  // parse()'s value; its duet::Error (an unknown name, say) becomes fail(key, ...).
+  template <typename F>
+  auto checked(const char* key, F&& parse) const {
+    try {
+      return parse();
+    } catch (const Error& e) {
+      fail(key, e.what());
+    }
+  }
 
  private:
   lua_State* L_;
@@ -87,8 +98,20 @@ class TableReader {
   std::set<std::string> asked_;
 };
 
+// The value at idx as an integer: an integer, or a number with an integral value (3.0), as
+// TableReader reads integer fields; nothing for anything else (a string is not converted).
+std::optional<lua_Integer> integral(lua_State* L, int idx);
+
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
+
+// Hides the metatable on top of the stack from getmetatable and setmetatable (its __metatable
+// field), so that a script cannot call a userdata's __gc twice or swap its methods. The debug
+// library still reaches it: that is what the debug library is for.
+inline void protect_metatable(lua_State* L, const char* type_name) {
+  lua_pushstring(L, type_name);
+  lua_setfield(L, -2, "__metatable");
+}
 
 // t[key] = value for the table on top of the stack.
 inline void set_number(lua_State* L, const char* key, lua_Number v) {

@@ -36,7 +36,13 @@ const char* finish_name(FinishReason r) {
 }
 
 int ref_field(lua_State* L, int index, const char* key, int type, const char* what) {
-  if (get_field(L, index, key) != type) {
+  int found = LUA_TNIL;
+  try {
+    found = get_field(L, index, key);
+  } catch (const Error& e) {
+    throw Error(std::string("workload: field '") + key + "': reading it raised an error: " + e.what());
+  }
+  if (found != type) {
     lua_pop(L, 1);
     throw Error(std::string("workload: field '") + key + "' must be " + what);
   }
@@ -60,7 +66,12 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   problems_ref_ = ref_field(L, index, "problems", LUA_TTABLE, "an array of problems");
   lua_rawgeti(L, LUA_REGISTRYINDEX, problems_ref_);
-  total_ = lua_rawlen(L, -1);
+  try {
+    total_ = std::size_t(length(L, -1));
+  } catch (const Error& e) {
+    lua_pop(L, 1);
+    throw Error(std::string("workload: field 'problems': ") + e.what());
+  }
   lua_pop(L, 1);
   lua_pushvalue(L, index);
   workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -119,9 +130,17 @@ void LuaWorkload::launch(std::size_t problem) {
   lua_setfield(co, -2, "engines");
   set_integer(co, "index", lua_Integer(problem + 1));
   set_integer(co, "seed", lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));
-  lua_rawgeti(co, LUA_REGISTRYINDEX, problems_ref_);
-  lua_rawgeti(co, -1, lua_Integer(problem + 1));
-  lua_remove(co, -2);
+  // The problem is read on the main thread (a proxied list's __index may raise) and moved over.
+  lua_rawgeti(L_, LUA_REGISTRYINDEX, problems_ref_);
+  try {
+    get_index(L_, -1, lua_Integer(problem + 1));
+  } catch (const Error& e) {
+    lua_pop(L_, 1);
+    throw Error("workload: problems[" + std::to_string(problem + 1) +
+                "]: reading it raised an error: " + e.what());
+  }
+  lua_remove(L_, -2);
+  lua_xmove(L_, co, 1);
   resume(t, 2);
 }
 
@@ -174,41 +193,27 @@ void LuaWorkload::complete(Task& task) {
 }
 
 // solve()'s return value {score, correct, iterations, level}: each field optional, nil (or no
-// table) leaving the record's default; any other type is an error naming the problem and field.
+// table) leaving the record's default; another type, or another key, is an error naming the
+// problem and the field.
 void LuaWorkload::read_solution(lua_State* co, ProblemRecord& r) {
   if (lua_isnil(co, 1)) return;
-  const std::string problem = "problem " + std::to_string(r.index) + ": solve() returned ";
+  const std::string what = "problem " + std::to_string(r.index) + ": solve()'s result";
   if (!lua_istable(co, 1))
-    throw Error(problem + "a " + luaL_typename(co, 1) + ", not a table {score, correct, iterations, level}");
-  // Read from the main thread: the coroutine has ended, and a field's __index may raise.
+    throw Error(what + " is a " + luaL_typename(co, 1) + ", not a table {score, correct, iterations, level}");
+  // Read on the main thread (the coroutine has ended), which unwinds its stack on an error.
   lua_pushvalue(co, 1);
   lua_xmove(co, L_, 1);
-  const auto field = [&](const char* key, bool ok_type, const char* expected) {
-    if (!ok_type && !lua_isnil(L_, -1)) {
-      const std::string type = luaL_typename(L_, -1);
-      lua_pop(L_, 2);
-      throw Error(problem + key + " = a " + type + ", expected " + expected);
-    }
-  };
-  get_field(L_, -1, "score");
-  field("score", lua_type(L_, -1) == LUA_TNUMBER, "a number");
-  if (!lua_isnil(L_, -1)) r.score = lua_tonumber(L_, -1);
-  lua_pop(L_, 1);
-  get_field(L_, -1, "correct");
-  field("correct", lua_isboolean(L_, -1), "true or false");
-  if (!lua_isnil(L_, -1)) r.correct = lua_toboolean(L_, -1) ? 1 : 0;
-  lua_pop(L_, 1);
+  TableReader t(L_, -1, what);
+  r.score = t.number("score").value_or(r.score);
+  if (const auto correct = t.boolean("correct")) r.correct = *correct ? 1 : 0;
   const auto count = [&](const char* key) {
-    get_field(L_, -1, key);
-    const bool ok = lua_isinteger(L_, -1) && lua_tointeger(L_, -1) >= 0 &&
-                    lua_tointeger(L_, -1) <= std::numeric_limits<std::int32_t>::max();
-    field(key, ok, "an integer >= 0");
-    const std::int32_t v = lua_isnil(L_, -1) ? 0 : std::int32_t(lua_tointeger(L_, -1));
-    lua_pop(L_, 1);
+    const std::int32_t v = t.int32(key).value_or(0);
+    if (v < 0) t.fail(key, "must be >= 0, got " + std::to_string(v));
     return v;
   };
   r.iterations = count("iterations");
   r.level = count("level");
+  t.finish();
   lua_pop(L_, 1);
 }
 
@@ -296,14 +301,24 @@ int LuaWorkload::lua_await(lua_State* co) {
     if (!task.live.count(sid) && !task.finished.count(sid))
       throw Error(where(co) + "duet.await: " + std::to_string(id) +
                   " is not a sequence of this problem that is running or unawaited");
+    if (std::find(task.awaiting.begin(), task.awaiting.end(), sid) != task.awaiting.end())
+      throw Error(where(co) + "duet.await: sequence " + std::to_string(id) + " is awaited twice");
     task.awaiting.push_back(sid);
   };
   const int n = lua_gettop(co);
   for (int a = 1; a <= n; ++a) {
     if (lua_istable(co, a)) {
-      const lua_Integer len = length(co, a);
+      const auto read = [&](auto f) {
+        try {
+          return f();
+        } catch (const Error& e) {
+          throw Error(where(co) + "duet.await: reading argument " + std::to_string(a) +
+                      " raised an error: " + e.what());
+        }
+      };
+      const lua_Integer len = read([&] { return length(co, a); });
       for (lua_Integer k = 1; k <= len; ++k) {
-        get_index(co, a, k);
+        read([&] { return get_index(co, a, k); });
         const bool ok = lua_isinteger(co, -1);
         const lua_Integer id = lua_tointeger(co, -1);
         lua_pop(co, 1);
@@ -338,6 +353,12 @@ std::vector<TokenId> read_tokens(lua_State* co, TableReader& spec, const char* k
   const int t = spec.push(key);
   std::vector<TokenId> out;
   if (TokenList* list = test_token_list(co, -1)) {
+    for (std::size_t i = 0; i < list->ids.size(); ++i)
+      if (list->ids[i] < 0 || list->ids[i] >= v.vocab_size) {
+        lua_pop(co, 1);
+        spec.fail(key, "token " + std::to_string(i + 1) + " (id " + std::to_string(list->ids[i]) +
+                           ") is outside " + v.name + "'s vocabulary of " + std::to_string(v.vocab_size));
+      }
     out = list->ids;
   } else if (t == LUA_TNUMBER && lua_isinteger(co, -1)) {
     const lua_Integer n = lua_tointeger(co, -1);
@@ -360,15 +381,6 @@ TokenId token_name(const TableReader& spec, const char* key, const std::string& 
   spec.fail(key, "unknown token name '" + name + "' (valid: step, eos, or a token id)");
 }
 
-// The value at idx as an integer: an integer, or a number with an integral value (3.0), as
-// TableReader reads integer fields; nothing for anything else (a string is not converted).
-std::optional<lua_Integer> integral(lua_State* co, int idx) {
-  if (lua_type(co, idx) != LUA_TNUMBER) return std::nullopt;
-  int exact = 0;
-  const lua_Integer x = lua_tointegerx(co, idx, &exact);
-  return exact ? std::optional<lua_Integer>(x) : std::nullopt;
-}
-
 TokenId checked_token(const TableReader& spec, const char* key, lua_Integer id, const EngineVocab& v) {
   if (id < 0 || id >= v.vocab_size)
     spec.fail(key, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -387,9 +399,9 @@ std::vector<TokenId> read_stop_list(lua_State* co, TableReader& spec, const Engi
     lua_pop(co, 1);
     spec.fail("stop", "expected a list of token names ('step', 'eos') or ids");
   }
-  const lua_Integer n = length(co, -1);
+  const lua_Integer n = spec.checked("stop", [&] { return length(co, -1); });
   for (lua_Integer k = 1; k <= n; ++k) {
-    get_index(co, -1, k);
+    spec.checked("stop", [&] { return get_index(co, -1, k); });
     if (const auto id = integral(co, -1)) out.push_back(checked_token(spec, "stop", *id, v));
     else if (lua_type(co, -1) == LUA_TSTRING)
       out.push_back(token_name(spec, "stop", lua_tostring(co, -1), v));
@@ -408,10 +420,10 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
   std::vector<T> out;
   const int t = spec.push(key);
   if (t == LUA_TTABLE) {
-    const lua_Integer n = length(co, -1);
+    const lua_Integer n = spec.checked(key, [&] { return length(co, -1); });
     out.reserve(std::size_t(std::clamp<lua_Integer>(n, 0, 1 << 20)));
     for (lua_Integer k = 1; k <= n; ++k) {
-      get_index(co, -1, k);
+      spec.checked(key, [&] { return get_index(co, -1, k); });
       const std::string entry = "entry " + std::to_string(k);
       if (lua_type(co, -1) != LUA_TNUMBER)
         spec.fail(key, entry + " is a " + luaL_typename(co, -1) + ", not a number");

@@ -13,7 +13,8 @@ namespace duet::lua {
 // A grid point's parameters, in the grid's key order.
 struct SweepPoint {
   std::vector<std::pair<std::string, std::string>> text;
-  std::vector<std::pair<std::string, double>> numbers;
+  std::vector<std::pair<std::string, double>> numbers;  // booleans as 1 and 0
+  std::vector<std::string> booleans;                    // the keys in numbers that are booleans
 };
 
 enum class PointStatus : std::uint8_t {

@@ -35,6 +35,10 @@ expect 2 simulate --synthetic 4 --model gpt-5
 expect 2 cost --model llama-3.1-8b --gpu h100 --cost-model nope
 expect 1 run "$source/tests/lua/bad_runtime.lua" --no-progress --out "$out/runtime.h5"
 expect 0 run "$quick" --no-progress --out "$out/quick.h5" -- --problems 2
+# A script's own arguments: a finite number where the default is one, each name once (a failed run).
+expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems nan
+expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --problems 3
+expect 0 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --llm-util 0.25
 # A script read from a pipe is a script too.
 echo 'print("from a pipe")' | "$duet" run /dev/stdin --no-progress --out "$out/pipe.h5" >log.txt 2>&1 ||
   { echo "FAIL: duet run /dev/stdin exited $?:"; cat log.txt; failed=1; }

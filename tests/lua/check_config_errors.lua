@@ -27,6 +27,25 @@ expect_error({arbiter_priority = {"prm"}}, "arbiter_priority.*for arbiter = 'pri
 expect_error({arbiter = "callback"}, "arbiter.*given as a function, not a name")
 expect_error({arbiter = "fifo"}, "arbiter.*unknown arbiter 'fifo'")
 expect_error({arbiter = "priority", arbiter_priority = {"gen"}}, "arbiter_priority.*entry 1 names unknown engine 'gen'")
+-- Unknown names and impossible values name the field (and, through expect_error, the line).
+expect_error({gpu = "h1000"}, "duet.run.gpu: unknown GPU 'h1000'")
+expect_error({cost_model = "magic"}, "duet.run.cost_model: unknown cost model 'magic'")
+expect_error({concurrency = 0}, "duet.run.concurrency: problems in flight must be at least 1, got 0")
+expect_error({min_batch = 0}, "duet.run.min_batch: must be in %[1, concurrency = 64%], got 0")
+expect_error({concurrency = 4, min_batch = 5}, "duet.run.min_batch: must be in %[1, concurrency = 4%], got 5")
+local function engine(extra)
+  local e = {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}
+  for k, v in pairs(extra) do e[k] = v end
+  return {e}
+end
+expect_error({engines = engine{model = "llama-9"}}, "engines%[1%].model: unknown model 'llama%-9'")
+expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: unknown allocator 'buddy'")
+expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
+expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
+-- Checked where the engine is put together, for every front end: it names the engine and field.
+local ok, err = pcall(duet.run, config{engines = engine{max_model_len = 200000}})
+assert(not ok and tostring(err):find("engine 'llm': max_model_len 200000 exceeds llama%-3.2%-1b's " ..
+                                     "max_position_embeddings %(131072%)"), tostring(err))
 
 -- duet.sweep's thread count and duet.synthetic's vocabulary.
 local function expect_call_error(f, pattern)

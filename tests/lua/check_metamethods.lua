@@ -9,24 +9,8 @@ local function raising(what, n)
                            __len = n and function() return n end})
 end
 
-local function config(extra)
-  local c = {
-    progress = false, out = false,
-    engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
-               {name = "prm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}},
-    workload = {problems = {{}}, solve = function() return {score = 0} end},
-  }
-  for k, v in pairs(extra) do c[k] = v end
-  return c
-end
-
-local checked = 0
-local function expect_error(f, pattern)
-  local ok, err = pcall(f)
-  assert(not ok, "expected an error matching '" .. pattern .. "'")
-  assert(tostring(err):find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  checked = checked + 1
-end
+local support = require("tests.lua.support")
+local config, expect_error = support.config, support.expect_error
 
 -- duet.run's own table, its engines, an engine, the arbiter's list, the workload.
 expect_error(function() return duet.run(raising("the config")) end,
@@ -36,33 +20,42 @@ setmetatable(c, {__index = function(_, k) if k == "gpu" then error("no gpu here"
 expect_error(function() return duet.run(c) end, "duet.run.gpu: reading it raised an error: .*no gpu here")
 expect_error(function()
   return duet.run(config{engines = setmetatable({}, {__len = function() error("length refused") end})})
-end, "length refused")
-expect_error(function() return duet.run(config{engines = {raising("engine 1")}}) end, "engine 1 raised reading")
+end, "duet.run.engines: .*length refused")
+expect_error(function() return duet.run(config{engines = {raising("engine 1")}}) end,
+             "engines%[1%].name: reading it raised an error: .*engine 1 raised reading name")
 expect_error(function()
   return duet.run(config{arbiter = "priority", arbiter_priority = raising("the priority list", 2)})
-end, "the priority list raised reading 1")
+end, "duet.run.arbiter_priority: .*the priority list raised reading 1")
 expect_error(function() return duet.run(config{workload = raising("the workload")}) end,
-             "the workload raised reading")
+             "workload: field 'solve': reading it raised an error: .*the workload raised reading solve")
+expect_error(function()
+  return duet.run(config{workload = {problems = raising("the problems", 1), solve = function() end}})
+end, "workload: problems%[1%]: reading it raised an error: .*the problems raised reading 1")
 expect_error(function()
   return duet.run(config{engines = setmetatable({}, {__len = function() return "many" end})})
-end, "object length is not an integer")
+end, "duet.run.engines: .*object length is not an integer")
+expect_error(function()
+  return duet.run(config{engines = setmetatable({}, {__len = function() return 2 ^ 40 end, __index = rawlen})})
+end, "duet.run.engines: .*a list's length %(its __len%) is 1099511627776, outside 0 to 2%^31 %- 1")
 
 -- solve()'s result: a raising table, and fields of the wrong type.
 local function solve_returns(value)
   return config{workload = {problems = {{}}, solve = function() return value end}}
 end
+local result = "problem 1: solve%(%)'s result"
 expect_error(function() return duet.run(solve_returns(raising("the result"))) end,
-             "the result raised reading score")
+             result .. ".score: reading it raised an error: .*the result raised reading score")
 expect_error(function() return duet.run(solve_returns({score = "high"})) end,
-             "problem 1: solve%(%) returned score = a string, expected a number")
+             result .. ".score: expected a number, got string")
+expect_error(function() return duet.run(solve_returns({score = 0 / 0})) end, result .. ".score: expected a finite number")
 expect_error(function() return duet.run(solve_returns({correct = 1})) end,
-             "problem 1: solve%(%) returned correct = a number, expected true or false")
+             result .. ".correct: expected true or false, got number")
 expect_error(function() return duet.run(solve_returns({iterations = 2.5})) end,
-             "problem 1: solve%(%) returned iterations = a number, expected an integer >= 0")
-expect_error(function() return duet.run(solve_returns({level = -1})) end,
-             "problem 1: solve%(%) returned level = a number, expected an integer >= 0")
-expect_error(function() return duet.run(solve_returns("done")) end,
-             "problem 1: solve%(%) returned a string, not a table")
+             result .. ".iterations: expected an integer, got number")
+expect_error(function() return duet.run(solve_returns({level = -1})) end, result .. ".level: must be >= 0, got %-1")
+expect_error(function() return duet.run(solve_returns({scroe = 5})) end, result .. ": unknown key 'scroe'")
+expect_error(function() return duet.run(solve_returns("done")) end, result .. " is a string, not a table")
+assert(duet.run(solve_returns({score = 1, correct = true, iterations = 4 / 2, level = 3})).problems == 1)
 
 -- Inside solve(): a submit's table and its lists, and duet.await's list.
 local inside = 0
@@ -70,10 +63,11 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   local llm = ctx.engines.llm
   local cases = {
     {raising("the spec"), "llm:submit.seed: reading it raised an error: .*the spec raised reading seed"},
-    {{prompt = 8, stop = setmetatable({}, {__len = function() error("stop length") end})}, "stop length"},
-    {{prompt = 8, stop = raising("the stop list", 1)}, "the stop list raised reading 1"},
+    {{prompt = 8, stop = setmetatable({}, {__len = function() error("stop length") end})},
+     "llm:submit.stop: .*stop length"},
+    {{prompt = 8, stop = raising("the stop list", 1)}, "llm:submit.stop: .*the stop list raised reading 1"},
     {{kind = "score", prompt = 8, scores = setmetatable({}, {__len = function() return 2 ^ 62 end})},
-     "scores.*entry 1 is a nil, not a number"},
+     "llm:submit.scores: .*outside 0 to 2%^31 %- 1"},
   }
   for _, case in ipairs(cases) do
     local ok, err = pcall(function() return llm:submit(case[1]) end)
@@ -82,7 +76,7 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   end
   local id = llm:submit{prompt = 8, max_tokens = 2}
   local ok, err = pcall(duet.await, setmetatable({}, {__len = function() error("await length") end}))
-  assert(not ok and tostring(err):find("await length"), tostring(err))
+  assert(not ok and tostring(err):find("duet.await: reading argument 1 raised an error: .*await length"), tostring(err))
   duet.await(id)
   inside = inside + 1
   return {score = 0}
@@ -92,7 +86,7 @@ assert(inside == 5)
 -- duet.sweep's grid, and duet.args' defaults.
 expect_error(function()
   return duet.sweep{grid = {x = raising("the values", 2)}, run = function() return config{} end}
-end, "the values raised reading")
+end, "duet.sweep: .*the values raised reading 1")
 expect_error(function() return duet.args{"positional"} end, "duet.args: the defaults' keys must be argument names")
 expect_error(function() return duet.args{problems = {}} end,
              "duet.args: default 'problems' must be a number, boolean or string, got a table")
@@ -105,5 +99,5 @@ assert(r.problems == 1 and r.engines.prm, "an inherited configuration ran")
 local proxied = setmetatable({}, {__index = {"llm", "prm"}, __len = function() return 2 end})
 assert(duet.run(config{arbiter = "priority", arbiter_priority = proxied}))
 
-assert(checked == 16, "checked " .. checked)
+assert(support.checked == 20, "checked " .. support.checked)
 print("metamethods: ok")

@@ -1,0 +1,90 @@
+-- Misuse of the API that once crashed duet or was silently taken: each is now an error naming what
+-- was wrong, and the process lives on. (Found by a review of the bindings; each case is the
+-- smallest script that showed it.)
+local duet = require("duet")
+
+local support = require("tests.lua.support")
+local config, expect_error = support.config, support.expect_error
+
+-- duet.await with the same id twice (a crash: the second lookup missed).
+-- A TokenList outside the engine's vocabulary, and :tokens from a negative index.
+local inside = 0
+duet.run(config{workload = {problems = {{}}, solve = function(ctx)
+  local llm = ctx.engines.llm
+  local id = llm:submit{prompt = 8, max_tokens = 2, keep = true}
+  expect_error(function() return duet.await({id, id}) end, "duet.await: sequence " .. id .. " is awaited twice")
+  duet.await(id)
+  expect_error(function() return llm:tokens(id, -1) end, "the first token's index must be >= 0")
+  assert(#llm:tokens(id, 0) == 10)
+  expect_error(function() return llm:submit{prompt = duet.token_list{1, 2, 128256}} end,
+               "llm:submit.prompt: token 3 %(id 128256%) is outside llm's vocabulary of 128256")
+  llm:release(id)
+  inside = inside + 1
+  return {score = 0}
+end}})
+assert(inside == 1)
+
+-- duet.token_list: ids are non-negative 32-bit integers.
+expect_error(function() return duet.token_list{1, -5} end, "entry 2 is not a token id")
+expect_error(function() return duet.token_list{2 ^ 40} end, "entry 1 is not a token id")
+expect_error(function() return duet.token_list{1.5} end, "entry 1 is not a token id")
+assert(#duet.token_list{0, 7, 3.0} == 3)
+
+-- A TokenList's metatable is out of reach: its __gc called twice was a double free.
+local list = duet.token_list{1, 2, 3}
+assert(getmetatable(list) == "duet.TokenList", tostring(getmetatable(list)))
+expect_error(function() return setmetatable(list, {}) end, "bad argument #1 to 'setmetatable' %(table expected")
+assert(#list == 3)
+
+-- A sweep whose run() rewrites the grid it was given (a crash: each point re-read the grid).
+local grid = {x = {1, 2}, flag = {true, false}}
+local seen = {}
+local results = duet.sweep{grid = grid, threads = 1, run = function(p)
+  grid.x = 12345
+  grid.flag = "gone"
+  seen[#seen + 1] = p
+  return config{}
+end}
+assert(#results == 4 and #seen == 4)
+assert(type(seen[1].flag) == "boolean" and math.type(seen[1].x) == "integer", "points keep their types")
+-- One type per grid key: {true, 0.5} made point 2 a boolean.
+expect_error(function() return duet.sweep{grid = {x = {true, 0.5}}, run = function() return config{} end} end,
+             "duet.sweep: grid.x mixes booleans and numbers %(value 2%)")
+
+-- JSON: nesting beyond any real file (a stack overflow), and integers beyond int64.
+local path = os.tmpname()
+local f = assert(io.open(path, "w"))
+f:write(string.rep("[", 100000) .. string.rep("]", 100000))
+f:close()
+expect_error(function() return duet.read_json(path) end, "JSON nested deeper than 256 levels")
+f = assert(io.open(path, "w"))
+f:write('{"big": 18446744073709551615, "small": 9223372036854775807}')
+f:close()
+local j = duet.read_json(path)
+assert(math.type(j.big) == "float" and j.big > 1.8e19, tostring(j.big))
+assert(math.type(j.small) == "integer" and j.small == math.maxinteger)
+expect_error(function() return duet.read_jsonl(path, -1) end, "must not be negative")
+os.remove(path)
+
+-- duet.trace's options.
+local trace = duet.source_dir .. "/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+expect_error(function() return duet.trace(trace, 5) end, "duet.trace: options must be a table")
+expect_error(function() return duet.trace(trace, {max_requests = -1}) end,
+             "duet.trace.max_requests: must be >= 0 %(0: every request%)")
+assert(#duet.trace(trace, {max_requests = 3}) == 3)
+
+-- An arbiter's answer that is no engine: wrapped into range once, now an error.
+local function arbiter_returning(v)
+  return config{arbiter = function() return v end, workload = {problems = {{}}, solve = function(ctx)
+    duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+    return {score = 0}
+  end}}
+end
+expect_error(function() return duet.run(arbiter_returning(2 ^ 32 + 1)) end,
+             "the arbiter returned 4294967297, not an engine's name or its index %(1 to 2%)")
+expect_error(function() return duet.run(arbiter_returning("gen")) end, "the arbiter returned 'gen'")
+expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbiter returned a nil")
+assert(duet.run(arbiter_returning(1.0)).problems == 1)
+
+assert(support.checked == 15, "checked " .. support.checked)
+print("misuse: ok")
