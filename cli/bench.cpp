@@ -24,21 +24,22 @@ namespace duet::cli {
 
 namespace {
 
-// A whole trace through one engine priced by the roofline, the records kept in memory.
+// A whole trace through one engine priced by the roofline, the records kept in memory. A request
+// longer than the model's context (16,384 at most) is skipped and counted.
 ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, const std::string& gpu_name,
-                                 std::size_t* finished = nullptr) {
+                                 std::size_t* finished = nullptr, std::size_t* skipped = nullptr) {
   ExperimentSpec spec;
   spec.gpu = gpu_by_name(gpu_name);
   spec.source_dir = source_dir();
   EngineSetup e;
   e.config.model = resolve_model(model);
-  e.config.max_model_len = 16384;
+  e.config.max_model_len = std::min(16384, e.config.model.max_position_embeddings);
   e.cost_model = "roofline";
   spec.engines.push_back(e);
-  TraceReplay replay(trace,
-                     {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Error});
+  TraceReplay replay(trace, {0, 1.0, 0, 0, e.config.model.vocab_size, e.config.max_model_len, TooLong::Skip});
   ExperimentOutcome o = run_experiment(spec, replay);
   if (finished) *finished = replay.finished();
+  if (skipped) *skipped = replay.skipped();
   return o;
 }
 
@@ -49,8 +50,8 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   const auto t0 = std::chrono::steady_clock::now();
   const Trace trace = load_trace(trace_path);
   const auto t1 = std::chrono::steady_clock::now();
-  std::size_t finished = 0;
-  const ExperimentOutcome o = simulate_trace(trace, model, gpu_name, &finished);
+  std::size_t finished = 0, skipped = 0;
+  const ExperimentOutcome o = simulate_trace(trace, model, gpu_name, &finished, &skipped);
   const GpuSpec gpu = gpu_by_name(gpu_name);
   std::int64_t steps = 0;
   double simulated_s = 0;
@@ -63,6 +64,8 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   const double wall_s = load_s + sim_s;
   std::printf("bench sim-trace: %s, %zu requests, %s on %s (%s)\n", trace.source.c_str(), finished,
               o.records[0].model.c_str(), gpu.name.c_str(), o.cost_models[0].c_str());
+  if (skipped > 0)
+    std::printf("  skipped              %8zu requests longer than the model's context\n", skipped);
   std::printf("  wall time            %8.3f s  (load %.3f s + simulate %.3f s)\n", wall_s, load_s, sim_s);
   std::printf("  simulated time       %8.1f s\n", simulated_s);
   std::printf("  engine steps         %8lld  (%.0f steps/s, %.2f us per step)\n", (long long)steps,

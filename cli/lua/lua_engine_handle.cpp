@@ -39,7 +39,7 @@ int engine_tokens(lua_State* L) {
   const lua_Integer id = luaL_checkinteger(L, 2);
   const lua_Integer from = luaL_optinteger(L, 3, 0);
   luaL_argcheck(L, from >= 0 && from <= std::numeric_limits<int>::max(), 3,
-                "the first token's index must be >= 0");
+                "the first token's index must be in 0 to 2^31 - 1");
   return guarded(L, [&] { return LuaWorkload::from(L).lua_tokens(L, engine, SeqId(id), int(from)); });
 }
 

@@ -109,10 +109,11 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   c.max_num_seqs = t.int32("max_num_seqs").value_or(c.max_num_seqs);
   c.max_num_batched_tokens = t.int32("max_num_batched_tokens").value_or(c.max_num_batched_tokens);
   c.max_model_len = t.int32("max_model_len").value_or(c.max_model_len);
+  t.checked("max_model_len", [&] { check_model_len(c); });
   c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
-  c.allocator = t.checked("allocator",
-                          [&] { return allocator_kind_from_name(t.string("allocator").value_or("paged")); });
+  const std::string allocator = t.string("allocator").value_or("paged");
+  c.allocator = t.checked("allocator", [&] { return allocator_kind_from_name(allocator); });
   if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
   t.checked("cost_model", [&] { return check_cost_model_name(ex.cost_models.back()); });
@@ -176,14 +177,15 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
 Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
   TableReader t(L, index, "duet.run");
   Experiment ex;
-  ex.gpu = t.checked("gpu", [&] { return gpu_by_name(t.string("gpu").value_or("h100")); });
+  const std::string gpu = t.string("gpu").value_or("h100");
+  ex.gpu = t.checked("gpu", [&] { return gpu_by_name(gpu); });
   ex.backend = t.string("backend").value_or(d.backend);
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
   check_backend(ex.backend);
   const std::string cost = t.string("cost_model").value_or("auto");
   t.checked("cost_model", [&] { return check_cost_model_name(cost); });
-  ex.kv_pool.kind =
-      t.checked("kv_pool", [&] { return kv_pool_kind_from_name(t.string("kv_pool").value_or("static")); });
+  const std::string kv_pool = t.string("kv_pool").value_or("static");
+  ex.kv_pool.kind = t.checked("kv_pool", [&] { return kv_pool_kind_from_name(kv_pool); });
   if (auto pages = t.int32("kv_pool_blocks")) {
     if (ex.kv_pool.kind != KvPoolKind::Shared)
       t.fail("kv_pool_blocks", "sizes a shared pool: needs kv_pool = 'shared'");
@@ -599,8 +601,9 @@ constexpr const char* kRecordsMeta = "duet.RunRecords";
 
 using RecordsPtr = std::shared_ptr<std::vector<EngineRecords>>;
 
+// Idempotent (emptied, not destroyed): the debug library can reach a __gc and call it again.
 int records_gc(lua_State* L) {
-  static_cast<RecordsPtr*>(luaL_checkudata(L, 1, kRecordsMeta))->~RecordsPtr();
+  static_cast<RecordsPtr*>(luaL_checkudata(L, 1, kRecordsMeta))->reset();
   return 0;
 }
 
@@ -619,6 +622,7 @@ void push_column(lua_State* L, const std::vector<StepRecord>& steps, T StepRecor
 int timeline(lua_State* L) {
   auto* records = static_cast<RecordsPtr*>(luaL_checkudata(L, lua_upvalueindex(1), kRecordsMeta));
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
+  if (!*records) return luaL_error(L, "timeline: the run's records were collected");
   for (const EngineRecords& r : **records) {
     if (r.name != name) continue;
     if (lua_toboolean(L, lua_upvalueindex(2)))

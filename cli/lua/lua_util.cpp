@@ -167,8 +167,10 @@ TableReader::TableReader(lua_State* L, int index, std::string where)
 }
 
 void TableReader::fail(const char* key, const std::string& what) const {
-  throw Error(lua::where(L_) + where_ + "." + key + ": " + what);
+  throw Error(location() + where_ + "." + key + ": " + what);
 }
+
+std::string TableReader::location() const { return location_.empty() ? lua::where(L_) : location_; }
 
 int TableReader::push(const char* key) {
   asked_.insert(key);
@@ -248,7 +250,7 @@ void TableReader::finish() {
       std::string valid;
       for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;
       lua_pop(L_, 1);
-      throw Error(lua::where(L_) + where_ + ": unknown key '" + key + "' (valid keys: " + valid + ")");
+      throw Error(location() + where_ + ": unknown key '" + key + "' (valid keys: " + valid + ")");
     }
   }
 }

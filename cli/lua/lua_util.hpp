@@ -79,8 +79,11 @@ class TableReader {
   int push(const char* key);
   void finish();
   const std::string& where() const { return where_; }
+  // Errors name `location` ("file:line: ") instead of the Lua code calling into C.
+  void locate(std::string location) { location_ = std::move(location); }
   // Throws duet::Error naming the Lua caller's file:line, the table and the key.
   [[noreturn]] void fail(const char* key, const std::string& what) const;
+  std::string location() const;
   // parse()'s value; its duet::Error (an unknown name, say) becomes fail(key, ...).
   template <typename F>
   auto checked(const char* key, F&& parse) const {
@@ -95,6 +98,7 @@ class TableReader {
   lua_State* L_;
   int index_;
   std::string where_;
+  std::string location_;
   std::set<std::string> asked_;
 };
 

@@ -64,6 +64,10 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
     throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
+  lua_Debug ar;
+  lua_getinfo(L, ">S", &ar);  // pops the function
+  solve_where_ = std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
   problems_ref_ = ref_field(L, index, "problems", LUA_TTABLE, "an array of problems");
   lua_rawgeti(L, LUA_REGISTRYINDEX, problems_ref_);
   try {
@@ -102,12 +106,23 @@ void LuaWorkload::start(Runtime& rt) {
 }
 
 void LuaWorkload::fill() {
+  // A problem whose solve() returns without waiting completes inside launch(), and complete()
+  // calls fill() again: the loop below already launches its successor, so the inner call does
+  // nothing, and 100,000 such problems do not nest 100,000 launches deep on the C stack.
+  if (filling_) return;
   const std::size_t in_flight = tasks_.size();
   const bool refill = opt_.batching == ProblemBatching::Fixed
                           ? in_flight == 0
                           : in_flight < std::size_t(std::max(1, opt_.min_batch));
   if (!refill) return;
-  while (tasks_.size() < std::size_t(opt_.concurrency) && next_problem_ < total_) launch(next_problem_++);
+  filling_ = true;
+  try {
+    while (tasks_.size() < std::size_t(opt_.concurrency) && next_problem_ < total_) launch(next_problem_++);
+  } catch (...) {
+    filling_ = false;
+    throw;
+  }
+  filling_ = false;
 }
 
 void LuaWorkload::launch(std::size_t problem) {
@@ -204,6 +219,7 @@ void LuaWorkload::read_solution(lua_State* co, ProblemRecord& r) {
   lua_pushvalue(co, 1);
   lua_xmove(co, L_, 1);
   TableReader t(L_, -1, what);
+  t.locate(solve_where_);  // solve()'s definition, not the line that called duet.run
   r.score = t.number("score").value_or(r.score);
   if (const auto correct = t.boolean("correct")) r.correct = *correct ? 1 : 0;
   const auto count = [&](const char* key) {

@@ -96,6 +96,8 @@ class LuaWorkload final : public Workload {
   Runtime* rt_ = nullptr;
   std::size_t total_ = 0;
   std::size_t next_problem_ = 0;
+  bool filling_ = false;     // fill() is launching problems
+  std::string solve_where_;  // "file:line: " where solve() is defined, for errors in its result
   std::unordered_map<lua_State*, std::unique_ptr<Task>> tasks_;
   std::unordered_map<SeqId, Task*> owner_;                  // live sequence -> its task
   std::unordered_map<std::uint64_t, lua_State*> sleepers_;  // wake-up tag -> sleeping coroutine

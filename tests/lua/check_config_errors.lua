@@ -42,10 +42,9 @@ expect_error({engines = engine{model = "llama-9"}}, "engines%[1%].model: unknown
 expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: unknown allocator 'buddy'")
 expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
 expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
--- Checked where the engine is put together, for every front end: it names the engine and field.
-local ok, err = pcall(duet.run, config{engines = engine{max_model_len = 200000}})
-assert(not ok and tostring(err):find("engine 'llm': max_model_len 200000 exceeds llama%-3.2%-1b's " ..
-                                     "max_position_embeddings %(131072%)"), tostring(err))
+expect_error({engines = engine{max_model_len = 200000}},
+             "engines%[1%].max_model_len: engine 'llm': max_model_len 200000 exceeds llama%-3.2%-1b's " ..
+             "max_position_embeddings %(131072%)")
 
 -- duet.sweep's thread count and duet.synthetic's vocabulary.
 local function expect_call_error(f, pattern)

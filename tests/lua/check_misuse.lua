@@ -14,7 +14,7 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   local id = llm:submit{prompt = 8, max_tokens = 2, keep = true}
   expect_error(function() return duet.await({id, id}) end, "duet.await: sequence " .. id .. " is awaited twice")
   duet.await(id)
-  expect_error(function() return llm:tokens(id, -1) end, "the first token's index must be >= 0")
+  expect_error(function() return llm:tokens(id, -1) end, "the first token's index must be in 0 to 2%^31 %- 1")
   assert(#llm:tokens(id, 0) == 10)
   expect_error(function() return llm:submit{prompt = duet.token_list{1, 2, 128256}} end,
                "llm:submit.prompt: token 3 %(id 128256%) is outside llm's vocabulary of 128256")
@@ -35,6 +35,11 @@ local list = duet.token_list{1, 2, 3}
 assert(getmetatable(list) == "duet.TokenList", tostring(getmetatable(list)))
 expect_error(function() return setmetatable(list, {}) end, "bad argument #1 to 'setmetatable' %(table expected")
 assert(#list == 3)
+-- The debug library still reaches it; a second __gc then does nothing (it was a double free).
+local gc = debug.getmetatable(list).__gc
+gc(list)
+gc(list)
+assert(#list == 0)
 
 -- A sweep whose run() rewrites the grid it was given (a crash: each point re-read the grid).
 local grid = {x = {1, 2}, flag = {true, false}}
@@ -86,5 +91,23 @@ expect_error(function() return duet.run(arbiter_returning("gen")) end, "the arbi
 expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbiter returned a nil")
 assert(duet.run(arbiter_returning(1.0)).problems == 1)
 
-assert(support.checked == 15, "checked " .. support.checked)
+-- A wrongly typed name is one message, not one wrapped in another.
+support.expect_error(function() return duet.run(config{gpu = 5}) end, "duet.run.gpu: expected a string, got number$")
+local ok, err = pcall(duet.run, config{gpu = 5})
+assert(select(2, tostring(err):gsub("duet%.run%.gpu", "")) == 1, err)
+
+-- An error in solve()'s result names where solve() is defined.
+local function solve() return {score = "high"} end
+local line = debug.getinfo(solve, "S").linedefined
+expect_error(function() return duet.run(config{workload = {problems = {{}}, solve = solve}}) end,
+             "check_misuse.lua:" .. line .. ": problem 1: solve%(%)'s result.score: expected a number")
+
+-- Problems that finish without waiting: each used to start the next one a level deeper on the C
+-- stack (20,000 ended duet with SIGSEGV).
+local many = {}
+for i = 1, 50000 do many[i] = {} end
+local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
+assert(r.problems == 50000, r.problems)
+
+assert(support.checked == 17, "checked " .. support.checked)
 print("misuse: ok")
