@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "exec/tokenizer_model_check.hpp"
 
 namespace duet {
 
@@ -50,64 +51,6 @@ std::string printable(std::string_view text) {
   return out + "\"";
 }
 
-// protobuf accepts any prefix of a message that ends on a field boundary, and sentencepiece then
-// loads it: a model cut after some of its pieces would load as a smaller vocabulary with default
-// trainer and normalizer settings, and tokenize differently without a word. So before handing the
-// bytes over, walk the top level of the wire format and require a well-formed message holding
-// pieces (field 1), trainer_spec (2) and normalizer_spec (3), which the trainer always writes, in
-// that order, after the pieces. Returns an empty string when the bytes pass, else why not.
-std::string check_model_wire_format(std::string_view bytes) {
-  std::size_t pos = 0;
-  const auto varint = [&](std::uint64_t& value) {
-    value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= bytes.size()) return false;
-      const auto byte = static_cast<unsigned char>(bytes[pos++]);
-      value |= std::uint64_t{byte & 0x7fu} << shift;
-      if ((byte & 0x80u) == 0) return true;
-    }
-    return false;  // more than 10 bytes: not a varint
-  };
-  std::size_t pieces = 0;
-  bool trainer_spec = false;
-  bool normalizer_spec = false;
-  while (pos < bytes.size()) {
-    std::uint64_t tag = 0;
-    if (!varint(tag)) return "cut off inside a field tag";
-    const std::uint64_t field = tag >> 3;
-    const unsigned wire_type = static_cast<unsigned>(tag & 7u);
-    if (field == 0) return "invalid field number 0";
-    std::uint64_t skip = 0;
-    switch (wire_type) {
-      case 0: {  // varint
-        std::uint64_t ignored = 0;
-        if (!varint(ignored)) return "cut off inside a number";
-        break;
-      }
-      case 1:
-        skip = 8;
-        break;
-      case 2:  // length-delimited: the pieces and the specs
-        if (!varint(skip)) return "cut off inside a length";
-        if (field == 1) ++pieces;
-        if (field == 2) trainer_spec = true;
-        if (field == 3) normalizer_spec = true;
-        break;
-      case 5:
-        skip = 4;
-        break;
-      default:
-        return "invalid wire type " + std::to_string(wire_type);
-    }
-    if (skip > bytes.size() - pos) return "cut off inside a field";
-    pos += static_cast<std::size_t>(skip);
-  }
-  if (pieces == 0) return "it has no vocabulary pieces";
-  if (!trainer_spec || !normalizer_spec)
-    return "it ends before its trainer and normalizer settings (truncated?)";
-  return {};
-}
-
 std::string read_model_file(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
@@ -141,7 +84,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 
 Tokenizer Tokenizer::from_bytes(const std::string& bytes, const std::filesystem::path& path) {
   if (bytes.empty()) throw Error("tokenizer: model file " + quoted(path) + " is empty");
-  if (const std::string why = check_model_wire_format(bytes); !why.empty()) {
+  if (const std::string why = check_tokenizer_model(bytes); !why.empty()) {
     throw Error("tokenizer: " + quoted(path) + " is not a sentencepiece model: " + why);
   }
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();

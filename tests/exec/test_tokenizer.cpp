@@ -229,6 +229,48 @@ TEST(TokenizerLoad, EmptyPieceIsAnError) {
   }
 }
 
+// A normalizer table (precompiled charsmap) whose trie is empty: sentencepiece loaded it and read
+// past the table on every encode (found by tests/fuzz/fuzz_tokenizer under AddressSanitizer).
+TEST(TokenizerLoad, BrokenNormalizerTableIsAnError) {
+  const fs::path model =
+      fs::path(DUET_SOURCE_DIR) / "tests/fuzz/corpus/tokenizer/regress-charsmap-empty-trie.model";
+  expect_load_error(model, "empty normalizer trie");
+  try {
+    (void)Tokenizer::load(model);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("normalizer table's trie size (0 bytes)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A real NFKC table loads and normalizes; with bytes of its table corrupted, a model loads and
+// encodes, or is refused, and never reads outside the table (the sanitizer build runs this; with
+// the check removed, such variants read freed memory under AddressSanitizer).
+TEST(TokenizerLoad, CorruptedNormalizerTablesLoadOrAreRefused) {
+  const std::string model = read_bytes(fs::path(DUET_SOURCE_DIR) / "tests/exec/data/nmt-nfkc.model");
+  ASSERT_EQ(model.size(), 238298u);
+  constexpr std::size_t kTableStart = 737, kTableBytes = 237561;  // tests/exec/data/README.md
+  const Tokenizer clean = Tokenizer::from_bytes(model, "nmt-nfkc");
+  EXPECT_EQ(clean.encode("\xef\xbc\xa6ox"), clean.encode("Fox"));  // full-width F is F after NFKC
+  std::mt19937_64 rng(7);
+  int loaded = 0, refused = 0;
+  for (int k = 0; k < 300; ++k) {
+    std::string m = model;
+    for (int flips = 1 + int(rng() % 4); flips > 0; --flips)
+      m[kTableStart + rng() % kTableBytes] = static_cast<char>(rng());
+    try {
+      const Tokenizer t = Tokenizer::from_bytes(m, "mutant");
+      (void)t.encode("\xef\xbc\xa6ull width \xe2\x91\xa0 \xef\xac\x81 the quick brown fox");
+      ++loaded;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sentencepiece model"), std::string::npos) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(loaded, 0);
+  EXPECT_GT(refused, 0);
+}
+
 TEST(TokenizerLoad, TruncatedModelIsAnError) {
   const std::string model = read_bytes(kModel);
   ASSERT_GT(model.size(), 100000u);
