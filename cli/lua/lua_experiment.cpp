@@ -516,16 +516,28 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   const std::string what = spec.backend == "sim" ? "simulated" : "measured";
   ProgressBar bar(ex.label.empty() ? "duet.run" : ex.label);
   ExperimentHooks hooks;
-  if (ex.progress && bar.enabled())
-    hooks.before_run = [&](Runtime& rt, const ExperimentOutcome&) {
-      rt.progress_every = 256;
-      rt.on_progress = [&, what](const Runtime& r) {
-        char detail[64];
-        std::snprintf(detail, sizeof detail, "problems, %s %.0f s", what.c_str(), r.now());
-        bar.update(double(workload.done()), double(workload.total()), detail);
-      };
+  bool started = false;
+  hooks.before_run = [&](Runtime& rt, const ExperimentOutcome&) {
+    started = true;
+    if (!ex.progress || !bar.enabled()) return;
+    rt.progress_every = 256;
+    rt.on_progress = [&, what](const Runtime& r) {
+      char detail[64];
+      std::snprintf(detail, sizeof detail, "problems, %s %.0f s", what.c_str(), r.now());
+      bar.update(double(workload.done()), double(workload.total()), detail);
     };
-  LuaRun run{duet::run_experiment(spec, workload, hooks), workload.results()};
+  };
+  std::optional<ExperimentOutcome> outcome;
+  try {
+    outcome = duet::run_experiment(spec, workload, hooks);
+  } catch (const Error& e) {
+    // Before the run began, an error is the configuration's (a memory plan that cannot hold, an
+    // engine's out-of-range value): it names the script line that called duet.run. Errors from
+    // the run itself name their own place (the problem, the policy, the line in solve()).
+    if (started) throw;
+    throw Error(where(L) + "duet.run: " + e.what());
+  }
+  LuaRun run{std::move(*outcome), workload.results()};
   bar.finish();
   for (const std::string& w : run.outcome.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   return run;

@@ -42,6 +42,10 @@ expect_error({engines = engine{model = "llama-9"}}, "engines%[1%].model: unknown
 expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: unknown allocator 'buddy'")
 expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
 expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
+-- Checked as the run is put together (core's checks, for every front end): the line of duet.run.
+expect_error({engines = engine{gpu_memory_utilization = 1.5}},
+             "duet.run: engine 'llm': gpu_memory_utilization must be in %(0, 1%], got 1.5")
+expect_error({engines = engine{max_num_seqs = 0}}, "duet.run: engine 'llm': max_num_seqs must be positive, got 0")
 expect_error({engines = engine{max_model_len = 200000}},
              "engines%[1%].max_model_len: engine 'llm': max_model_len 200000 exceeds llama%-3.2%-1b's " ..
              "max_position_embeddings %(131072%)")
