@@ -42,9 +42,12 @@ int l_args(lua_State* L) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
       }
+      const std::string spelled = name;
       for (char& c : name)
         if (c == '-') c = '_';
-      if (!given.insert(name).second) throw Error("script argument '--" + name + "' is given twice");
+      if (!given.insert(name).second)
+        throw Error("script argument '--" + spelled +
+                    "' is given more than once ('-' and '_' in a name are the same)");
       const int t = lua_getfield(L, -1, name.c_str());  // the copy: no metamethods
       lua_pop(L, 1);
       if (t == LUA_TNIL) {
