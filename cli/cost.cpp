@@ -50,9 +50,7 @@ BatchShape batch_of(const BatchArgs& a) {
 // "roofline", "operator", "auto", "operator:PRIOR.json" or "profile:PROFILE.json" (as the simulator
 // takes them), or a bare JSON file: an operator prior or a measured profile, told by its format.
 std::string model_name_of(const std::string& arg) {
-  if (arg == "roofline" || arg == "operator" || arg == "auto") return arg;
-  for (const char* prefix : {"operator:", "profile:", "calibrated:"})
-    if (arg.starts_with(prefix)) return arg;
+  if (is_cost_model_name(arg)) return arg;
   if (!std::filesystem::exists(arg))
     throw Error(
         "--cost-model: '" + arg +

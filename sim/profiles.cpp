@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "core/error.hpp"
@@ -43,7 +44,15 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
 
 namespace {
 
-constexpr std::string_view kOperatorPrefix = "operator:";  // operator:PRIOR.json
+constexpr std::string_view kOperatorPrefix = "operator:";                     // operator:PRIOR.json
+constexpr std::string_view kProfilePrefixes[] = {"profile:", "calibrated:"};  // profile:PROFILE.json
+
+// The profile's path in `profile:PATH` (or `calibrated:PATH`), or nothing for another name.
+std::optional<std::string> profile_path_of(const std::string& name) {
+  for (const std::string_view prefix : kProfilePrefixes)
+    if (name.starts_with(prefix)) return name.substr(prefix.size());
+  return std::nullopt;
+}
 
 ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, const std::string& device) {
   CalibrationProfile p = load_profile(path);
@@ -68,20 +77,22 @@ ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const Mo
 
 }  // namespace
 
+bool is_cost_model_name(const std::string& name) {
+  if (name == "auto" || name == "roofline" || name == "operator") return true;
+  if (const std::optional<std::string> path = profile_path_of(name)) return !path->empty();
+  return name.starts_with(kOperatorPrefix) && name.size() > kOperatorPrefix.size();
+}
+
 void check_cost_model_name(const std::string& name) {
-  for (const std::string_view prefix :
-       {std::string_view("profile:"), std::string_view("calibrated:"), kOperatorPrefix})
-    if (name.starts_with(prefix) && name.size() > prefix.size()) return;
-  if (name != "auto" && name != "roofline" && name != "operator")
+  if (!is_cost_model_name(name))
     throw Error("unknown cost model '" + name +
                 "' (valid: auto, roofline, operator, operator:PRIOR.json, profile:PROFILE.json)");
 }
 
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir) {
-  for (const char* prefix : {"profile:", "calibrated:"})
-    if (name.rfind(prefix, 0) == 0)
-      return from_profile(name.substr(std::string(prefix).size()), model, device);
+  if (const std::optional<std::string> path = profile_path_of(name))
+    return from_profile(*path, model, device);
   if (name.starts_with(kOperatorPrefix))
     return from_prior(name.substr(kOperatorPrefix.size()), gpu, model, device);
   if (name == "auto" && !profile_dir.empty()) {
@@ -109,9 +120,8 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
 
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const GpuSpec& gpu,
                                            const ModelSpec& model) {
-  for (const char* prefix : {"profile:", "calibrated:"})
-    if (name.rfind(prefix, 0) == 0)
-      return std::make_unique<CalibratedCostModel>(load_profile(name.substr(std::string(prefix).size())));
+  if (const std::optional<std::string> path = profile_path_of(name))
+    return std::make_unique<CalibratedCostModel>(load_profile(*path));
   if (name.starts_with(kOperatorPrefix))
     return std::make_unique<OperatorCostModel>(gpu, model, load_prior(name.substr(kOperatorPrefix.size())));
   return choose_cost_model(name, gpu, model, gpu_device_key(gpu), "").model;

@@ -37,7 +37,9 @@ struct ChosenCostModel {
 // "operator:PATH", or "profile:PATH" ("calibrated:PATH" is the same).
 ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, const ModelSpec& model,
                                   const std::string& device, const std::string& profile_dir);
-// Throws duet::Error listing the valid forms when name is none of them (no file is read).
+// Whether name has one of those forms (no file is read); check_cost_model_name throws
+// duet::Error listing them when it has none.
+bool is_cost_model_name(const std::string& name);
 void check_cost_model_name(const std::string& name);
 
 // The roofline, or an explicit profile or prior, without the device check (tests, benchmarks).
