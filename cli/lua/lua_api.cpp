@@ -207,19 +207,15 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
 
 // The values of grid.KEY (on the stack top) as JSON, checked: numbers, booleans or strings.
 nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
-  const auto read = [&](auto f) {
-    try {
-      return f();
-    } catch (const Error& e) {
-      throw Error(where(L) + "duet.sweep: grid." + key + ": reading it raised an error: " + e.what());
-    }
+  const auto context = [&] {
+    return where(L) + "duet.sweep: grid." + key + ": reading it raised an error: ";
   };
-  const lua_Integer n = lua_istable(L, -1) ? read([&] { return length(L, -1); }) : 0;
+  const lua_Integer n = lua_istable(L, -1) ? with_context(context, [&] { return length(L, -1); }) : 0;
   if (n <= 0) throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
   nlohmann::ordered_json values = nlohmann::ordered_json::array();
   int first_type = LUA_TNONE;
   for (lua_Integer i = 1; i <= n; ++i) {
-    read([&] { return get_index(L, -1, i); });
+    with_context(context, [&] { return get_index(L, -1, i); });
     const int type = lua_type(L, -1);
     if (type == LUA_TNUMBER) values.push_back(lua_tonumber(L, -1));
     else if (type == LUA_TBOOLEAN) values.push_back(bool(lua_toboolean(L, -1)));
@@ -250,11 +246,8 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   std::vector<SweepPoint> points(1);
   for (const std::string& key : keys) {
-    try {
-      get_field(L, grid, key.c_str());
-    } catch (const Error& e) {
-      throw Error(where(L) + "duet.sweep: grid." + key + ": reading it raised an error: " + e.what());
-    }
+    with_context([&] { return where(L) + "duet.sweep: grid." + key + ": reading it raised an error: "; },
+                 [&] { return get_field(L, grid, key.c_str()); });
     const nlohmann::ordered_json values = grid_values(L, key);
     json[key] = values;
     std::vector<SweepPoint> next;

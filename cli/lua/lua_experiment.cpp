@@ -446,12 +446,8 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
 }  // namespace
 
 bool wants_output(lua_State* L, int index, const char* fn) {
-  int t = LUA_TNIL;
-  try {
-    t = get_field(L, index, "out");
-  } catch (const Error& e) {
-    throw Error(where(L) + fn + ".out: reading it raised an error: " + e.what());
-  }
+  const int t = with_context([&] { return where(L) + fn + ".out: reading it raised an error: "; },
+                             [&] { return get_field(L, index, "out"); });
   if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
     const std::string type = luaL_typename(L, -1);
     lua_pop(L, 1);

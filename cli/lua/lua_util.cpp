@@ -200,14 +200,9 @@ std::optional<double> TableReader::number(const char* key) {
 
 std::optional<std::int64_t> TableReader::integer(const char* key) {
   const int t = push(key);
-  std::optional<std::int64_t> v;
-  int ok = 0;
-  if (t == LUA_TNUMBER) {
-    const lua_Integer i = lua_tointegerx(L_, -1, &ok);
-    if (ok) v = i;
-  }
+  const std::optional<lua_Integer> v = integral(L_, -1);
   lua_pop(L_, 1);
-  if (t != LUA_TNIL && !ok) fail(key, std::string("expected an integer, got ") + lua_typename(L_, t));
+  if (t != LUA_TNIL && !v) fail(key, std::string("expected an integer, got ") + lua_typename(L_, t));
   return v;
 }
 

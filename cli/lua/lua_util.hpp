@@ -62,6 +62,17 @@ int get_field(lua_State* L, int index, const char* key);
 int get_index(lua_State* L, int index, lua_Integer i);
 lua_Integer length(lua_State* L, int index);
 
+// f()'s value; a duet::Error from it is thrown again as context() + its message. The context
+// (a field's name and the script's line, say) is built only then.
+template <typename C, typename F>
+auto with_context(C&& context, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(context() + e.what());
+  }
+}
+
 // Reads the fields of a configuration table, remembering which keys it asked for; finish()
 // rejects any other key, listing the valid ones. `where` names the table in errors
 // ("duet.run", "engines.llm").

@@ -36,12 +36,9 @@ const char* finish_name(FinishReason r) {
 }
 
 int ref_field(lua_State* L, int index, const char* key, int type, const char* what) {
-  int found = LUA_TNIL;
-  try {
-    found = get_field(L, index, key);
-  } catch (const Error& e) {
-    throw Error(std::string("workload: field '") + key + "': reading it raised an error: " + e.what());
-  }
+  const int found =
+      with_context([&] { return std::string("workload: field '") + key + "': reading it raised an error: "; },
+                   [&] { return get_field(L, index, key); });
   if (found != type) {
     lua_pop(L, 1);
     throw Error(std::string("workload: field '") + key + "' must be " + what);
@@ -324,17 +321,12 @@ int LuaWorkload::lua_await(lua_State* co) {
   const int n = lua_gettop(co);
   for (int a = 1; a <= n; ++a) {
     if (lua_istable(co, a)) {
-      const auto read = [&](auto f) {
-        try {
-          return f();
-        } catch (const Error& e) {
-          throw Error(where(co) + "duet.await: reading argument " + std::to_string(a) +
-                      " raised an error: " + e.what());
-        }
+      const auto context = [&] {
+        return where(co) + "duet.await: reading argument " + std::to_string(a) + " raised an error: ";
       };
-      const lua_Integer len = read([&] { return length(co, a); });
+      const lua_Integer len = with_context(context, [&] { return length(co, a); });
       for (lua_Integer k = 1; k <= len; ++k) {
-        read([&] { return get_index(co, a, k); });
+        with_context(context, [&] { return get_index(co, a, k); });
         const bool ok = lua_isinteger(co, -1);
         const lua_Integer id = lua_tointeger(co, -1);
         lua_pop(co, 1);
