@@ -1,13 +1,16 @@
 #include "exec/cpu_ops.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "core/mix.hpp"
+#include "kernels/philox.hpp"
+#include "kernels/sample_rule.hpp"
 
 namespace duet {
 
@@ -210,50 +213,72 @@ TokenId argmax(std::span<const float> logits) {
   return best;
 }
 
-double sample_uniform(std::uint64_t seed, std::uint64_t index) {
-  // Two rounds of splitmix64's finalizer: the seed picks a stream, the index a point in it. The
-  // constant keeps these streams apart from the scripted-token hashes of the same seed.
-  const std::uint64_t h = mix64(mix64(seed ^ 0x73616d706c650000ULL) + index);
-  return double(h >> 11) * 0x1.0p-53;
+namespace {
+
+// The first token, in the order of weight descending then id ascending, whose cumulative mass
+// reaches `need` (1 <= need <= the total), and the mass of the prefix through it. A radix search
+// over the weights' bit patterns (non-negative floats order like their bits), eight bits at a
+// time from the top: each pass adds up the mass per digit among the tokens that match the digits
+// fixed so far, fixes the digit where the running mass reaches `need`, and keeps only the tokens
+// that match it, in id order. After four passes what is left are the ties at that weight, and
+// the token is the one among them where the mass is reached.
+struct Reached {
+  TokenId token;
+  std::uint64_t prefix_mass;
+};
+
+Reached first_reaching(std::span<const std::uint32_t> key, std::span<const std::uint64_t> mass,
+                       std::vector<TokenId>& candidates, std::uint64_t need) {
+  candidates.clear();
+  for (std::size_t i = 0; i < key.size(); ++i)
+    if (mass[i] > 0) candidates.push_back(TokenId(i));
+  std::uint64_t above = 0;  // the mass of tokens that weigh more than every candidate
+  std::uint32_t prefix = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    std::array<std::uint64_t, 256> digit_mass{};
+    for (TokenId i : candidates) digit_mass[(key[std::size_t(i)] >> shift) & 255u] += mass[std::size_t(i)];
+    int d = 255;  // the highest digit first: a larger weight comes first in the order
+    for (; d > 0 && above + digit_mass[std::size_t(d)] < need; --d) above += digit_mass[std::size_t(d)];
+    prefix |= std::uint32_t(d) << shift;
+    const std::uint32_t mask = ~0u << shift;
+    std::erase_if(candidates, [&](TokenId i) { return (key[std::size_t(i)] & mask) != prefix; });
+  }
+  const std::uint64_t q = mass[std::size_t(candidates.front())];  // every tie has the same mass
+  const std::uint64_t rank = (need - above + q - 1) / q;          // 1-based, among the ties
+  return {candidates[std::size_t(rank - 1)], above + rank * q};
 }
 
+}  // namespace
+
 TokenId sample_top_p(std::span<const float> logits, float temperature, float top_p, double u) {
-  if (!(temperature > 0.0f)) return argmax(logits);  // NaN too
   require(!logits.empty(), "sample_top_p: no logits");
-  const double top = double(logits[std::size_t(argmax(logits))]);
-  // An infinite maximum (+inf, or every logit -inf) leaves no finite distribution: the argmax, as
-  // the CUDA sampler returns.
-  if (!std::isfinite(top)) return argmax(logits);
-  std::vector<double> p(logits.size());
-  double total = 0.0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    p[i] = std::isnan(logits[i]) ? 0.0 : std::exp((double(logits[i]) - top) / temperature);
-    total += p[i];
+  require(logits.size() <= std::size_t(kernels::kSampleMaxVocab), "sample_top_p: vocabulary too large");
+  const TokenId best = argmax(logits);
+  const float top = logits[std::size_t(best)];
+  // NaN temperatures too; an infinite maximum (+inf, or every logit -inf or NaN) leaves no
+  // finite distribution: the argmax, as the CUDA sampler returns.
+  if (!(temperature > 0.0f) || !std::isfinite(top)) return best;
+  std::vector<std::uint32_t> key(logits.size());
+  std::vector<std::uint64_t> mass(logits.size());
+  std::uint64_t total = 0;  // >= 2^40: the top token weighs 1
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float p = kernels::sample_weight(logits[i], top, temperature);
+    key[i] = std::bit_cast<std::uint32_t>(p);
+    mass[i] = kernels::sample_mass(p);
+    total += mass[i];
   }
-  std::vector<TokenId> order(p.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](TokenId a, TokenId b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
-  // The nucleus: the shortest prefix of the sorted tokens holding at least top_p of the mass.
-  double kept = 0.0;
-  std::size_t n = 0;
-  while (n < order.size()) {
-    kept += p[std::size_t(order[n++])];
-    if (kept >= double(top_p) * total) break;
-  }
-  const double target = u * kept;
-  double acc = 0.0;
-  for (std::size_t j = 0; j < n; ++j) {
-    acc += p[std::size_t(order[j])];
-    if (target < acc) return order[j];
-  }
-  return order[n - 1];
+  std::vector<TokenId> candidates;
+  candidates.reserve(logits.size());
+  const std::uint64_t kept =
+      top_p < 1.0f ? first_reaching(key, mass, candidates, kernels::nucleus_need(top_p, total)).prefix_mass
+                   : total;
+  return first_reaching(key, mass, candidates, kernels::draw_target(u, kept) + 1).token;
 }
 
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, int output_index) {
   if (params.temperature <= 0.0f) return argmax(logits);
   return sample_top_p(logits, params.temperature, params.top_p,
-                      sample_uniform(params.seed, std::uint64_t(output_index)));
+                      kernels::philox_uniform(params.seed, std::uint64_t(output_index)));
 }
 
 float prm_score(std::span<const float> logits, TokenId plus_id, TokenId minus_id) {

@@ -86,18 +86,18 @@ MatrixRM paged_attention(std::span<const float> pool, const KvLayout& layout, in
 // The highest logit; the lowest id among equal ones.
 TokenId argmax(std::span<const float> logits);
 
-// A uniform number in [0, 1) from a counter-based stream: a hash of (seed, index) only, so the
-// value is the same on every platform and does not depend on what else was sampled before.
-double sample_uniform(std::uint64_t seed, std::uint64_t index);
-
-// Temperature + nucleus sampling with a given uniform u in [0, 1): the softmax of logits /
-// temperature (in double), tokens sorted by probability (ties: lower id first), the shortest
-// prefix whose mass reaches top_p kept (at least one token), and u picks within that mass.
-// temperature <= 0 is greedy (argmax).
+// Temperature + nucleus sampling with a given uniform u in [0, 1), by the CUDA sampler's rule
+// (kernels/sampling.cu): each token weighs exp((logit - max) / temperature) in float32, carried
+// as an integer mass; tokens are ordered by weight (ties: lower id first), the shortest prefix
+// whose mass reaches top_p of the total is kept (at least one token), and u picks within its
+// mass. temperature <= 0 (or NaN), or no finite maximum, is greedy (argmax). O(vocabulary): a
+// radix search over the weights' bits, no sort.
 TokenId sample_top_p(std::span<const float> logits, float temperature, float top_p, double u);
 
-// A request's token number `output_index`: its own stream (seed, output index), so that the token
-// does not depend on the batch it was computed in, nor on preemption and recompute.
+// A request's token number `output_index`: its own stream, the uniform
+// kernels::philox_uniform(seed, output index) as on the GPU, so that the token does not depend on
+// the batch it was computed in, nor on preemption and recompute, nor, given the same logits, on
+// the backend.
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, int output_index);
 
 // A PRM's score: the probability of the `plus` label in a softmax over the two label tokens only,

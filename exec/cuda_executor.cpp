@@ -155,8 +155,9 @@ MetaLayout meta_layout(int T, int S, int W, int R, int P, int C) {
   return m;
 }
 
-// Sampling keyed by (seed, output index), as CpuExecutor's sample_token. Only the key is shared:
-// the draws come from Philox here and splitmix64 there, so seeded samples differ by backend.
+// Sampling keyed by (seed, output index), as CpuExecutor's sample_token: the same Philox uniform
+// and the same rule, so the backends draw the same token from the same logits (but for an ulp of
+// expf at a boundary); their logits differ (bf16 against float32 arithmetic), and so may tokens.
 k::SampleParams sample_params(const Sequence& s) {
   k::SampleParams sp;
   sp.temperature = s.sampling.temperature;

@@ -1,7 +1,9 @@
 // Per-row token sampling (ops.hpp: sample). One block of kThreads per row; no sort and no scratch
 // memory: every step is a pass over the row's logits (L2-resident after the first).
 //
-// The rule, which tests/kernels/test_ops.cpp replays on the CPU:
+// The rule, which the CPU engine's sampler follows too (exec/cpu_ops.cpp: sample_top_p; the
+// arithmetic of steps 2-4 is shared, kernels/sample_rule.hpp) and tests/kernels/test_ops.cpp
+// replays in double:
 //  1. m = max logit, lowest id on ties (NaN never wins). temperature <= 0 (or NaN), or no finite
 //     maximum, returns that argmax (id 0 when every logit is -inf or NaN).
 //  2. Each token weighs p_i = expf((l_i - m) / T) in [0, 1] (NaN -> 0), and carries the integer
@@ -28,6 +30,7 @@
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/philox.hpp"
+#include "kernels/sample_rule.hpp"
 
 namespace duet::kernels {
 
@@ -37,8 +40,7 @@ using u64 = unsigned long long;  // the type CUDA's 64-bit atomics and shuffles 
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr float kMassScale = 0x1.0p40f;
-constexpr int kMaxVocab = 1 << 23;  // keeps Q below 2^63
+constexpr int kMaxVocab = kSampleMaxVocab;  // keeps Q below 2^63
 
 struct Shared {
   u64 hist[kWarps][256];  // per-warp digit histograms of mass: 16x less atomic contention
@@ -52,11 +54,10 @@ struct Shared {
 };
 
 __device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
-  const float p = expf((logit - max_logit) / temperature);
-  return p == p ? p : 0.0f;  // NaN logits weigh nothing, as in the CPU reference
+  return sample_weight(logit, max_logit, temperature);
 }
 
-__device__ __forceinline__ u64 mass_of(float p) { return u64(p * kMassScale); }  // exact scale, then floor
+__device__ __forceinline__ u64 mass_of(float p) { return u64(sample_mass(p)); }
 
 // --- Block reductions (blockDim.x == kThreads) ---------------------------------------------------
 
@@ -224,14 +225,8 @@ __global__ void __launch_bounds__(kThreads)
   const u64 total = block_sum(part, sh);  // >= 2^40: the top token has p = 1
 
   u64 kept = total;
-  if (prm.top_p < 1.0f) {
-    const double want = ceil(double(prm.top_p) * double(total));
-    const u64 need = want < 1.0 ? 1 : (want >= double(total) ? total : u64(want));
-    first_reaching(l, vocab, m, t, need, &kept, sh);
-  }
-  const double u = philox_uniform(prm.seed, prm.counter);
-  u64 target = u64(u * double(kept));
-  if (target >= kept) target = kept - 1;  // u < 1, but the product rounds
+  if (prm.top_p < 1.0f) first_reaching(l, vocab, m, t, u64(nucleus_need(prm.top_p, total)), &kept, sh);
+  const u64 target = u64(draw_target(philox_uniform(prm.seed, prm.counter), kept));
   const int token = first_reaching(l, vocab, m, t, target + 1, nullptr, sh);
   if (threadIdx.x == 0) out[row] = token;
 }

@@ -2,7 +2,8 @@
 # Re-measures bench/results/validation-cpu.md: profiles of the two CPU models from duet profile's
 # synthetic grid, then duet validate on workloads the fit never saw (a beam search's memory split
 # and batching grid, and a slice of the Azure conversation trace: AZURE_REQUESTS requests, default 100),
-# each real run three times (the small model's twice).
+# each real run three times (the small model's twice); then one KV pool for both models against
+# static splits of the same pages, with the tiny model generating and the small one scoring (twice).
 # The engine runs pinned to one core (taskset); run it on an otherwise idle machine.
 #   scripts/validation/measure_cpu.sh [OUT_DIR]     (default: validation-cpu/)
 set -euo pipefail
@@ -36,3 +37,10 @@ for spec in "tiny-llama duet-tiny-llama 2 6 3" "small-llama duet-small-llama 0.3
     --rate-scale "$3" --max-model-len 8192 --num-gpu-blocks-override 2048 --max-num-batched-tokens 512 \
     --max-num-seqs 64 --repeats "$5" --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
 done
+
+# The two models together, each priced by its own profile above: the small PRM holds 4x the tiny
+# generator's KV bytes per token, so their equal-byte blocks are 16 and 4 tokens, as
+# Llama-3.2-1B's and Llama-3.1-8B's are on a shared pool.
+"${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats 2 --max-error 0 --no-progress \
+  --out "$out/tiny-llama+small-llama.pool.h5" -- --sweeps pool --prm-model models/small-llama/config.json \
+  2>/dev/null | tee "$out/tiny-llama+small-llama.pool.txt"

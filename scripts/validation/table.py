@@ -1,8 +1,8 @@
 """The fidelity tables of bench/results/validation-*.md from duet validate's HDF5 files.
 
 Usage: /usr/bin/python3 scripts/validation/table.py DIR | FILE.h5 ...
-A directory stands for its *.h5 files, in name order (measure_cpu.sh writes MODEL.beam.h5 and
-MODEL.azure.h5, measure_gpu.sh beam-SWEEP.validate.h5 and azure-MODEL.validate.h5; the layout is in
+A directory stands for its *.h5 files, in name order (measure_cpu.sh writes MODEL.beam.h5,
+MODEL.azure.h5 and GENERATOR+PRM.pool.h5, measure_gpu.sh beam-SWEEP.validate.h5 and azure-MODEL.validate.h5; the layout is in
 analysis/README.md). Each file prints as markdown: a script's validation as one row per point and
 the summaries that the targets are stated in, a trace's as throughput and latency percentiles."""
 import glob
@@ -19,9 +19,10 @@ def pct(x):
 
 def title(path, unit):
     stem = os.path.basename(path)
-    for suffix in (".h5", ".validate", ".beam", ".azure"):
+    for suffix in (".h5", ".validate", ".beam", ".azure", ".pool"):
         if stem.endswith(suffix):
-            kind = {".beam": ": beam search", ".azure": ": Azure conversation trace slice"}.get(suffix, "")
+            kind = {".beam": ": beam search", ".azure": ": Azure conversation trace slice",
+                    ".pool": ": one KV pool against static splits"}.get(suffix, "")
             stem = stem[: -len(suffix)] + kind
     return f"{stem} ({unit})"
 

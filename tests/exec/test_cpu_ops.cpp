@@ -5,10 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
+
+#include "kernels/philox.hpp"
+#include "kernels/sample_rule.hpp"
 
 namespace duet {
 namespace {
@@ -204,7 +211,7 @@ TEST(CpuOps, TopPWithATinyPIsGreedy) {
     std::vector<float> logits = uniform(300, seed, -5.0f, 5.0f);
     logits[17] = logits[250] = 6.0f;  // a tie at the top: the lowest id wins, as in argmax
     for (int i = 0; i < 20; ++i)
-      ASSERT_EQ(sample_top_p(logits, 0.7f, 1e-6f, sample_uniform(seed, std::uint64_t(i))), 17);
+      ASSERT_EQ(sample_top_p(logits, 0.7f, 1e-6f, kernels::philox_uniform(seed, std::uint64_t(i))), 17);
   }
   EXPECT_EQ(sample_token(std::vector<float>{1, 5, 2}, SamplingParams{}, 3), 1)
       << "temperature 0 (the default): greedy";
@@ -214,7 +221,7 @@ TEST(CpuOps, SamplingWithoutAFiniteMaximumIsTheArgmax) {
   // The CUDA sampler's rule: no finite distribution to draw from, so the greedy token.
   const float inf = std::numeric_limits<float>::infinity();
   for (int i = 0; i < 20; ++i) {
-    const double u = sample_uniform(5, std::uint64_t(i));
+    const double u = kernels::philox_uniform(5, std::uint64_t(i));
     EXPECT_EQ(sample_top_p(std::vector<float>{1, inf, 2, inf}, 1.0f, 0.9f, u), 1) << "+inf: the first";
     EXPECT_EQ(sample_top_p(std::vector<float>{-inf, -inf, -inf}, 1.0f, 1.0f, u), 0) << "all -inf";
     EXPECT_EQ(sample_top_p(std::vector<float>{1, 5, 2}, std::numeric_limits<float>::quiet_NaN(), 1.0f, u), 1)
@@ -240,12 +247,100 @@ TEST(CpuOps, SamplingIsDeterministicPerSeedAndOutputIndex) {
   EXPECT_GT(differ_by_index, 50);
   double mean = 0;
   for (int i = 0; i < 10000; ++i) {
-    const double u = sample_uniform(123, std::uint64_t(i));
+    const double u = kernels::philox_uniform(123, std::uint64_t(i));
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
     mean += u / 10000;
   }
   EXPECT_NEAR(mean, 0.5, 0.01);  // standard error 0.003
+}
+
+// The rule of kernels/sampling.cu written the plain way: integer masses, a full sort, prefix
+// sums. Integer sums are exact, so the CPU sampler's radix search must find the very same token.
+struct SortedRule {
+  std::vector<TokenId> order;       // tokens with mass, by weight descending, then id ascending
+  std::vector<std::uint64_t> ends;  // cumulative mass through each of them
+  std::uint64_t total = 0;
+
+  SortedRule(std::span<const float> l, float temperature) {
+    const float top = l[std::size_t(argmax(l))];
+    std::vector<float> p(l.size());
+    std::vector<std::uint64_t> q(l.size());
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      p[i] = kernels::sample_weight(l[i], top, temperature);
+      q[i] = kernels::sample_mass(p[i]);
+      if (q[i] > 0) order.push_back(TokenId(i));
+    }
+    std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+      return p[std::size_t(a)] != p[std::size_t(b)] ? p[std::size_t(a)] > p[std::size_t(b)] : a < b;
+    });
+    for (TokenId t : order) ends.push_back(total += q[std::size_t(t)]);
+  }
+  // The first token whose cumulative mass reaches need.
+  std::size_t reach(std::uint64_t need) const {
+    return std::size_t(std::lower_bound(ends.begin(), ends.end(), need) - ends.begin());
+  }
+  std::uint64_t kept(float top_p) const {
+    return top_p < 1.0f ? ends[reach(kernels::nucleus_need(top_p, total))] : total;
+  }
+  TokenId draw(float top_p, double u) const { return order[reach(kernels::draw_target(u, kept(top_p)) + 1)]; }
+};
+
+TEST(CpuOps, SamplingFindsTheTokenOfTheSortedRule) {
+  // Flat, peaked and quantised logits (many exact ties), a few NaN and -inf, and weights that
+  // fall below 2^-40 of the top (no mass); every temperature and nucleus kind; uniforms from the
+  // stream, and uniforms on both sides of the boundaries between tokens in the order, where a
+  // search that is off by one mass unit picks the neighbour.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float temps[] = {1.0f, 0.7f, 0.05f, 3.0f};
+  const float top_ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.999f};
+  int draws = 0, distinct_tokens = 0;
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    const std::size_t vocab = std::size_t(50 + 997 * (seed % 7));
+    std::vector<float> l = uniform(vocab, seed, -8.0f, 8.0f);
+    if (seed % 3 == 1)
+      for (float& x : l) x = std::round(x * 2.0f) / 2.0f;  // 33 distinct values: ties everywhere
+    if (seed % 4 == 2) l[vocab / 3] += 12.0f;              // one token holds most of the mass
+    if (seed % 5 == 3) l[vocab / 2] = nan, l[vocab / 5] = -inf, l[1] = 40.0f;
+    std::vector<TokenId> seen;
+    for (int i = 0; i < 25; ++i) {
+      const float t = temps[(seed + std::uint64_t(i)) % 4], top_p = top_ps[std::size_t(i) % 5];
+      const SortedRule rule(l, t);
+      std::vector<double> us = {kernels::philox_uniform(seed, std::uint64_t(i))};
+      const double kept = double(rule.kept(top_p));
+      for (std::size_t j : {std::size_t(0), rule.order.size() / 7, rule.order.size() / 2})
+        if (double(rule.ends[j]) < kept) {
+          const double at = double(rule.ends[j]) / kept;
+          us.push_back(at);
+          us.push_back(std::nextafter(at, 0.0));
+        }
+      for (double u : us) {
+        const TokenId got = sample_top_p(l, t, top_p, u);
+        ASSERT_EQ(got, rule.draw(top_p, u))
+            << "seed " << seed << " draw " << i << " T " << t << " top_p " << top_p << " u " << u;
+        if (std::find(seen.begin(), seen.end(), got) == seen.end()) seen.push_back(got);
+        ++draws;
+      }
+    }
+    distinct_tokens += int(seen.size());
+  }
+  EXPECT_GT(draws, 3000);
+  EXPECT_GT(distinct_tokens, 200) << "the draws must spread over many tokens for the check to mean much";
+}
+
+// Equal logits give every token mass exactly 2^40, so the draw is exact arithmetic on the uniform:
+// top_p = 1 gives floor(u * vocab), top_p < 1 keeps the k = ceil(top_p * vocab) lowest ids (ties
+// rank by id) and gives floor(u * k).
+TEST(CpuOps, SamplingEqualLogitsExposesTheUniform) {
+  const std::size_t vocab = 1 << 12;
+  const std::vector<float> l(vocab, 0.25f);
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const double u = kernels::philox_uniform(0x0123456789abcdefULL, i << 33);
+    EXPECT_EQ(sample_top_p(l, 0.37f, 1.0f, u), TokenId(std::floor(u * double(vocab)))) << i;
+    EXPECT_EQ(sample_top_p(l, 1.0f, 0.3f, u),
+              TokenId(std::floor(u * std::ceil(double(0.3f) * double(vocab)))))
+        << i;
+  }
 }
 
 TEST(CpuOps, TemperatureAndNucleusSampleTheRightDistribution) {
@@ -254,7 +349,7 @@ TEST(CpuOps, TemperatureAndNucleusSampleTheRightDistribution) {
   const int n = 40000;
   std::vector<int> full(4), nucleus(4), hot(4);
   for (int i = 0; i < n; ++i) {
-    const double u = sample_uniform(99, std::uint64_t(i));
+    const double u = kernels::philox_uniform(99, std::uint64_t(i));
     ++full[std::size_t(sample_top_p(logits, 1.0f, 1.0f, u))];
     ++nucleus[std::size_t(sample_top_p(logits, 1.0f, 0.7f, u))];
     ++hot[std::size_t(sample_top_p(logits, 2.0f, 1.0f, u))];
