@@ -253,6 +253,7 @@ Reached first_reaching(std::span<const std::uint32_t> key, std::span<const std::
 TokenId sample_top_p(std::span<const float> logits, float temperature, float top_p, double u) {
   require(!logits.empty(), "sample_top_p: no logits");
   require(logits.size() <= std::size_t(kernels::kSampleMaxVocab), "sample_top_p: vocabulary too large");
+  require(u >= 0.0 && u < 1.0, "sample_top_p: u must be in [0, 1)");
   const TokenId best = argmax(logits);
   const float top = logits[std::size_t(best)];
   // NaN temperatures too; an infinite maximum (+inf, or every logit -inf or NaN) leaves no

@@ -97,7 +97,7 @@ TokenId sample_top_p(std::span<const float> logits, float temperature, float top
 // A request's token number `output_index`: its own stream, the uniform
 // kernels::philox_uniform(seed, output index) as on the GPU, so that the token does not depend on
 // the batch it was computed in, nor on preemption and recompute, nor, given the same logits, on
-// the backend.
+// the backend (but for an ulp of expf at a boundary between two tokens' masses).
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, int output_index);
 
 // A PRM's score: the probability of the `plus` label in a softmax over the two label tokens only,

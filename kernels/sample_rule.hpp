@@ -4,6 +4,8 @@
 // size the nucleus and place a draw with the very same expressions. Only the search differs: a
 // block-parallel radix search on the GPU, a serial one on the CPU; integer masses make every sum
 // exact, so both find the same token whatever order they add in.
+#include <math.h>  // expf and ceil in the global namespace, as device code has them
+
 #include <cmath>
 #include <cstdint>
 
@@ -12,7 +14,7 @@
 namespace duet::kernels {
 
 // A token's mass is floor(p * 2^40): p = 1 for the top token, so a vocabulary of up to 2^23
-// tokens keeps the total below 2^63.
+// tokens keeps the total at most 2^63.
 constexpr float kSampleMassScale = 0x1.0p40f;
 constexpr int kSampleMaxVocab = 1 << 23;
 

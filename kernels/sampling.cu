@@ -9,7 +9,7 @@
 //  2. Each token weighs p_i = expf((l_i - m) / T) in [0, 1] (NaN -> 0), and carries the integer
 //     mass q_i = floor(p_i * 2^40). Integer masses make every sum exact and order-independent, so
 //     a draw is bitwise reproducible whatever the thread schedule; a token with p_i < 2^-40 (less
-//     than 2^-40 of the top token's weight) gets no mass. Q = sum q_i < vocab * 2^40 <= 2^63.
+//     than 2^-40 of the top token's weight) gets no mass. Q = sum q_i <= vocab * 2^40 <= 2^63.
 //  3. Tokens are ordered by p descending, ties by id ascending (the CPU reference's order). The
 //     nucleus is the shortest prefix of that order whose mass reaches ceil(top_p * Q) (at least
 //     one token; all of Q when top_p >= 1); `kept` is its mass.
@@ -40,7 +40,7 @@ using u64 = unsigned long long;  // the type CUDA's 64-bit atomics and shuffles 
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxVocab = kSampleMaxVocab;  // keeps Q below 2^63
+constexpr int kMaxVocab = kSampleMaxVocab;  // keeps Q at most 2^63
 
 struct Shared {
   u64 hist[kWarps][256];  // per-warp digit histograms of mass: 16x less atomic contention

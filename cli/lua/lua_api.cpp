@@ -51,11 +51,18 @@ ScriptContext& context(lua_State* L) {
   return *ctx;
 }
 
-// A path as given, or relative to the repository (workloads/data/..., traces/...).
-std::string resolve_path(lua_State* L, const std::string& path) {
+std::string resolve_path(const std::string& path, const std::string& source_dir) {
   if (std::filesystem::exists(path)) return path;
-  const std::string in_repo = context(L).opt.source_dir + "/" + path;
+  const std::string in_repo = source_dir + "/" + path;
   return std::filesystem::exists(in_repo) ? in_repo : path;
+}
+
+std::string resolve_path(lua_State* L, const std::string& path) {
+  return resolve_path(path, context(L).opt.source_dir);
+}
+
+ModelSpec model_from(const std::string& name, const std::string& source_dir) {
+  return resolve_model(name.ends_with(".json") ? resolve_path(name, source_dir) : name);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_functions.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "core/gpu_spec.hpp"
@@ -24,7 +25,7 @@ void push_strings(lua_State* L, const std::vector<std::string>& v) {
 int l_model(lua_State* L) {                   // duet.model(name or config.json) -> shape and derived figures
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
-    const ModelSpec m = resolve_model(name);
+    const ModelSpec m = model_from(name, context(L).opt.source_dir);
     lua_createtable(L, 0, 12);
     set_string(L, "name", m.name.c_str());
     set_number(L, "num_layers", m.num_layers);

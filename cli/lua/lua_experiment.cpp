@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "cli/progress.hpp"
 #include "core/error.hpp"
@@ -72,14 +73,6 @@ struct Experiment {
   RecordLevel record = RecordLevel::Steps;
 };
 
-// A model name, or a config.json path as given or relative to the repository.
-ModelSpec model_of(const std::string& name, const std::string& source_dir) {
-  if (name.ends_with(".json") && !std::filesystem::exists(name) &&
-      std::filesystem::exists(source_dir + "/" + name))
-    return resolve_model(source_dir + "/" + name);
-  return resolve_model(name);
-}
-
 EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::string& default_cost,
                          const std::string& source_dir) {
   TableReader t(L, index, "engines[" + std::to_string(ex.engines.size() + 1) + "]");
@@ -90,7 +83,7 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
     if (e.name == c.name) t.fail("name", "engine name '" + c.name + "' is used twice");
   const auto model = t.string("model");
   if (!model) t.fail("model", "missing: a built-in model name or a HuggingFace config.json path");
-  c.model = t.checked("model", [&] { return model_of(*model, source_dir); });
+  c.model = t.checked("model", [&] { return model_from(*model, source_dir); });
   const auto utilization = t.number("gpu_memory_utilization");
   if (utilization) c.gpu_memory_utilization = *utilization;
   if (auto g = t.number("budget_gib")) {

@@ -8,10 +8,10 @@
 --   batching max_num_seqs x max_num_batched_tokens, 3 x 3
 --   pool     one KV pool for both models (kv_pool = "shared") against static splits of the same
 --            pages: `pages` pages of equal bytes, the generator's blocks --llm-block tokens and the
---            PRM's as many fewer as its tokens are larger (the tiny generator with the small PRM,
+--            PRM's as many as fill the same bytes (the tiny generator with the small PRM,
 --            4x its KV bytes per token, pair as Llama-3.2-1B and Llama-3.1-8B do: 16 / 4). At 320
---            pages every setup evicts and the generator preempts at the static 0.25; from 0.6 on,
---            the PRM's static share cannot hold one scored trajectory.
+--            pages every setup evicts, the generator preempts at every static split and never on
+--            the shared pool; from 0.6 on, the PRM's static share cannot hold one scored trajectory.
 --              duet validate scripts/validation/beam_cpu.lua --backend cpu -- --sweeps pool \
 --                --prm-model models/small-llama/config.json
 local duet = require("duet")
@@ -53,10 +53,12 @@ if args.sweeps:find("batching") then
              end}
 end
 if args.sweeps:find("pool") then
-  -- Equal-byte blocks: the PRM's block holds as many fewer tokens as its KV per token is larger.
-  local ratio = duet.model(prm_model).kv_bytes_per_token / duet.model(args.model).kv_bytes_per_token
-  local blocks = {llm = args.llm_block, prm = math.tointeger(args.llm_block / ratio)}
-  assert(blocks.prm and blocks.prm >= 1, "pool: the PRM's KV per token must divide the generator's block")
+  -- Equal-byte blocks: the PRM's block holds the generator's block's bytes.
+  local llm_kv, prm_kv = duet.model(args.model).kv_bytes_per_token, duet.model(prm_model).kv_bytes_per_token
+  local bytes = math.tointeger(args.llm_block) * llm_kv
+  assert(bytes % prm_kv == 0, "pool: the generator's block of " .. args.llm_block .. " tokens holds no whole number "
+                              .. "of the PRM's tokens")
+  local blocks = {llm = args.llm_block, prm = math.tointeger(bytes // prm_kv)}
   local setups = {{share = 0.25}, {share = 0.3}, {share = 0.4}, {share = 0.5}, {eviction = "lru"}, {eviction = "cost"}}
   duet.sweep{label = "pool", grid = {setup = {1, 2, 3, 4, 5, 6}},
              run = function(p)

@@ -5,6 +5,14 @@ function(duet)
   set(rc ${rc} PARENT_SCOPE)
   set(out "${out}${err}" PARENT_SCOPE)
 endfunction()
+# duet ARGS..., and a failure naming WHAT unless it exits 0.
+function(duet_ok what)
+  duet(${ARGN})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
 function(expect what)
   if(NOT "${out}" MATCHES "${what}")
     message(FATAL_ERROR "expected output matching '${what}'")
@@ -13,26 +21,25 @@ endfunction()
 
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
-duet(profile --backend cpu --model ${TINY} --out ${OUT}/tiny.json --max-num-seqs 8 --max-num-batched-tokens 128
-     --max-model-len 1024 --repeats 1)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "duet profile failed")
-endif()
+duet_ok("duet profile" profile --backend cpu --model ${TINY} --out ${OUT}/tiny.json --max-num-seqs 8
+        --max-num-batched-tokens 128 --max-model-len 1024 --repeats 1)
 expect("wrote .*tiny.json and .*tiny.h5")
 
-duet(validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json --max-error 0
-     --no-progress --out ${OUT}/beam.h5 -- --sweeps memory --problems 2 --concurrency 2 --iterations 3)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "duet validate (script) failed")
-endif()
+duet_ok("duet validate (script)" validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json
+        --max-error 0 --no-progress --out ${OUT}/beam.h5 -- --sweeps memory --problems 2 --concurrency 2 --iterations 3)
 expect("4 points: median \\|error\\|")
+# One KV pool against static splits on the real engine (both engines the tiny model, so one
+# profile prices both), and the script's two-model pairing (16/4-token pages) on the simulator.
+duet_ok("duet validate (pool sweep)" validate ${SRC}/scripts/validation/beam_cpu.lua --backend cpu --profile ${OUT}/tiny.json
+        --max-error 0 --no-progress --out ${OUT}/pool.h5 -- --sweeps pool --problems 2 --concurrency 2 --iterations 3)
+expect("pool shared cost .*6 points: median \\|error\\|")
+duet_ok("duet run (pool sweep, two models)" run ${SRC}/scripts/validation/beam_cpu.lua --no-progress --out ${OUT}/pool-pair.h5
+        -- --sweeps pool --prm-model ${SRC}/models/small-llama/config.json --problems 2 --concurrency 2 --iterations 3)
+expect("duet.sweep 'pool': 6 points: 6 ran, 0 failed")
 
-duet(validate --trace ${SRC}/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --backend cpu --model ${TINY}
-     --max-requests 3 --max-model-len 4096 --num-gpu-blocks-override 1024 --profile ${OUT}/tiny.json --max-error 0
-     --out ${OUT}/trace.h5)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "duet validate --trace failed")
-endif()
+duet_ok("duet validate --trace" validate --trace ${SRC}/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --backend cpu
+        --model ${TINY} --max-requests 3 --max-model-len 4096 --num-gpu-blocks-override 1024 --profile ${OUT}/tiny.json
+        --max-error 0 --out ${OUT}/trace.h5)
 expect("TTFT +p50")
 
 execute_process(COMMAND /usr/bin/python3 ${TESTS}/check_validate_h5.py ${OUT}/beam.h5 4 ${OUT}/trace.h5

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -326,6 +328,55 @@ TEST(CpuOps, SamplingFindsTheTokenOfTheSortedRule) {
   }
   EXPECT_GT(draws, 3000);
   EXPECT_GT(distinct_tokens, 200) << "the draws must spread over many tokens for the check to mean much";
+}
+
+// The rule's arithmetic (kernels/sample_rule.hpp), which the property test above shares with its
+// reference and so cannot check: pinned values.
+TEST(CpuOps, SamplingRuleArithmetic) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(kernels::sample_weight(2.0f, 2.0f, 0.7f), 1.0f) << "the top token weighs 1";
+  EXPECT_EQ(kernels::sample_weight(nan, 2.0f, 1.0f), 0.0f) << "a NaN logit weighs nothing";
+  EXPECT_EQ(kernels::sample_weight(-inf, 2.0f, 1.0f), 0.0f);
+  EXPECT_EQ(kernels::sample_weight(1.0f, 2.0f, inf), 1.0f) << "an infinite temperature flattens";
+  EXPECT_EQ(kernels::sample_mass(1.0f), std::uint64_t(1) << 40);
+  EXPECT_EQ(kernels::sample_mass(0.5f), std::uint64_t(1) << 39);
+  EXPECT_EQ(kernels::sample_mass(0x1.0p-41f), 0u) << "below 2^-40 of the top: no mass";
+  EXPECT_EQ(kernels::sample_mass(std::nextafter(1.0f, 0.0f)),
+            (std::uint64_t(1) << 40) - (std::uint64_t(1) << 16));
+  const std::uint64_t total = 1000;
+  EXPECT_EQ(kernels::nucleus_need(0.0f, total), 1u) << "at least one token";
+  EXPECT_EQ(kernels::nucleus_need(-0.5f, total), 1u);
+  EXPECT_EQ(kernels::nucleus_need(0.5f, total), 500u);
+  EXPECT_EQ(kernels::nucleus_need(0.3f, total), 301u) << "ceil of 0.3f * 1000 = 300.0000119";
+  EXPECT_EQ(kernels::nucleus_need(2.0f, total), total);
+  EXPECT_EQ(kernels::draw_target(0.0, total), 0u);
+  EXPECT_EQ(kernels::draw_target(0.5, total), 500u);
+  EXPECT_EQ(kernels::draw_target(std::nextafter(1.0, 0.0), total), total - 1) << "the last mass unit";
+}
+
+// Weights one ulp apart share every bit but the lowest: only the search's last pass tells them
+// apart, and the heavier one comes first although its id is higher.
+TEST(CpuOps, SamplingOrdersWeightsThatDifferInTheLastBit) {
+  float a = -3.0f, b = a;  // logits whose weights differ by the fewest ulps above zero
+  while (kernels::sample_weight(b, 0.0f, 1.0f) == kernels::sample_weight(a, 0.0f, 1.0f))
+    b = std::nextafter(b, 0.0f);
+  const auto key = [](float l) {
+    return std::bit_cast<std::uint32_t>(kernels::sample_weight(l, 0.0f, 1.0f));
+  };
+  ASSERT_LT(key(b) - key(a), 256u) << "the two weights differ only in the last byte";
+  const std::vector<float> l = {0.0f, a, b};  // order: 0, then 2 (heavier), then 1
+  // Masses: token 0 2^40, then the pair's, nearly equal; a draw in the middle of each interval.
+  const double m0 = double(kernels::sample_mass(1.0f)),
+               m2 = double(kernels::sample_mass(kernels::sample_weight(b, 0.0f, 1.0f))),
+               m1 = double(kernels::sample_mass(kernels::sample_weight(a, 0.0f, 1.0f))), kept = m0 + m1 + m2;
+  EXPECT_EQ(sample_top_p(l, 1.0f, 1.0f, 0.5 * m0 / kept), 0);
+  EXPECT_EQ(sample_top_p(l, 1.0f, 1.0f, (m0 + 0.5 * m2) / kept), 2)
+      << "the heavier of the pair, id 2, comes first";
+  EXPECT_EQ(sample_top_p(l, 1.0f, 1.0f, (m0 + m2 + 0.5 * m1) / kept), 1);
+  EXPECT_EQ(sample_top_p(l, 1.0f, 1.0f, std::nextafter(1.0, 0.0)), 1) << "the last mass unit: the last token";
+  EXPECT_EQ(sample_top_p(std::vector<float>{3.0f}, 0.8f, 0.9f, 0.999), 0) << "a vocabulary of one";
+  EXPECT_THROW(sample_top_p(l, 1.0f, 1.0f, 1.0), std::invalid_argument) << "u must be below 1";
+  EXPECT_THROW(sample_top_p(l, 1.0f, 1.0f, std::numeric_limits<double>::quiet_NaN()), std::invalid_argument);
 }
 
 // Equal logits give every token mass exactly 2^40, so the draw is exact arithmetic on the uniform:

@@ -775,6 +775,8 @@ TEST(Sampling, SeededDrawMatchesCpuReplay) {
     // The CPU engine's sampler follows the kernel's rule (float weights, integer masses): it too
     // lies within the masses' rounding of the replay's target.
     const std::int32_t cpu = duet::sample_top_p(row, params[r].temperature, params[r].top_p, u);
+    ASSERT_GE(cpu, 0);
+    ASSERT_LT(cpu, vocab);
     EXPECT_TRUE(rp.start[cpu] <= rp.target + eps && rp.end[cpu] >= rp.target - eps)
         << "row " << r << ": CPU engine token " << cpu << ", replay token " << rp.token;
     const std::int32_t g = first[r];
