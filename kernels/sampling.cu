@@ -40,7 +40,6 @@ using u64 = unsigned long long;  // the type CUDA's 64-bit atomics and shuffles 
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxVocab = kSampleMaxVocab;  // keeps Q at most 2^63
 
 struct Shared {
   u64 hist[kWarps][256];  // per-warp digit histograms of mass: 16x less atomic contention
@@ -53,10 +52,7 @@ struct Shared {
   int token;
 };
 
-__device__ __forceinline__ float weight_of(float logit, float max_logit, float temperature) {
-  return sample_weight(logit, max_logit, temperature);
-}
-
+// sample_mass as the type CUDA's 64-bit atomics and shuffles take.
 __device__ __forceinline__ u64 mass_of(float p) { return u64(sample_mass(p)); }
 
 // --- Block reductions (blockDim.x == kThreads) ---------------------------------------------------
@@ -131,7 +127,7 @@ __device__ Cut find_cut(const float* l, int vocab, float m, float t, u64 need, S
     int run_digit = 0;
     u64 run = 0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float p = weight_of(l[i], m, t);
+      const float p = sample_weight(l[i], m, t);
       const std::uint32_t key = __float_as_uint(p);
       const u64 q = mass_of(p);
       if ((key & mask) != prefix || q == 0) continue;
@@ -173,14 +169,14 @@ __device__ int kth_tie(const float* l, int vocab, float m, float t, std::uint32_
   const int chunk = (vocab + kThreads - 1) / kThreads;
   const int begin = min(vocab, int(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
   u64 count = 0;
-  for (int i = begin; i < end; ++i) count += __float_as_uint(weight_of(l[i], m, t)) == key;
+  for (int i = begin; i < end; ++i) count += __float_as_uint(sample_weight(l[i], m, t)) == key;
   const u64 before = block_exclusive_scan(count, sh);
   if (threadIdx.x == 0) sh.token = -1;
   __syncthreads();
   if (rank > before && rank <= before + count) {
     u64 seen = before;
     for (int i = begin; i < end; ++i)
-      if (__float_as_uint(weight_of(l[i], m, t)) == key && ++seen == rank) {
+      if (__float_as_uint(sample_weight(l[i], m, t)) == key && ++seen == rank) {
         sh.token = i;
         break;
       }
@@ -221,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
   const float t = prm.temperature;
 
   u64 part = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) part += mass_of(weight_of(l[i], m, t));
+  for (int i = threadIdx.x; i < vocab; i += kThreads) part += mass_of(sample_weight(l[i], m, t));
   const u64 total = block_sum(part, sh);  // >= 2^40: the top token has p = 1
 
   u64 kept = total;
@@ -235,8 +231,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void sample(const float* logits, const SampleParams* params, std::int32_t* out_tokens, int rows, int vocab,
             Stream s) {
-  if (rows < 0 || vocab <= 0 || vocab > kMaxVocab)
-    throw Error("sample: need rows >= 0 and 0 < vocab <= " + std::to_string(kMaxVocab) + " (got rows " +
+  if (rows < 0 || vocab <= 0 || vocab > kSampleMaxVocab)
+    throw Error("sample: need rows >= 0 and 0 < vocab <= " + std::to_string(kSampleMaxVocab) + " (got rows " +
                 std::to_string(rows) + ", vocab " + std::to_string(vocab) + ")");
   if (rows == 0) return;
   sample_kernel<<<rows, kThreads, 0, s>>>(logits, params, out_tokens, vocab);
