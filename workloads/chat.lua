@@ -3,14 +3,19 @@
 -- (vLLM's ignore_eos + max_tokens), with the trace's prompt tokens (Mooncake's block hashes give
 -- the prefix sharing the trace recorded).
 local duet = require("duet")
+local O = require("workloads.options")
 
 local M = {}
 
--- workload{trace = path, max_requests = N, rate_scale = 1, engine = "llm"}
+local kinds = {trace = O.string, max_requests = O.integer(1), rate_scale = O.number(0, nil, true),
+               engine = O.string, vocab_size = O.integer(1)}
+
+-- workload{trace = path, max_requests = N, rate_scale = 1, engine = "llm", vocab_size = V}
 function M.workload(opts)
+  opts = O.merge("chat", kinds, {rate_scale = 1, engine = "llm"}, opts, 2)
+  if opts.trace == nil then error("chat option trace: missing (a trace file's path)", 2) end
   local requests = duet.trace(opts.trace, {max_requests = opts.max_requests, vocab_size = opts.vocab_size})
-  local scale = opts.rate_scale or 1
-  local engine = opts.engine or "llm"
+  local scale, engine = opts.rate_scale, opts.engine
   return {
     problems = requests,
     solve = function(ctx, r)

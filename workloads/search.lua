@@ -10,6 +10,7 @@
 local duet = require("duet")
 local steps = require("workloads.step_model")
 local prm_scores = require("workloads.prm_scores")
+local O = require("workloads.options")
 
 local S = {}
 
@@ -31,24 +32,25 @@ S.defaults = {
   seed = 0,
 }
 
--- opts with every default filled in; unknown keys are errors.
+-- What each option may be (workloads/options.lua). A workload that adds options passes their kinds
+-- with their defaults.
+S.kinds = {
+  n = O.integer(1), beam_width = O.integer(1), num_iterations = O.integer(1),
+  temperature = O.number(0), top_p = O.number(0, 1, true), max_tokens = O.integer(1),
+  agg = O.one_of("last", "min", "prod"), prm_mode = O.one_of("full", "incremental"),
+  score_cache = O.boolean, priority_eviction = O.boolean, filter_duplicates = O.boolean,
+  duplicate_rate = O.number(0, 1), llm = O.string, prm = O.string, seed = O.key,
+}
+
+-- opts with every default filled in; unknown keys and bad values are errors at the line that
+-- called the workload. `extra`: {name = {default, kind}} for a workload's own options.
 function S.options(opts, extra)
-  local o = {}
-  for k, v in pairs(S.defaults) do o[k] = v end
-  for k, v in pairs(extra or {}) do o[k] = v end
-  for k, v in pairs(opts or {}) do
-    if o[k] == nil and k ~= "problems" then
-      local valid = {}
-      for name in pairs(o) do valid[#valid + 1] = name end
-      table.sort(valid)
-      error("unknown search option '" .. k .. "' (valid: " .. table.concat(valid, ", ") .. ")", 3)
-    end
-    o[k] = v
-  end
-  if o.prm_mode ~= "full" and o.prm_mode ~= "incremental" then
-    error("prm_mode must be 'full' or 'incremental', got '" .. tostring(o.prm_mode) .. "'", 3)
-  end
-  return o
+  local kinds, defaults = {}, {}
+  for k, v in pairs(S.kinds) do kinds[k] = v end
+  for k, v in pairs(S.defaults) do defaults[k] = v end
+  for k, v in pairs(extra or {}) do defaults[k], kinds[k] = v[1], v[2] end
+  local o = O.merge("search", kinds, defaults, opts, 3, {"problems"})
+  return o  -- not a tail call: the level counts this frame
 end
 
 function S.root(problem, o)

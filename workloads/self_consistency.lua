@@ -3,6 +3,7 @@
 -- trajectory's quality; wrong answers fall on a few distractors, so that they can also agree.
 local duet = require("duet")
 local S = require("workloads.search")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -30,7 +31,7 @@ local function solve(ctx, problem, o)
 end
 
 function M.workload(opts)
-  local o = S.options(opts, {distractors = 3})
+  local o = S.options(opts, {distractors = {3, O.integer(1)}})
   return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
 end
 

@@ -8,6 +8,7 @@
 -- sequences keep them (their KV is a little larger than the accepted text), while the compute per
 -- round, gamma draft decodes and one gamma-token verification, is exact.
 local duet = require("duet")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -42,13 +43,11 @@ local function solve(ctx, problem, o)
   return {score = (accepted - rounds) / drafted, iterations = rounds, level = problem.level}
 end
 
+local kinds = {gamma = O.integer(1), alpha = O.number(0, 1), output_tokens = O.integer(1), draft = O.string,
+               target = O.string, seed = O.key}
+
 function M.workload(opts)
-  local o = {}
-  for k, v in pairs(M.defaults) do o[k] = v end
-  for k, v in pairs(opts) do
-    if k ~= "problems" and M.defaults[k] == nil then error("unknown speculative option '" .. k .. "'", 2) end
-    o[k] = v
-  end
+  local o = O.merge("speculative", kinds, M.defaults, opts, 2, {"problems"})
   return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
 end
 

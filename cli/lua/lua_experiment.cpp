@@ -141,8 +141,8 @@ void shared_block_sizes(TableReader& t, Experiment& ex) {
   for (std::size_t i = 0; i < sizes.size(); ++i) ex.engines[i].block_size = sizes[i];
 }
 
-// arbiter_priority: engine names, most important first; only with arbiter = "priority", where it
-// defaults to the engines' order.
+// arbiter_priority: engine names, most important first, each at most once; only with arbiter =
+// "priority", where it defaults to the engines' order (engines it leaves out follow in that order).
 void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
   const int type = t.push("arbiter_priority");
   if (type != LUA_TNIL) {
@@ -150,6 +150,9 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
       t.fail("arbiter_priority", "orders engines for arbiter = 'priority' only");
     if (type != LUA_TTABLE) t.fail("arbiter_priority", "expected a list of engine names");
     const lua_Integer n = t.checked("arbiter_priority", [&] { return length(L, -1); });
+    if (n == 0)
+      t.fail("arbiter_priority",
+             "names no engine: list at least one, or leave it out for the engines' order");
     for (lua_Integer i = 1; i <= n; ++i) {
       t.checked("arbiter_priority", [&] { return get_index(L, -1, i); });
       if (lua_type(L, -1) != LUA_TSTRING)
@@ -160,7 +163,12 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
                                        [&](const EngineConfig& e) { return e.name == name; });
       if (engine == ex.engines.end())
         t.fail("arbiter_priority", "entry " + std::to_string(i) + " names unknown engine '" + name + "'");
-      ex.arbiter_priority.push_back(int(engine - ex.engines.begin()));
+      const int index = int(engine - ex.engines.begin());
+      if (std::find(ex.arbiter_priority.begin(), ex.arbiter_priority.end(), index) !=
+          ex.arbiter_priority.end())
+        t.fail("arbiter_priority",
+               "entry " + std::to_string(i) + " names engine '" + name + "' a second time");
+      ex.arbiter_priority.push_back(index);
       lua_pop(L, 1);
     }
   }

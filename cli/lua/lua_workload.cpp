@@ -507,20 +507,25 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   s.keep_kv = spec.boolean("keep").value_or(false);
   spec.finish();
 
-  if (parent) {
+  if (!parent) {
+    s.tokens = std::move(prompt);
+    s.tokens.insert(s.tokens.end(), append.begin(), append.end());
+    if (s.tokens.empty()) spec.fail("prompt", "a sequence needs a prompt (or a parent to fork)");
+    s.num_prompt_tokens = s.num_tokens();
+  } else {
     s.tokens = std::move(append);
-    Sequence& child = rt_->fork(engine, SeqId(*parent), std::move(s));
-    owner_[child.id] = &task;
-    task.live.emplace(child.id, engine);
-    ++task.requests;
-    return lua_Integer(child.id);
   }
-  s.tokens = std::move(prompt);
-  s.tokens.insert(s.tokens.end(), append.begin(), append.end());
-  if (s.tokens.empty()) spec.fail("prompt", "a sequence needs a prompt (or a parent to fork)");
-  s.num_prompt_tokens = s.num_tokens();
-  const SeqId id = s.id;
-  rt_->submit(engine, std::move(s));
+  // The engine's own checks (max_model_len, score positions) fail this call, at its line.
+  const SeqId id = [&] {
+    try {
+      if (parent) return rt_->fork(engine, SeqId(*parent), std::move(s)).id;
+      const SeqId submitted = s.id;
+      rt_->submit(engine, std::move(s));
+      return submitted;
+    } catch (const Error& e) {
+      throw Error(spec.location() + spec.where() + ": " + e.what());
+    }
+  }();
   owner_[id] = &task;
   task.live.emplace(id, engine);
   ++task.requests;

@@ -27,6 +27,9 @@ expect_error({arbiter_priority = {"prm"}}, "arbiter_priority.*for arbiter = 'pri
 expect_error({arbiter = "callback"}, "arbiter.*given as a function, not a name")
 expect_error({arbiter = "fifo"}, "arbiter.*unknown arbiter 'fifo'")
 expect_error({arbiter = "priority", arbiter_priority = {"gen"}}, "arbiter_priority.*entry 1 names unknown engine 'gen'")
+expect_error({arbiter = "priority", arbiter_priority = {}}, "arbiter_priority: names no engine")
+expect_error({arbiter = "priority", arbiter_priority = {"prm", "llm", "prm"}},
+             "arbiter_priority: entry 3 names engine 'prm' a second time")
 -- Unknown names and impossible values name the field (and, through expect_error, the line).
 expect_error({gpu = "h1000"}, "duet.run.gpu: unknown GPU 'h1000'")
 expect_error({cost_model = "magic"}, "duet.run.cost_model: unknown cost model 'magic'")

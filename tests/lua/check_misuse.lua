@@ -24,6 +24,17 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
 end}})
 assert(inside == 1)
 
+-- The engine's own refusals of a request (here max_model_len) are errors of the submit, at its line.
+local short = config{workload = {problems = {{}}, solve = function(ctx)
+  expect_error(function() return ctx.engines.llm:submit{prompt = 8, max_tokens = 200} end,
+               "check_misuse.lua:%d+: llm:submit: sequence %d+ needs 208 tokens %(prompt %+ max_tokens%), more than max_model_len 100")
+  inside = inside + 1
+  return {score = 0}
+end}}
+short.engines[1].max_model_len = 100
+duet.run(short)
+assert(inside == 2)
+
 -- duet.token_list: ids are non-negative 32-bit integers.
 expect_error(function() return duet.token_list{1, -5} end, "entry 2 is not a token id")
 expect_error(function() return duet.token_list{2 ^ 40} end, "entry 1 is not a token id")
@@ -109,5 +120,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 17, "checked " .. support.checked)
+assert(support.checked == 18, "checked " .. support.checked)
 print("misuse: ok")

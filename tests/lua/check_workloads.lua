@@ -28,4 +28,32 @@ local c = duet.run{gpu = "h100", engines = {{name = "llm", model = "llama-3.1-8b
 assert(c.problems == 50 and c.engines.llm.requests == 50)
 assert(c.makespan_s > 10, "arrivals follow the trace's timestamps")
 print(string.format("%-18s %8d requests over %.1f s", "chat", c.engines.llm.requests, c.makespan_s))
+
+-- A bad option is an error at the line that built the workload, naming the option: never an empty
+-- search, a NaN score or an endless wait at the end of a run.
+local expect = require("tests.lua.support").expect_error
+local function expect_error(build, pattern) expect(build, "check_workloads.lua:%d+: .*" .. pattern) end
+local beam = require("workloads.beam_search")
+expect_error(function() beam.workload{problems = problems, n = 0} end, "search option n: expected an integer >= 1, got 0")
+expect_error(function() beam.workload{problems = problems, beam_width = 2.5} end, "option beam_width: expected an integer >= 1, got 2.5")
+expect_error(function() beam.workload{problems = problems, num_iterations = math.huge} end, "option num_iterations: expected an integer")
+expect_error(function() beam.workload{problems = problems, top_p = 0} end, "option top_p: expected a finite number in %(0, 1%], got 0")
+expect_error(function() beam.workload{problems = problems, temperature = 0 / 0} end, "option temperature: expected a finite number")
+expect_error(function() beam.workload{problems = problems, duplicate_rate = 1.5} end, "option duplicate_rate: expected a finite number in %[0, 1%]")
+expect_error(function() beam.workload{problems = problems, agg = "mean"} end, "option agg: expected one of last, min, prod, got 'mean'")
+expect_error(function() beam.workload{problems = problems, score_cache = 1} end, "option score_cache: expected true or false, got 1")
+expect_error(function() beam.workload{problems = problems, prm = 2} end, "option prm: expected a non%-empty string, got 2")
+expect_error(function() beam.workload{problems = problems, beams = 4} end, "unknown search option 'beams' %(valid: agg, beam_width")
+expect_error(function() beam.workload("n = 4") end, "search: expected a table of options, got a string")
+expect_error(function() require("workloads.self_consistency").workload{problems = problems, distractors = 0} end,
+             "option distractors: expected an integer >= 1, got 0")
+expect_error(function() spec.workload{problems = problems, output_tokens = 0} end,
+             "speculative option output_tokens: expected an integer >= 1, got 0")
+expect_error(function() spec.workload{problems = problems, alpha = -0.1} end, "speculative option alpha: expected a finite number in %[0, 1%]")
+expect_error(function() spec.workload{problems = problems, gama = 4} end, "unknown speculative option 'gama'")
+expect_error(function() chat.workload{max_requests = 5} end, "chat option trace: missing")
+expect_error(function() chat.workload{trace = "t.csv", rate_scale = 0} end, "chat option rate_scale: expected a finite number in %(0, inf%), got 0")
+expect_error(function() chat.workload{trace = "t.csv", max_request = 5} end, "unknown chat option 'max_request'")
+-- Integral floats are integers (a sweep's n = 2^k is a float).
+assert(beam.workload{problems = problems, n = 4.0, seed = "a"})
 print("workloads ok")
