@@ -29,10 +29,10 @@ namespace {
 ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, const std::string& gpu_name,
                                  std::size_t* finished = nullptr, std::size_t* skipped = nullptr) {
   ExperimentSpec spec;
-  spec.gpu = gpu_by_name(gpu_name);
+  spec.gpu = gpu_from(gpu_name);
   spec.source_dir = source_dir();
   EngineSetup e;
-  e.config.model = resolve_model(model);
+  e.config.model = model_from(model);
   e.config.max_model_len = std::min(16384, e.config.model.max_position_embeddings);
   e.cost_model = "roofline";
   spec.engines.push_back(e);
@@ -52,7 +52,7 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
   const auto t1 = std::chrono::steady_clock::now();
   std::size_t finished = 0, skipped = 0;
   const ExperimentOutcome o = simulate_trace(trace, model, gpu_name, &finished, &skipped);
-  const GpuSpec gpu = gpu_by_name(gpu_name);
+  const GpuSpec gpu = gpu_from(gpu_name);
   std::int64_t steps = 0;
   double simulated_s = 0;
   for (const StepRecord& r : o.records[0].steps)
@@ -124,7 +124,7 @@ int bench_hdf5(const std::string& trace_path, const std::string& model, const st
 // The CPU reference engine's speed on a model (the tiny one by default), for information:
 // prefill of `batch` prompts of `prompt` tokens in one step, then `decode` decode steps.
 int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) {
-  const ModelSpec spec = resolve_model(model_path);
+  const ModelSpec spec = model_from(model_path);
   const LlamaWeights weights = dummy_llama_weights(spec, 0);
   const int block_size = 16;
   const int blocks = batch * ((prompt + decode) / block_size + 2);

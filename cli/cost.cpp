@@ -107,7 +107,7 @@ int cost(int argc, char** argv) {
   po::options_description options("duet cost: one step of a batch, priced by operator");
   options.add_options()("model", po::value(&model_arg)->required(),
                         "a built-in model or a Hugging Face config.json")(
-      "gpu", po::value(&gpu_arg)->required(), "h100, h200, a100")(
+      "gpu", po::value(&gpu_arg)->required(), "h100, h200, a100, a100-40gb, or a GPU description (.json)")(
       "cost-model", po::value(&cost_arg)->default_value("auto"),
       "roofline, operator (the GPU's prior), auto (as the simulator chooses), operator:PRIOR.json, "
       "profile:PROFILE.json, or a prior or profile JSON")("prefill-tokens", po::value(&a.prefill_tokens),
@@ -119,8 +119,8 @@ int cost(int argc, char** argv) {
       "decode-context", po::value(&a.decode_context), "tokens already in each decoding sequence")(
       "json", po::bool_switch(&json), "one JSON object instead of the table")("help,h", "this help");
   return run_command({"cost", options}, argc, argv, [&](const po::variables_map&) {
-    const ModelSpec model = resolve_model(model_arg);
-    const GpuSpec gpu = gpu_by_name(gpu_arg);
+    const ModelSpec model = model_from(model_arg);
+    const GpuSpec gpu = gpu_from(gpu_arg);
     const BatchShape shape = batch_of(a);
     const ChosenCostModel chosen = choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu),
                                                      source_dir() + "/profiles");

@@ -7,6 +7,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_run.hpp"
 #include "sim/calibrated.hpp"
@@ -76,7 +77,7 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
     CalibrationProfile p = fit_profile_steps(e.steps);
     // The file records each engine's model shape; --model is for files that do not, and is checked.
     if (e.shape.empty() || !model.empty()) {
-      const ModelSpec spec = resolve_model(model.empty() ? e.model : model);
+      const ModelSpec spec = model_from(model.empty() ? e.model : model);
       if (!e.shape.empty() && model_shape(spec) != e.shape)
         throw Error(path + ": engine '" + name + "' ran " + e.model + " (" + e.shape + "), not --model " +
                     spec.name + " (" + model_shape(spec) + ")");
@@ -121,7 +122,7 @@ int fit(int argc, char** argv) {
     if (model.empty() || device.empty())
       throw Error("--csv needs --model and --device: a profile names both");
     CalibrationProfile p = fit_profile_csv(csv);
-    const ModelSpec spec = resolve_model(model);
+    const ModelSpec spec = model_from(model);
     p.model = spec.name;
     p.model_shape = model_shape(spec);
     p.device = device;

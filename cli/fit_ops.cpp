@@ -11,6 +11,7 @@
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
 #include "exec/build_revision.hpp"
@@ -106,10 +107,26 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
   return all;
 }
 
+// --evaluate: another prior's curves on this GPU's tables, at this GPU's peaks (each row's roofline
+// is this GPU's), beside this GPU's roofline: how well one GPU's efficiencies price another's.
+void evaluate_class(const OperatorTable& t, const OperatorPrior& prior) {
+  const OperatorCurve& curve = prior.curve(t.kind);
+  const CurveErrors op =
+      curve_errors(t.rows, [&](const CurveSample& s) { return curve.time(s.roofline_s, s.coords); });
+  const CurveErrors roof = curve_errors(t.rows, [](const CurveSample& s) { return s.roofline_s; });
+  std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped)\n", operator_class_name(t.kind),
+              t.path.c_str(), t.rows.size(), t.impossible);
+  std::printf("  %s's curve: MAPE %s, p95 %s, max %s at %s\n", prior.device.c_str(), pct(op.mape).c_str(),
+              pct(op.p95).c_str(), pct(op.max).c_str(), t.shapes[op.worst].c_str());
+  std::printf("  roofline:%*s MAPE %s, p95 %s, max %s at %s\n", int(prior.device.size()) - 1, "",
+              pct(roof.mape).c_str(), pct(roof.p95).c_str(), pct(roof.max).c_str(),
+              t.shapes[roof.worst].c_str());
+}
+
 }  // namespace
 
 int fit_ops(int argc, char** argv) {
-  std::string gpu_name, tables, out, created;
+  std::string gpu_name, tables, out, created, evaluate;
   std::string files[3];
   double smoothness = CurveFitOptions{}.smoothness;
   po::options_description options(
@@ -127,10 +144,29 @@ int fit_ops(int argc, char** argv) {
       "the penalty on neighbouring knots' difference")(
       "created", po::value(&created),
       "the date to record (default: none, so that a re-fit is byte-identical)")(
-      "out", po::value(&out)->required(), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")(
-      "help,h", "this help");
+      "out", po::value(&out), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")(
+      "evaluate", po::value(&evaluate),
+      "instead of fitting, price every row of the tables with this prior's curves (another GPU's) at "
+      "--gpu's peak figures, beside the roofline")("help,h", "this help");
   return run_command({"fit-ops", options}, argc, argv, [&](const po::variables_map&) {
-    const GpuSpec gpu = gpu_by_name(gpu_name);
+    const GpuSpec gpu = gpu_from(gpu_name);
+    auto table_of = [&](std::size_t i) {
+      if (files[i].empty()) {
+        if (tables.empty())
+          throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
+        files[i] = find_table(tables, gpu, i);
+      }
+      return read_operator_table(kOperatorClasses[i], files[i], gpu);
+    };
+    if (!evaluate.empty()) {
+      if (!out.empty()) throw UsageError("--evaluate writes nothing: leave out --out");
+      const OperatorPrior other = load_prior(evaluate);
+      std::printf("%s's operator prior (%s) on %s's tables, at %s's peaks\n", other.device.c_str(),
+                  evaluate.c_str(), gpu.name.c_str(), gpu.name.c_str());
+      for (std::size_t i = 0; i < kOperatorClasses.size(); ++i) evaluate_class(table_of(i), other);
+      return 0;
+    }
+    if (out.empty()) throw UsageError("give --out (the prior to write), or --evaluate PRIOR");
     check_output(out, {files[0], files[1], files[2]});
     OperatorPrior prior;
     prior.device = gpu_device_key(gpu);
@@ -143,12 +179,7 @@ int fit_ops(int argc, char** argv) {
     const CurveFitOptions fit{smoothness};
     for (std::size_t i = 0; i < kOperatorClasses.size(); ++i) {
       const OperatorClass c = kOperatorClasses[i];
-      if (files[i].empty()) {
-        if (tables.empty())
-          throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
-        files[i] = find_table(tables, gpu, i);
-      }
-      const OperatorTable t = read_operator_table(c, files[i], gpu);
+      const OperatorTable t = table_of(i);
       if (c != OperatorClass::gemm)
         for (const std::string& g : t.groups) head_dims.insert(std::stoi(g.substr(g.rfind("d=") + 2)));
       prior.curve(c) = fit_class(t, fit, report);

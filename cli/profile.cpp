@@ -117,10 +117,10 @@ int profile(int argc, char** argv) {
     limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
     const GpuSpec spec =
         gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend)) : gpu_by_name("h100"))
-                    : gpu_by_name(gpu);
+                    : gpu_from(gpu);
     EngineConfig c;
     c.name = "profile";
-    c.model = resolve_model(model);
+    c.model = model_from(model);
     // Before the measurement, not after it: the output's directory, and outputs that can be written.
     const std::filesystem::path dir = std::filesystem::path(out).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);

@@ -2,7 +2,11 @@
 // The repository whose data (workloads/, models/, traces/, profiles/) the program reads:
 // $DUET_HOME when set (a bundle copied elsewhere), else the source tree it was built from.
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+
+#include "core/gpu_spec.hpp"
+#include "core/model_spec.hpp"
 
 #ifndef DUET_SOURCE_DIR
 #define DUET_SOURCE_DIR "."
@@ -13,6 +17,26 @@ namespace duet::cli {
 inline std::string source_dir() {
   const char* home = std::getenv("DUET_HOME");
   return home ? home : DUET_SOURCE_DIR;
+}
+
+// A file as given when it exists, else relative to the repository: what scripts and flags name
+// (models/tiny-llama/config.json works from any directory).
+inline std::string resolve_path(const std::string& path, const std::string& dir) {
+  if (std::filesystem::exists(path)) return path;
+  const std::string in_repo = dir + "/" + path;
+  return std::filesystem::exists(in_repo) ? in_repo : path;
+}
+
+// A built-in model's name, or a config.json path found as resolve_path finds it: what an engine's
+// `model`, duet.model() and every --model flag take.
+inline ModelSpec model_from(const std::string& name, const std::string& dir = source_dir()) {
+  return resolve_model(name.ends_with(".json") ? resolve_path(name, dir) : name);
+}
+
+// A built-in GPU's name, or a GPU description's .json path found the same way: what duet.run's
+// `gpu`, duet.gpu() and every --gpu flag take.
+inline GpuSpec gpu_from(const std::string& name, const std::string& dir = source_dir()) {
+  return resolve_gpu(name.ends_with(".json") ? resolve_path(name, dir) : name);
 }
 
 }  // namespace duet::cli

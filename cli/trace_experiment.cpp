@@ -1,5 +1,7 @@
 #include "cli/trace_experiment.hpp"
 
+#include "cli/source_dir.hpp"
+
 #include <cmath>
 #include <random>
 
@@ -31,7 +33,8 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
   po::options_description engine("Engine (vLLM's names)");
   engine.add_options()("model", po::value(&a.model)->default_value("llama-3.1-8b"),
                        "built-in model (llama-3.2-1b, llama-3.1-8b) or a HuggingFace config.json")(
-      "gpu", po::value(&a.gpu)->default_value("h100"), "h100, h200 or a100 (case-insensitive)")(
+      "gpu", po::value(&a.gpu)->default_value("h100"),
+      "h100, h200, a100, a100-40gb (case-insensitive), or a GPU description (.json)")(
       "gpu-memory-utilization", po::value(&a.gpu_memory_utilization)->default_value(0.9, "0.9"),
       "share of GPU memory for this engine")("block-size", po::value(&a.engine.block_size)->default_value(16),
                                              "tokens per KV block")(
@@ -101,7 +104,7 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   TraceExperiment x;
   EngineConfig cfg = a.engine;
   cfg.name = "llm";
-  cfg.model = resolve_model(a.model);
+  cfg.model = model_from(a.model, source_dir);
   cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;
@@ -115,7 +118,7 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
     throw Error("--rate-scale must be a finite number > 0, got " + std::to_string(a.rate_scale));
   x.trace =
       a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
-  x.spec.gpu = gpu_by_name(a.gpu);
+  x.spec.gpu = gpu_from(a.gpu, source_dir);
   x.spec.backend = a.backend;
   check_backend(a.backend);
   x.spec.seed = a.seed;

@@ -232,8 +232,11 @@ int validate(int argc, char** argv) {
                       .string() +
                   ".validate.h5";
           check_output(out, {opt.script, trace.trace, profile});
+          if (!profile.empty() && !std::filesystem::is_regular_file(profile))
+            throw Error("--profile " + profile + ": no such file (a profile that `duet profile` wrote)");
         });
         if (opt.script.empty()) return validate_trace(trace, profile, repeats, max_error, out, command_line);
+        opt.command_line = command_line;  // the file records this command, not a `duet run` one
         return validate_script(opt, trace.backend, profile, repeats, max_error, out,
                                !vm.count("no-progress"));
       });

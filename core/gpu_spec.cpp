@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <set>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 
 namespace duet {
 
@@ -11,26 +15,29 @@ namespace {
 
 constexpr std::int64_t kMiB = 1024LL * 1024;
 
-// A kernel launch costs a few microseconds of host time on current drivers; 4 us is the order
-// measured by the CUDA graphs literature (e.g. NVIDIA's "Getting Started with CUDA Graphs" blog).
-constexpr double kLaunch = 4e-6;
+// kDefaultKernelLaunchS: a kernel launch costs a few microseconds of host time on current drivers;
+// 4 us is the order measured by the CUDA graphs literature (e.g. NVIDIA's "Getting Started with
+// CUDA Graphs" blog).
+constexpr double kLaunch = kDefaultKernelLaunchS;
 
 // NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, 989.4 TFLOPS dense BF16
 // (1,979 with sparsity), 132 SMs. nvidia-smi reports 81,559 MiB in total for the 80 GB part.
-GpuSpec h100_sxm() { return {"H100-SXM", 81559 * kMiB, 3.35e12, 989.4e12, 132, kLaunch}; }
+GpuSpec h100_sxm() { return {"H100-SXM", 81559 * kMiB, 3.35e12, 989.4e12, 132, kLaunch, ""}; }
 
 // NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, same compute as H100
 // SXM (989 TFLOPS dense BF16, 132 SMs). nvidia-smi reports 143,771 MiB in total.
-GpuSpec h200() { return {"H200", 143771 * kMiB, 4.8e12, 989.4e12, 132, kLaunch}; }
+GpuSpec h200() { return {"H200", 143771 * kMiB, 4.8e12, 989.4e12, 132, kLaunch, ""}; }
 
 // NVIDIA A100 Tensor Core GPU datasheet (80GB SXM4): 2,039 GB/s HBM2e, 312 TFLOPS dense BF16,
 // 108 SMs. nvidia-smi reports 81,920 MiB in total.
-GpuSpec a100_80gb() { return {"A100-80GB", 81920 * kMiB, 2.039e12, 312e12, 108, kLaunch}; }
+GpuSpec a100_80gb() { return {"A100-80GB", 81920 * kMiB, 2.039e12, 312e12, 108, kLaunch, ""}; }
 
 // The same datasheet (40GB SXM4): 1,555 GB/s HBM2, the same compute. nvidia-smi reports 40,536 MiB.
 // Two models' weights (Llama-3.2-1B and -3.1-8B: 18.5 GB) leave it about 17 GB of KV at 0.9: a
 // GPU where the beam search's KV binds.
-GpuSpec a100_40gb() { return {"A100-40GB", 40536 * kMiB, 1.555e12, 312e12, 108, kLaunch}; }
+// Its kernels are the 80 GB part's (the same GA100 chip and clocks), so that part's operator prior
+// prices them, at this part's bandwidth.
+GpuSpec a100_40gb() { return {"A100-40GB", 40536 * kMiB, 1.555e12, 312e12, 108, kLaunch, "A100-80GB"}; }
 
 struct BuiltinGpu {
   const char* name;
@@ -56,13 +63,87 @@ GpuSpec gpu_by_name(const std::string& name) {
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const auto& b : kBuiltins)
     if (n == b.name) return b.make();
-  throw Error("unknown GPU '" + name + "' (built-in GPUs: " + builtin_list() + ")");
+  throw Error("unknown GPU '" + name + "' (built-in GPUs: " + builtin_list() +
+              "; or give the path of a GPU description, a .json file: docs/cost-models.md)");
 }
 
 std::vector<std::string> builtin_gpu_names() {
   std::vector<std::string> names;
   for (const auto& b : kBuiltins) names.emplace_back(b.name);
   return names;
+}
+
+// The floors below are far under any accelerator's figures: a value beneath one was given in a
+// larger unit (GiB, TB/s, TFLOP/s) than the field's.
+void GpuSpec::validate() const {
+  const std::string who = "GPU '" + name + "': ";
+  if (std::none_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c); }))
+    throw Error("a GPU's name needs a letter or digit, got '" + name + "'");
+  auto check = [&](const char* field, double v, double floor, const char* unit, const char* example) {
+    if (!std::isfinite(v) || v <= 0)
+      throw Error(who + field + " must be a positive number of " + unit + ", got " + std::to_string(v));
+    if (v < floor)
+      throw Error(who + field + " is in " + unit + " (" + example + "), got " + std::to_string(v) +
+                  ": no GPU has that little");
+  };
+  check("hbm_bytes", double(hbm_bytes), double(1LL << 30), "bytes", "80 GiB is 85899345920");
+  check("hbm_bandwidth", hbm_bandwidth, 1e9, "bytes/s", "3.35 TB/s is 3.35e12");
+  check("bf16_flops", bf16_flops, 1e9, "FLOP/s", "989 TFLOP/s is 9.89e14");
+  if (sm_count < 1) throw Error(who + "sm_count must be at least 1, got " + std::to_string(sm_count));
+  if (!std::isfinite(kernel_launch_s) || kernel_launch_s < 0 || kernel_launch_s >= 1)
+    throw Error(who + "kernel_launch_s must be in [0, 1) seconds, got " + std::to_string(kernel_launch_s));
+}
+
+GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin) {
+  using json_fields::json;
+  const json j = json_fields::parse_object(text, origin);
+  static const std::set<std::string> kFields = {"name",     "hbm_bytes",       "hbm_bandwidth", "bf16_flops",
+                                                "sm_count", "kernel_launch_s", "efficiency_of", "source"};
+  for (const auto& [key, value] : j.items())
+    if (!kFields.contains(key))
+      throw Error(origin + ": unknown field '" + key +
+                  "' (valid: name, hbm_bytes, hbm_bandwidth, bf16_flops, sm_count, kernel_launch_s, "
+                  "efficiency_of, source)");
+  GpuSpec g;
+  g.name = json_fields::optional_string(j, "name", origin);
+  if (g.name.empty()) throw Error(origin + ": missing field 'name'");
+  // 48e9 is an integer number of bytes written as JSON writes large numbers.
+  const json& bytes = json_fields::require(j, "hbm_bytes", origin);
+  const double b = bytes.is_number() ? bytes.get<double>() : NAN;
+  if (!bytes.is_number() || b != std::floor(b) || !(std::abs(b) < 0x1p62))
+    throw Error(origin + ": field 'hbm_bytes' must be an integer number of bytes, got " + bytes.dump());
+  g.hbm_bytes =
+      bytes.is_number_integer() ? json_fields::require_int64(j, "hbm_bytes", origin) : std::int64_t(b);
+  g.hbm_bandwidth = json_fields::require_number(j, "hbm_bandwidth", origin);
+  g.bf16_flops = json_fields::require_number(j, "bf16_flops", origin);
+  g.sm_count = json_fields::require_int(j, "sm_count", origin);
+  g.kernel_launch_s = json_fields::optional_field<double>(
+      j, "kernel_launch_s", kDefaultKernelLaunchS,
+      [&](const json&) { return json_fields::require_number(j, "kernel_launch_s", origin); });
+  if (const std::string lender = json_fields::optional_string(j, "efficiency_of", origin); !lender.empty()) {
+    try {
+      g.efficiency_of = gpu_by_name(lender).name;
+    } catch (const Error& e) {
+      throw Error(origin + ": field 'efficiency_of': " + e.what());
+    }
+  }
+  json_fields::optional_string(j, "source", origin);  // checked as text, not used
+  try {
+    g.validate();
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+  return g;
+}
+
+GpuSpec gpu_from_json_file(const std::string& path) {
+  return gpu_from_json_text(json_fields::read_file(path, "GPU description", "GPU .json"), path);
+}
+
+GpuSpec resolve_gpu(const std::string& name_or_path) {
+  const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
+  if (json || std::filesystem::is_regular_file(name_or_path)) return gpu_from_json_file(name_or_path);
+  return gpu_by_name(name_or_path);
 }
 
 }  // namespace duet

@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 
 namespace duet {
 
@@ -209,43 +207,11 @@ std::vector<std::string> builtin_model_names() {
 
 namespace {
 
-using nlohmann::json;
-
-const json& require(const json& j, const char* field, const std::string& origin) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) throw Error(origin + ": missing field '" + field + "'");
-  return *it;
-}
-
-int require_int(const json& j, const char* field, const std::string& origin) {
-  const json& v = require(j, field, origin);
-  if (!v.is_number_integer())
-    throw Error(origin + ": field '" + field + "' must be an integer, got " + v.dump());
-  const auto wide = v.get<std::int64_t>();
-  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max() ||
-      (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())))
-    throw Error(origin + ": field '" + field + "' is out of range: " + v.dump());
-  return static_cast<int>(wide);
-}
-
-std::string optional_string(const json& j, const char* field, const std::string& origin) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return {};
-  if (!it->is_string()) throw Error(origin + ": field '" + field + "' must be a string, got " + it->dump());
-  return it->get<std::string>();
-}
-
-double require_number(const json& j, const char* field, const std::string& origin) {
-  const json& v = require(j, field, origin);
-  if (!v.is_number()) throw Error(origin + ": field '" + field + "' must be a number, got " + v.dump());
-  return v.get<double>();
-}
-
-template <typename T, typename F>
-T optional_field(const json& j, const char* field, T fallback, F get) {
-  auto it = j.find(field);
-  return (it == j.end() || it->is_null()) ? fallback : get(*it);
-}
+using json_fields::json;
+using json_fields::optional_field;
+using json_fields::optional_string;
+using json_fields::require_int;
+using json_fields::require_number;
 
 std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& origin) {
   auto it = j.find("rope_scaling");
@@ -269,13 +235,7 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
 }  // namespace
 
 ModelSpec from_hf_config_text(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(origin + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw Error(origin + ": expected a JSON object");
+  const json j = json_fields::parse_object(text, origin);
   try {
     if (j.contains("architectures")) {
       const auto& arch = j["architectures"];
@@ -329,12 +289,7 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
 }
 
 ModelSpec from_hf_config(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a config.json file");
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open model config");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_hf_config_text(buffer.str(), path);
+  return from_hf_config_text(json_fields::read_file(path, "model config", "config.json"), path);
 }
 
 }  // namespace duet

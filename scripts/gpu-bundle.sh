@@ -161,6 +161,8 @@ cat >"$bundle/run-tests.sh" <<'EOF'
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export DUET_HOME="$here"
+# This runs on a GPU machine: a device that does not start fails the tests, not skips them.
+export DUET_REQUIRE_GPU=1
 . "$here/cuda-env.sh"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
 exec "$here/test_kernels" "$@"

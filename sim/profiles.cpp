@@ -102,6 +102,16 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
   if ((name == "auto" || name == "operator") && !profile_dir.empty()) {
     const std::string path = prior_path(profile_dir, device);
     if (std::filesystem::exists(path)) return from_prior(path, gpu, model, device);
+    if (!gpu.efficiency_of.empty()) {
+      const std::string lender = gpu_device_key(gpu_by_name(gpu.efficiency_of));
+      const std::string lent = prior_path(profile_dir, lender);
+      if (std::filesystem::exists(lent)) {
+        ChosenCostModel c = from_prior(lent, gpu, model, lender);
+        c.reason = "operator prior of " + lender + " (" + lent + "): its kernel efficiencies at " + gpu.name +
+                   "'s peak figures";
+        return c;
+      }
+    }
   }
   if (name == "operator")
     throw Error("cost model 'operator': no operator prior for device '" + device + "'" +

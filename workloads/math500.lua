@@ -2,6 +2,7 @@
 -- difficulty level, and the prompt a generator sees, tokenized with the repository's
 -- sentencepiece model (workloads/data/tokenizer).
 local duet = require("duet")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -13,8 +14,16 @@ M.system_prompt = "You are solving a competition math problem. Work step by step
 
 -- load{limit = N, levels = {1, 2}, path = ...} -> array of problems:
 --   {index, id, level, subject, problem, answer, prompt = TokenList, prompt_tokens}
+local levels_kind = function(v)
+  if type(v) ~= "table" or #v == 0 then return "a non-empty list of levels 1 to 5" end
+  for _, l in ipairs(v) do
+    if math.type(l) ~= "integer" or l < 1 or l > 5 then return "a non-empty list of levels 1 to 5" end
+  end
+end
+local kinds = {limit = O.integer(1), levels = levels_kind, path = O.string}
+
 function M.load(opts)
-  opts = opts or {}
+  opts = O.merge("math500.load", kinds, {}, opts, 2)
   local rows = duet.read_jsonl(opts.path or "workloads/data/math500.jsonl")
   local wanted
   if opts.levels then
@@ -31,6 +40,10 @@ function M.load(opts)
       }
       if opts.limit and #out >= opts.limit then break end
     end
+  end
+  if #out == 0 then
+    error("math500.load: no problem" .. (opts.levels and " of levels " .. table.concat(opts.levels, ", ") or "") ..
+          " in " .. (opts.path or "workloads/data/math500.jsonl"), 2)
   end
   return out
 end

@@ -51,18 +51,8 @@ ScriptContext& context(lua_State* L) {
   return *ctx;
 }
 
-std::string resolve_path(const std::string& path, const std::string& source_dir) {
-  if (std::filesystem::exists(path)) return path;
-  const std::string in_repo = source_dir + "/" + path;
-  return std::filesystem::exists(in_repo) ? in_repo : path;
-}
-
 std::string resolve_path(lua_State* L, const std::string& path) {
   return resolve_path(path, context(L).opt.source_dir);
-}
-
-ModelSpec model_from(const std::string& name, const std::string& source_dir) {
-  return resolve_model(name.ends_with(".json") ? resolve_path(name, source_dir) : name);
 }
 
 namespace {
@@ -224,6 +214,11 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
   for (lua_Integer i = 1; i <= n; ++i) {
     with_context(context, [&] { return get_index(L, -1, i); });
     const int type = lua_type(L, -1);
+    if (type == LUA_TNUMBER && !std::isfinite(lua_tonumber(L, -1))) {
+      lua_pop(L, 1);
+      throw Error(where(L) + "duet.sweep: grid." + key + " value " + std::to_string(i) +
+                  " is not a finite number");
+    }
     if (type == LUA_TNUMBER) values.push_back(lua_tonumber(L, -1));
     else if (type == LUA_TBOOLEAN) values.push_back(bool(lua_toboolean(L, -1)));
     else if (type == LUA_TSTRING) values.push_back(std::string(lua_tostring(L, -1)));
@@ -238,6 +233,10 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
   }
   return values;
 }
+
+// More points than any sweep runs (a day at 0.1 s each), and few enough to hold in memory with
+// their results: a grid of ten lists of ten values (1e10 points) once took all of a machine's RAM.
+constexpr std::size_t kMaxSweepPoints = 1'000'000;
 
 // The grid's points in a fixed order: keys sorted, the last key varying fastest. `grid_json`
 // receives the grid ({key: [values]}), by which the file recognises the sweep.
@@ -256,6 +255,10 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
     with_context([&] { return where(L) + "duet.sweep: grid." + key + ": reading it raised an error: "; },
                  [&] { return get_field(L, grid, key.c_str()); });
     const nlohmann::ordered_json values = grid_values(L, key);
+    if (double(points.size()) * double(values.size()) > double(kMaxSweepPoints))
+      throw Error(where(L) + "duet.sweep: grid has more than " + std::to_string(kMaxSweepPoints) +
+                  " points (the product of its lists' lengths, up to grid." + key +
+                  "); split the sweep, or sample the points in Lua");
     json[key] = values;
     std::vector<SweepPoint> next;
     for (const SweepPoint& base : points)
@@ -464,6 +467,15 @@ void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepRe
     }
   }
   std::fprintf(stderr, "%s\n", line.c_str());
+  // The failures' first distinct messages here, not only in the file: a point that fails fails
+  // most often as the others do (a mistyped option), and a user should not need h5py to read it.
+  std::vector<std::string> shown;
+  for (const PointOutcome& o : results.outcomes) {
+    if (o.status != PointStatus::Failed || shown.size() == 3) continue;
+    if (std::find(shown.begin(), shown.end(), o.error) != shown.end()) continue;
+    shown.push_back(o.error);
+    std::fprintf(stderr, "  point %zu failed: %s\n", o.index + 1, o.error.c_str());
+  }
 }
 
 // Results, in grid order: {point = {...}, result = <duet.run result>, index = i} for the points

@@ -59,7 +59,11 @@ int l_args(lua_State* L) {
         }
         throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
       }
-      if (t == LUA_TBOOLEAN && eq == std::string::npos) {
+      // A flag alone is true; "--flag false" and "--flag=false" are false (a bare "false" could
+      // be nothing else: every other argument starts with "--").
+      const bool bare_flag = t == LUA_TBOOLEAN && eq == std::string::npos &&
+                             !(i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false"));
+      if (bare_flag) {
         lua_pushboolean(L, 1);
       } else {
         if (eq == std::string::npos) {

@@ -43,16 +43,19 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
   });
 }
 
+// duet.gpu(name or path): the figures duet.run's `gpu` takes back as a table (a GPU to modify).
 int l_gpu(lua_State* L) {
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
-    const GpuSpec g = gpu_by_name(name);
-    lua_createtable(L, 0, 6);
+    const GpuSpec g = gpu_from(name, context(L).opt.source_dir);
+    lua_createtable(L, 0, 7);
     set_string(L, "name", g.name.c_str());
-    set_number(L, "hbm_bytes", double(g.hbm_bytes));
+    set_integer(L, "hbm_bytes", g.hbm_bytes);
     set_number(L, "hbm_bandwidth", g.hbm_bandwidth);
     set_number(L, "bf16_flops", g.bf16_flops);
     set_integer(L, "sm_count", g.sm_count);
+    set_number(L, "kernel_launch_s", g.kernel_launch_s);
+    if (!g.efficiency_of.empty()) set_string(L, "efficiency_of", g.efficiency_of.c_str());
     return 1;
   });
 }

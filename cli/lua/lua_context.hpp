@@ -9,7 +9,9 @@
 #include "cli/lua/lua_api.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "cli/lua/sweep_points.hpp"
+#include "cli/source_dir.hpp"
 #include "cli/sweep_file.hpp"
+#include "core/gpu_spec.hpp"
 #include "core/model_spec.hpp"
 #include "exec/tokenizer.hpp"
 #include "io/hdf5_run.hpp"
@@ -39,13 +41,11 @@ struct ScriptContext {
 // The context of the script running in L (a duet::Error outside a script).
 ScriptContext& context(lua_State* L);
 
-// A path as given, or relative to the repository (workloads/data/..., traces/...): of the script
-// running in L, or of the repository at source_dir.
+// A path as given, or relative to the repository (workloads/data/..., traces/...) of the script
+// running in L. resolve_path(path, dir), model_from and gpu_from are the CLI's (cli/source_dir.hpp).
 std::string resolve_path(lua_State* L, const std::string& path);
-std::string resolve_path(const std::string& path, const std::string& source_dir);
-
-// A built-in model's name, or a config.json path as resolve_path finds it: what an engine's
-// `model` and duet.model() take.
-ModelSpec model_from(const std::string& name, const std::string& source_dir);
+using cli::gpu_from;
+using cli::model_from;
+using cli::resolve_path;
 
 }  // namespace duet::lua

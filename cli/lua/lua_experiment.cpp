@@ -175,11 +175,26 @@ void read_arbiter_priority(lua_State* L, TableReader& t, Experiment& ex) {
   lua_pop(L, 1);
 }
 
+// gpu: a built-in's name (default h100), a GPU description's .json path, or the description as a
+// table of the fields duet.gpu() returns (core/gpu_spec.hpp).
+GpuSpec read_gpu(lua_State* L, TableReader& t, const std::string& source_dir) {
+  const int type = t.push("gpu");
+  std::string name = "h100";
+  if (type == LUA_TSTRING) name = lua_tostring(L, -1);
+  else if (type == LUA_TTABLE) name = t.checked("gpu", [&] { return flat_table_json(L, -1); });
+  else if (type != LUA_TNIL)
+    t.fail("gpu",
+           std::string("expected a GPU's name, a .json description or a table of its figures, got a ") +
+               luaL_typename(L, -1));
+  lua_pop(L, 1);
+  if (type == LUA_TTABLE) return t.checked("gpu", [&] { return gpu_from_json_text(name, "table"); });
+  return t.checked("gpu", [&] { return gpu_from(name, source_dir); });
+}
+
 Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
   TableReader t(L, index, "duet.run");
   Experiment ex;
-  const std::string gpu = t.string("gpu").value_or("h100");
-  ex.gpu = t.checked("gpu", [&] { return gpu_by_name(gpu); });
+  ex.gpu = read_gpu(L, t, d.source_dir);
   ex.backend = t.string("backend").value_or(d.backend);
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
   check_backend(ex.backend);

@@ -1,4 +1,5 @@
 // duet.read_json, duet.read_jsonl: JSON files (problem sets, fitted models) as Lua tables.
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -67,6 +68,33 @@ void push_json(lua_State* L, const nlohmann::json& j, int depth = 0) {
 }
 
 }  // namespace
+
+std::string flat_table_json(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  nlohmann::json j = nlohmann::json::object();
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {  // raw traversal: no metamethod runs
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      const std::string type = luaL_typename(L, -2);
+      lua_pop(L, 2);
+      throw Error("expected a table of named fields, got a " + type + " key");
+    }
+    const std::string key = lua_tostring(L, -2);
+    if (lua_isinteger(L, -1)) j[key] = lua_tointeger(L, -1);
+    else if (lua_type(L, -1) == LUA_TNUMBER && std::isfinite(lua_tonumber(L, -1)))
+      j[key] = lua_tonumber(L, -1);
+    else if (lua_type(L, -1) == LUA_TSTRING) j[key] = lua_tostring(L, -1);
+    else if (lua_type(L, -1) == LUA_TBOOLEAN) j[key] = bool(lua_toboolean(L, -1));
+    else {
+      const std::string type = luaL_typename(L, -1);
+      lua_pop(L, 2);
+      throw Error("field '" + key + "' is " + (type == "number" ? "not finite" : "a " + type) +
+                  ": expected a finite number, a string or a boolean");
+    }
+    lua_pop(L, 1);
+  }
+  return j.dump();
+}
 
 int l_read_json(lua_State* L) {
   const char* path = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors

@@ -117,6 +117,10 @@ class TableReader {
 // TableReader reads integer fields; nothing for anything else (a string is not converted).
 std::optional<lua_Integer> integral(lua_State* L, int idx);
 
+// The table at idx, of string keys and number, string or boolean values (a description such as a
+// GPU's), as the text of a JSON object; anything else in it is an error naming the key.
+std::string flat_table_json(lua_State* L, int idx);
+
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
 

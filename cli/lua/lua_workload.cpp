@@ -46,6 +46,35 @@ int ref_field(lua_State* L, int index, const char* key, int type, const char* wh
   return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+// ctx.engines' __index, reached only for a name that is not an engine: an error at the Lua line
+// that used it (a nil engine would fail later, inside the workload, as "attempt to index a nil").
+// Upvalue 1: the engines' names. No C++ object lives here: luaL_error longjmps.
+int unknown_engine(lua_State* L) {
+  const char* names = lua_tostring(L, lua_upvalueindex(1));
+  luaL_where(L, 1);
+  if (lua_type(L, 2) == LUA_TSTRING)
+    lua_pushfstring(L, "unknown engine '%s' (engines: %s)", lua_tostring(L, 2), names);
+  else
+    lua_pushfstring(L, "engines are named by strings (engines: %s), not by a %s", names, luaL_typename(L, 2));
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+// A workload table holds these keys and no other (a misplaced run setting is an error, not ignored).
+void check_workload_keys(lua_State* L, int index) {
+  lua_pushnil(L);
+  while (lua_next(L, index) != 0) {
+    lua_pop(L, 1);
+    const bool named = lua_type(L, -1) == LUA_TSTRING;
+    const std::string key = named ? lua_tostring(L, -1) : luaL_typename(L, -1);
+    if (!named || (key != "problems" && key != "solve")) {
+      lua_pop(L, 1);
+      throw Error("duet.run.workload: unknown key " + (named ? "'" + key + "'" : "of type " + key) +
+                  " (valid: problems, solve; run settings such as concurrency belong in duet.run{...})");
+    }
+  }
+}
+
 }  // namespace
 
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
@@ -60,6 +89,7 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   if (!lua_istable(L, index))
     throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
+  check_workload_keys(L, index);
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
   lua_Debug ar;
@@ -76,6 +106,15 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   lua_pop(L, 1);
   lua_pushvalue(L, index);
   workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  std::string names;
+  for (const EngineVocab& e : engines_) names += (names.empty() ? "" : ", ") + e.name;
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, names.c_str());
+  lua_pushcclosure(L, unknown_engine, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");  // getmetatable sees false; setmetatable is refused
+  engines_meta_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushlightuserdata(L, this);
   lua_setfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
 }
@@ -85,6 +124,7 @@ LuaWorkload::~LuaWorkload() {
   luaL_unref(L_, LUA_REGISTRYINDEX, solve_ref_);
   luaL_unref(L_, LUA_REGISTRYINDEX, problems_ref_);
   luaL_unref(L_, LUA_REGISTRYINDEX, workload_ref_);
+  luaL_unref(L_, LUA_REGISTRYINDEX, engines_meta_ref_);
   lua_pushnil(L_);
   lua_setfield(L_, LUA_REGISTRYINDEX, kWorkloadKey);
 }
@@ -139,6 +179,8 @@ void LuaWorkload::launch(std::size_t problem) {
     push_engine_ref(co, int(e));
     lua_setfield(co, -2, engines_[e].name.c_str());
   }
+  lua_rawgeti(co, LUA_REGISTRYINDEX, engines_meta_ref_);
+  lua_setmetatable(co, -2);
   lua_setfield(co, -2, "engines");
   set_integer(co, "index", lua_Integer(problem + 1));
   set_integer(co, "seed", lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));

@@ -91,6 +91,7 @@ class LuaWorkload final : public Workload {
   int workload_ref_ = LUA_NOREF;
   int solve_ref_ = LUA_NOREF;
   int problems_ref_ = LUA_NOREF;
+  int engines_meta_ref_ = LUA_NOREF;  // ctx.engines' metatable: an unknown name is an error
   std::vector<EngineVocab> engines_;
   LuaWorkloadOptions opt_;
   Runtime* rt_ = nullptr;

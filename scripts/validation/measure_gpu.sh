@@ -42,6 +42,8 @@ if [ -z "${DUET:-}" ]; then
   if [ -x "$here/duet" ]; then DUET="$here/duet"; else DUET="$here/${BUILD_DIR:-build}/cli/duet"; fi
 fi
 export DUET_HOME="${DUET_HOME:-$here}"
+# Only GPU machines run this: a device that does not start fails the GPU tests instead of skipping them.
+export DUET_REQUIRE_GPU=1
 # A bundle's cuda-env.sh puts cuBLASLt on LD_LIBRARY_PATH where it is not in /usr/local/cuda/lib64.
 # shellcheck source=/dev/null
 [ -f "$here/cuda-env.sh" ] && . "$here/cuda-env.sh"

@@ -82,5 +82,88 @@ TEST(GpuSpec, UnknownNameThrowsWithTheBuiltInList) {
   }
 }
 
+// A GPU described in JSON: GpuSpec's fields and units, every mistake an error naming the field.
+TEST(GpuSpec, ADescriptionReadsItsFieldsAndRefusesMistakes) {
+  const std::string fields =
+      R"("name": "L40S", "hbm_bandwidth": 864e9, "bf16_flops": 362.05e12, "sm_count": 142)";
+  const GpuSpec g =
+      gpu_from_json_text("{" + fields + R"(, "hbm_bytes": 48e9, "source": "a datasheet"})", "g.json");
+  EXPECT_EQ(g.name, "L40S");
+  EXPECT_EQ(g.hbm_bytes, 48000000000);
+  EXPECT_DOUBLE_EQ(g.hbm_bandwidth, 864e9);
+  EXPECT_EQ(g.sm_count, 142);
+  EXPECT_DOUBLE_EQ(g.kernel_launch_s, kDefaultKernelLaunchS);
+  EXPECT_TRUE(g.efficiency_of.empty());
+  EXPECT_EQ(
+      gpu_from_json_text("{" + fields + R"(, "hbm_bytes": 51539607552, "efficiency_of": "a100"})", "g.json")
+          .efficiency_of,
+      "A100-80GB");
+  auto error_of = [&](const std::string& rest) {
+    try {
+      gpu_from_json_text("{" + fields + rest + "}", "g.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(""), "g.json: missing field 'hbm_bytes'");
+  EXPECT_EQ(error_of(R"(, "hbm_bytes": 48.5e9, "hbm_gb": 48)"),
+            "g.json: unknown field 'hbm_gb' (valid: name, hbm_bytes, hbm_bandwidth, bf16_flops, sm_count, "
+            "kernel_launch_s, efficiency_of, source)");
+  EXPECT_EQ(error_of(R"(, "hbm_bytes": 48.5)"),
+            "g.json: field 'hbm_bytes' must be an integer number of bytes, got 48.5");
+  EXPECT_EQ(
+      error_of(R"(, "hbm_bytes": 48)"),
+      "g.json: GPU 'L40S': hbm_bytes is in bytes (80 GiB is 85899345920), got 48.000000: no GPU has that "
+      "little");
+  EXPECT_EQ(
+      error_of(R"(, "hbm_bytes": 48e9, "efficiency_of": "l40")"),
+      "g.json: field 'efficiency_of': unknown GPU 'l40' (built-in GPUs: h100-sxm, h100, h200, a100-80gb, "
+      "a100, a100-40gb; or give the path of a GPU description, a .json file: docs/cost-models.md)");
+  EXPECT_EQ(error_of(R"(, "hbm_bytes": 48e9, "kernel_launch_s": -1)"),
+            "g.json: GPU 'L40S': kernel_launch_s must be in [0, 1) seconds, got -1.000000");
+  EXPECT_EQ(error_of(R"(, "hbm_bytes": "48 GB")"),
+            "g.json: field 'hbm_bytes' must be an integer number of bytes, got \"48 GB\"");
+  // Bandwidth in TB/s, compute in TFLOP/s: the units the datasheets print, not the fields'.
+  GpuSpec unit = g;
+  unit.hbm_bandwidth = 0.864;
+  EXPECT_THROW(unit.validate(), Error);
+  unit = g;
+  unit.bf16_flops = 362.05;
+  EXPECT_THROW(unit.validate(), Error);
+  unit = g;
+  unit.sm_count = 0;
+  EXPECT_THROW(unit.validate(), Error);
+  unit = g;
+  unit.name = "--";
+  EXPECT_THROW(unit.validate(), Error);
+  EXPECT_NO_THROW(g.validate());
+  for (const auto& n : builtin_gpu_names()) EXPECT_NO_THROW(gpu_by_name(n).validate()) << n;
+  // Not JSON, cut short, or not an object.
+  EXPECT_NE(error_of(",").find("g.json: not valid JSON"), std::string::npos);
+  try {
+    gpu_from_json_text("[1]", "g.json");
+    ADD_FAILURE() << "an array is not a description";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "g.json: expected a JSON object");
+  }
+}
+
+// The 40 GB A100 is the 80 GB part's chip: that part's operator prior prices it.
+TEST(GpuSpec, TheSmallerA100BorrowsTheLargersEfficiencies) {
+  EXPECT_EQ(gpu_by_name("a100-40gb").efficiency_of, gpu_by_name("a100-80gb").name);
+  for (const char* n : {"h100", "h200", "a100"}) EXPECT_TRUE(gpu_by_name(n).efficiency_of.empty()) << n;
+}
+
+TEST(GpuSpec, ResolvesANameOrADescriptionsPath) {
+  EXPECT_EQ(resolve_gpu("h200").name, "H200");
+  EXPECT_THROW(resolve_gpu("missing-gpu.json"), Error);
+  try {
+    resolve_gpu("missing-gpu.json");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "missing-gpu.json: cannot open GPU description");
+  }
+}
+
 }  // namespace
 }  // namespace duet

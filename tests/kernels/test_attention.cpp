@@ -31,6 +31,7 @@
 #include "exec/cpu_ops.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
+#include "tests/kernels/require_gpu.hpp"
 
 namespace duet::kernels {
 namespace {
@@ -356,24 +357,21 @@ void check_kv_write(const KvWriteCase& c, std::uint32_t seed) {
 }
 
 TEST(KvCacheWrite, VectorPathIsBitExact) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   check_kv_write({2, 64, 16, 150, 0, false}, 1);
   check_kv_write({4, 128, 32, 301, 32 * 128, false}, 2);  // fused-QKV-like stride
   check_kv_write({1, 256, 16, 40, 8, false}, 3);
 }
 
 TEST(KvCacheWrite, ScalarPathIsBitExact) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   check_kv_write({2, 64, 16, 77, 0, true}, 4);   // odd stride: rows not 16-byte aligned
   check_kv_write({3, 12, 8, 90, 5, false}, 5);   // head_dim not a multiple of 8
   check_kv_write({2, 40, 24, 100, 3, true}, 6);  // block size not a power of two
 }
 
 TEST(KvCacheWrite, ZeroRowsIsANoOp) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   StreamHandle stream;
   const KvLayout layout{1, 2, 1, 16, 64};
   const std::vector<bf16> pool(layout.total_elems(), to_bf16(1.5f));
@@ -383,8 +381,7 @@ TEST(KvCacheWrite, ZeroRowsIsANoOp) {
 }
 
 TEST(KvCacheCopyBlocks, EveryLayerKAndVBitExact) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   for (const KvLayout layout :
        {KvLayout{3, 40, 2, 16, 64}, KvLayout{2, 17, 4, 32, 128}, KvLayout{2, 9, 3, 5, 12}}) {
     SCOPED_TRACE("block_elems=" + std::to_string(layout.block_elems()));
@@ -415,8 +412,7 @@ TEST(KvCacheCopyBlocks, EveryLayerKAndVBitExact) {
 // --- decode ---------------------------------------------------------------------------------
 
 TEST(AttentionDecode, MatchesCpuReferenceWithoutSplits) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   std::uint32_t seed = 100;
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
@@ -427,8 +423,7 @@ TEST(AttentionDecode, MatchesCpuReferenceWithoutSplits) {
 }
 
 TEST(AttentionDecode, SplitsMatchCpuReferenceAndUnsplitResult) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   std::uint32_t seed = 200;
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
@@ -447,8 +442,7 @@ TEST(AttentionDecode, SplitsMatchCpuReferenceAndUnsplitResult) {
 }
 
 TEST(AttentionDecode, LongContextWithChosenSplits) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   const Config cfg{4, 4, 128, 16};
   const Problem p = make_problem(cfg, {{4097, 1}, {5000, 1}, {1024, 1}}, 300);
   const int splits = choose_decode_splits(3, cfg.kv_heads, 5000, test_sm_count());
@@ -462,8 +456,7 @@ TEST(AttentionDecode, LongContextWithChosenSplits) {
 }
 
 TEST(AttentionDecode, OtherGroupsHeadDimsAndStrides) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   // Groups of 16 take two head chunks per KV head; 2, 3, 5 and 6 pad an instantiated chunk;
   // head dims other than 64 and 128 leave lanes idle; block size 24 is not a power of two.
   const std::vector<Config> configs = {{1, 16, 128, 16}, {2, 6, 64, 16}, {3, 2, 96, 32}, {1, 3, 256, 16},
@@ -485,8 +478,7 @@ TEST(AttentionDecode, OtherGroupsHeadDimsAndStrides) {
 }
 
 TEST(AttentionDecode, ChooseSplitsAndWorkspace) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   EXPECT_EQ(choose_decode_splits(1, 8, 1023, 132), 1);    // short contexts: one pass
   EXPECT_EQ(choose_decode_splits(256, 8, 8192, 132), 1);  // the batch already fills the GPU
   const int s = choose_decode_splits(2, 8, 8192, 132);
@@ -500,8 +492,7 @@ TEST(AttentionDecode, ChooseSplitsAndWorkspace) {
 // --- prefill --------------------------------------------------------------------------------
 
 TEST(AttentionPrefill, FromEmptyCacheMatchesCpuReference) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   std::uint32_t seed = 500;
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
@@ -516,8 +507,7 @@ TEST(AttentionPrefill, FromEmptyCacheMatchesCpuReference) {
 }
 
 TEST(AttentionPrefill, ChunksAfterCachedContext) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   std::uint32_t seed = 600;
   for (const Config& cfg : standard_configs()) {
     SCOPED_TRACE(describe(cfg));
@@ -530,8 +520,7 @@ TEST(AttentionPrefill, ChunksAfterCachedContext) {
 }
 
 TEST(AttentionPrefill, MixedPrefillsAndDecodes) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   std::uint32_t seed = 700;
   const std::vector<SeqSpec> seqs = {{50, 50}, {129, 1}, {700, 128}, {16, 1},
                                      {1, 1},   {33, 1},  {300, 45},  {1500, 1}};
@@ -546,8 +535,7 @@ TEST(AttentionPrefill, MixedPrefillsAndDecodes) {
 }
 
 TEST(AttentionPrefill, DecodeRowsAgreeWithDecodeKernel) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   const Config cfg{2, 4, 128, 16};
   const Problem p = make_problem(cfg, decode_seqs(cfg.block_size), 800);
   const GpuResult prefill = run_gpu(p, Kernel::Prefill);
@@ -557,8 +545,7 @@ TEST(AttentionPrefill, DecodeRowsAgreeWithDecodeKernel) {
 }
 
 TEST(AttentionPrefill, OtherGroupsAndHeadDims) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   // Generic instantiations (head_dim padded to 128 or 256, 72 not even a multiple of 16),
   // groups that do not divide the 64-row tile, a 16-head group, a block size that is not a
   // power of two (division instead of shift).
@@ -577,8 +564,7 @@ TEST(AttentionPrefill, OtherGroupsAndHeadDims) {
 }
 
 TEST(AttentionPrefill, KvWriteThenPrefillMatchesReference) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   // The engine's order: the new tokens' K/V are scattered into the pool by kv_write, then
   // attention reads them through the block table. The problem's pool provides the values; the
   // GPU pool starts with the cached part only.
@@ -619,8 +605,7 @@ TEST(AttentionPrefill, KvWriteThenPrefillMatchesReference) {
 }
 
 TEST(AttentionPrefill, RejectsBadShapes) {
-  std::string why;
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DUET_REQUIRE_GPU();
   AttentionBatch b;
   b.num_seqs = 1;
   b.num_heads = 6;

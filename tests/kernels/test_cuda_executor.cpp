@@ -55,6 +55,7 @@
 #include "exec/cpu_ops.hpp"
 #include "exec/weights.hpp"
 #include "kernels/device.hpp"
+#include "tests/kernels/require_gpu.hpp"
 
 #ifndef DUET_SOURCE_DIR
 #define DUET_SOURCE_DIR "."
@@ -62,12 +63,6 @@
 
 namespace duet {
 namespace {
-
-#define DUET_REQUIRE_CUDA_DEVICE()                                                     \
-  do {                                                                                 \
-    std::string why_;                                                                  \
-    if (!kernels::device_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
 
 constexpr double kLogitMaxTol = 0.03;
 constexpr double kLogitRmsTol = 0.01;
@@ -495,19 +490,19 @@ void check_generation(const ModelSpec& spec) {
 }
 
 TEST(CudaExecutor, TinyModelMatchesCpuReference) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   check_generation(tiny_model());
 }
 
 TEST(CudaExecutor, Llama1bSliceMatchesCpuReference) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   check_generation(llama_1b_slice());
 }
 
 // The same requests with CUDA graphs on and off: the eager decode path agrees with the CPU too,
 // and the greedy outputs agree between the two (up to near-ties).
 TEST(CudaExecutor, EagerDecodeMatchesGraphDecode) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -531,7 +526,7 @@ TEST(CudaExecutor, EagerDecodeMatchesGraphDecode) {
 // Decode batches larger than the largest graph bucket run eagerly; batches of every size up to
 // it pad to their bucket (padding rows write no KV).
 TEST(CudaExecutor, BucketsPadAndLargeBatchesRunEagerly) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -545,7 +540,10 @@ TEST(CudaExecutor, BucketsPadAndLargeBatchesRunEagerly) {
     rig.add(SeqId(i + 1), random_tokens(3 + 2 * i, 100 + i, spec.vocab_size), 2 + i);
   rig.run();
   EXPECT_TRUE(rig.eager_decode_sizes.count(12)) << "12 > the largest bucket (8): eager";
-  EXPECT_GE(rig.graph_decode_sizes.size(), 3u) << "several bucket sizes replayed";
+  // A graph key's first step runs eagerly and captures, and the key holds the block-table width,
+  // which grows with the context: by a trace of this schedule, sizes 7, 6 and 3 replay. Two of
+  // them leave room for a scheduling difference.
+  EXPECT_GE(rig.graph_decode_sizes.size(), 2u) << "several bucket sizes replayed";
   const Reference ref = expect_rows_match_cpu(rig, "buckets");
   expect_all_greedy(rig, ref);
 }
@@ -553,7 +551,7 @@ TEST(CudaExecutor, BucketsPadAndLargeBatchesRunEagerly) {
 // PRM scoring: Score requests whose chunks end anywhere, with a prefix hit up to the second's
 // first score position.
 TEST(CudaExecutor, PrmScoresMatchCpuReference) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -680,7 +678,7 @@ void expect_kv_close(const std::vector<float>& gpu, std::span<const float> cpu, 
 }
 
 TEST(CudaExecutor, ForcedScriptsLockstepWithCpuExecutor) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -761,7 +759,7 @@ constexpr int kSharedPages = 14;
 // pages changing hands: each model's logits rows and greedy tokens match the CPU reference on
 // the sequence's tokens (a private pool), as TinyModelMatchesCpuReference checks for one model.
 TEST(CudaExecutor, TwoModelsOnOneSharedArenaMatchCpuReference) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const RigConfig ca = shared_config(kSharedPages, 16), cb = shared_config(kSharedPages, 8);
   ASSERT_EQ(page_elems(model_a(), ca), page_elems(model_b(), cb));
   auto arena = std::make_shared<CudaKvArena>(kSharedPages * page_elems(model_a(), ca) * 2);
@@ -786,7 +784,7 @@ TEST(CudaExecutor, TwoModelsOnOneSharedArenaMatchCpuReference) {
 // the same batches on both, so every token, score and logits row compares one to one, and so
 // does the whole arena, page by page, whichever model wrote each page last.
 TEST(CudaExecutor, TwoModelsOnOneSharedArenaLockstepWithCpuExecutors) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const RigConfig ca = shared_config(kSharedPages, 16), cb = shared_config(kSharedPages, 8);
   const std::int64_t elems = kSharedPages * page_elems(model_a(), ca);
   auto device_arena = std::make_shared<CudaKvArena>(elems * 2);
@@ -807,7 +805,7 @@ TEST(CudaExecutor, TwoModelsOnOneSharedArenaLockstepWithCpuExecutors) {
 // A shared arena must be exactly the pool's bytes: one page more or less, or a stray byte, is
 // refused with the figures.
 TEST(CudaExecutor, RefusesAKvArenaOfTheWrongSize) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const std::int64_t page_bytes = KvLayout::of(spec, 1, kBlockSize).page_elems() * 2;
   CudaExecutorOptions o;
@@ -886,7 +884,7 @@ std::vector<std::vector<TokenId>> beam_search(GpuRig& rig, bool fork, int vocab)
 }
 
 TEST(CudaExecutor, PrefixCachedForkedBeamSearchEqualsUncached) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -945,7 +943,7 @@ TEST(CudaExecutor, PrefixCachedForkedBeamSearchEqualsUncached) {
 
 // Steps report device time and host time; empty batches run their copies only.
 TEST(CudaExecutor, TimesAndCopyOnlySteps) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
@@ -971,7 +969,7 @@ TEST(CudaExecutor, TimesAndCopyOnlySteps) {
 }
 
 TEST(CudaExecutor, RejectsBadOptionsAndWeights) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   LlamaWeights w = rounded_weights(spec);
   EXPECT_THROW(CudaExecutor(w, 8, 16, {.prm_plus_id = spec.vocab_size}), Error);
@@ -990,7 +988,7 @@ TEST(CudaExecutor, RejectsBadOptionsAndWeights) {
 // Dummy weights generated on the device are dummy_llama_weights exactly (the same bf16 weights:
 // the same logits, bit for bit).
 TEST(CudaExecutor, DeviceDummyWeightsEqualDummyLlamaWeights) {
-  DUET_REQUIRE_CUDA_DEVICE();
+  DUET_REQUIRE_GPU();
   const ModelSpec spec = tiny_model();
   const LlamaWeights w = dummy_llama_weights(spec, 5);
   CudaExecutorOptions o;

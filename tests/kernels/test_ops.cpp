@@ -35,15 +35,12 @@
 #include "kernels/gemm.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/philox.hpp"
+#include "tests/kernels/require_gpu.hpp"
 
 namespace {
 
 namespace dk = duet::kernels;
 using dk::bf16;
-
-#define DUET_REQUIRE_GPU() \
-  std::string why;         \
-  if (!duet::kernels::device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why
 
 // --- Helpers ------------------------------------------------------------------------------------
 

@@ -103,7 +103,8 @@ expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbite
 assert(duet.run(arbiter_returning(1.0)).problems == 1)
 
 -- A wrongly typed name is one message, not one wrapped in another.
-support.expect_error(function() return duet.run(config{gpu = 5}) end, "duet.run.gpu: expected a string, got number$")
+support.expect_error(function() return duet.run(config{gpu = 5}) end,
+                     "duet.run.gpu: expected a GPU's name, a .json description or a table of its figures, got a number$")
 local ok, err = pcall(duet.run, config{gpu = 5})
 assert(select(2, tostring(err):gsub("duet%.run%.gpu", "")) == 1, err)
 

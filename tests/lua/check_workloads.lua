@@ -54,6 +54,16 @@ expect_error(function() spec.workload{problems = problems, gama = 4} end, "unkno
 expect_error(function() chat.workload{max_requests = 5} end, "chat option trace: missing")
 expect_error(function() chat.workload{trace = "t.csv", rate_scale = 0} end, "chat option rate_scale: expected a finite number in %(0, inf%), got 0")
 expect_error(function() chat.workload{trace = "t.csv", max_request = 5} end, "unknown chat option 'max_request'")
+expect_error(function() math500.load{limit = 0} end, "math500.load option limit: expected an integer >= 1, got 0")
+expect_error(function() math500.load{limt = 3} end, "unknown math500.load option 'limt'")
+expect_error(function() math500.load{levels = {6}} end, "math500.load option levels: expected a non%-empty list of levels 1 to 5")
+-- A run's ctx.engines knows its engines: another name is an error at the line that used it.
+local ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                                 workload = {problems = {{}}, solve = function(ctx) return ctx.engines.llm:submit{prompt = 4} end}})
+assert(not ok and tostring(err):find("check_workloads.lua:%d+: unknown engine 'llm' %(engines: gen%)"), tostring(err))
+ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                           workload = {problems = {{}}, solve = function() return {score = 0} end, concurrency = 4}})
+assert(not ok and tostring(err):find("duet.run.workload: unknown key 'concurrency'"), tostring(err))
 -- Integral floats are integers (a sweep's n = 2^k is a float).
 assert(beam.workload{problems = problems, n = 4.0, seed = "a"})
 print("workloads ok")

@@ -209,6 +209,36 @@ TEST(OperatorPrior, RoundTripsAndRejectsAnotherDeviceOrFamily) {
                        "no operator prior for device 'h200'"));
 }
 
+// A GPU without a prior of its own borrows the kernel efficiencies of the one it names
+// (efficiency_of), at its own peak figures; a lender without a prior leaves it the roofline.
+TEST(OperatorPrior, AGpuWithoutOneBorrowsItsLendersEfficiencies) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path / "h100-sxm");
+  save_prior(flat_prior("h100-sxm"), prior_path(dir.path.string(), "h100-sxm"));
+  const ModelSpec m = model_by_name("llama-3.1-8b");
+  const GpuSpec h100 = gpu_by_name("h100");
+  GpuSpec slow = h100;
+  slow.name = "H100 at half bandwidth";
+  slow.hbm_bandwidth /= 2;
+  slow.efficiency_of = "H100-SXM";
+  const ChosenCostModel lent = choose_cost_model("auto", slow, m, gpu_device_key(slow), dir.path.string());
+  EXPECT_EQ(lent.kind, "operator");
+  EXPECT_TRUE(contains(lent.reason, "operator prior of h100-sxm")) << lent.reason;
+  EXPECT_TRUE(contains(lent.reason, "H100 at half bandwidth's peak figures")) << lent.reason;
+  EXPECT_EQ(choose_cost_model("operator", slow, m, gpu_device_key(slow), dir.path.string()).kind, "operator");
+  // The same efficiencies at half the bandwidth: a memory-bound decode step costs more.
+  const ChosenCostModel own = choose_cost_model("auto", h100, m, "h100-sxm", dir.path.string());
+  const BatchShape decode{
+      .decode_tokens = 8, .decode_seqs = 8, .logit_rows = 8, .decode_context_tokens = 8000};
+  EXPECT_GT(lent.model->step_cost(decode).device_s, 1.5 * own.model->step_cost(decode).device_s);
+  // A lender with no prior in the directory: the roofline, and "operator" is an error.
+  slow.efficiency_of = "H200";
+  EXPECT_EQ(choose_cost_model("auto", slow, m, gpu_device_key(slow), dir.path.string()).kind, "roofline");
+  EXPECT_TRUE(contains(
+      error_of([&] { choose_cost_model("operator", slow, m, gpu_device_key(slow), dir.path.string()); }),
+      "no operator prior for device 'h100-at-half-bandwidth'"));
+}
+
 TEST(OperatorPrior, RejectsATruncatedOrForeignFile) {
   TempDir dir;
   std::ofstream(dir.file("cut.json")) << "{\"format\": \"duet-operator-prior/1\", \"device\": ";

@@ -1,0 +1,85 @@
+#pragma once
+// Reading the fields of a small JSON description (a model's config.json, a GPU's description):
+// each error starts with `origin` (the file, or the Lua field) and names the field.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace duet::json_fields {
+
+using nlohmann::json;
+
+// The text of a file that must be a regular file (`what` names it in errors, `expected` says
+// what a directory should have been).
+inline std::string read_file(const std::string& path, const std::string& what, const std::string& expected) {
+  if (std::filesystem::is_directory(path))
+    throw Error(path + ": is a directory, not a " + expected + " file");
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open " + what);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// The text as a JSON object.
+inline json parse_object(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(origin + ": expected a JSON object");
+  return j;
+}
+
+inline const json& require(const json& j, const char* field, const std::string& origin) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) throw Error(origin + ": missing field '" + field + "'");
+  return *it;
+}
+
+inline std::int64_t require_int64(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_number_integer())
+    throw Error(origin + ": field '" + field + "' must be an integer, got " + v.dump());
+  if (v.is_number_unsigned() &&
+      v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    throw Error(origin + ": field '" + field + "' is out of range: " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+inline int require_int(const json& j, const char* field, const std::string& origin) {
+  const std::int64_t wide = require_int64(j, field, origin);
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+    throw Error(origin + ": field '" + field + "' is out of range: " + require(j, field, origin).dump());
+  return static_cast<int>(wide);
+}
+
+inline std::string optional_string(const json& j, const char* field, const std::string& origin) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_string()) throw Error(origin + ": field '" + field + "' must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
+inline double require_number(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_number()) throw Error(origin + ": field '" + field + "' must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+template <typename T, typename F>
+T optional_field(const json& j, const char* field, T fallback, F get) {
+  auto it = j.find(field);
+  return (it == j.end() || it->is_null()) ? fallback : get(*it);
+}
+
+}  // namespace duet::json_fields
