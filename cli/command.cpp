@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -87,12 +89,31 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
   for (const std::string& in : inputs)
     if (!in.empty() && fs::equivalent(out, in, ec))
       throw Error(what + " " + out + " is the input " + in + ": refusing to overwrite it");
+  if (fs::is_directory(out, ec)) throw Error(what + " " + out + ": is a directory, not a file");
   const fs::path dir = fs::absolute(out).parent_path();
   if (!fs::is_directory(dir, ec)) throw Error(what + " " + out + ": no directory " + dir.string());
   if (::access(dir.c_str(), W_OK) != 0)
     throw Error(what + " " + out + ": directory " + dir.string() + " is not writable");
   if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
     throw Error(what + " " + out + ": the file is not writable");
+}
+
+void check_hdf5_output(const std::string& out, const std::vector<std::string>& inputs,
+                       const std::string& what) {
+  check_output(out, inputs, what);
+  // HDF5's format signature, at offset 0 in every file duet writes (HDF5 File Format Specification,
+  // "Format Signature").
+  static constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(out, ec)) return;  // no file yet, or a device (/dev/full)
+  std::ifstream in(out, std::ios::binary);
+  char head[8] = {};
+  in.read(head, sizeof head);
+  if (in.gcount() == 0) return;  // an empty file holds nothing to lose
+  if (in.gcount() < 8 || !std::equal(head, head + 8, kSignature))
+    throw Error(what + " " + out +
+                " exists and is not an HDF5 file: refusing to replace it (remove it, or "
+                "choose another name)");
 }
 
 }  // namespace duet::cli

@@ -29,9 +29,13 @@ std::string command_line_of(int argc, char** argv);
 
 // Before any work: throws duet::Error when `out` is one of `inputs` (an output must never overwrite
 // what the command reads), or cannot be written (a missing or read-only directory, a read-only
-// file). `what` names the option ("--out").
+// file, a directory). `what` names the option ("--out").
 void check_output(const std::string& out, const std::vector<std::string>& inputs,
                   const std::string& what = "--out");
+// check_output for an HDF5 file, which also refuses to replace an existing file of another kind
+// (a JSON profile given as --out by mistake).
+void check_hdf5_output(const std::string& out, const std::vector<std::string>& inputs,
+                       const std::string& what = "--out");
 
 // Bad usage found after parsing (a flag's value, a missing input file): exit status 2 from every
 // command, also from those whose other errors exit 1 (a failed run).

@@ -126,7 +126,7 @@ int profile(int argc, char** argv) {
     if (!dir.empty()) std::filesystem::create_directories(dir);
     const std::string h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
     check_output(out, {model});
-    check_output(h5, {model}, "--out's measurements");
+    check_hdf5_output(h5, {model}, "--out's measurements");
     BackendOptions b;
     b.name = backend;
     b.load_format = load_format;

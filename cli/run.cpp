@@ -97,7 +97,7 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
       if (opt.threads < 0)
         throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
       if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
-      if (opt.ranks.rank == 0) check_output(opt.out, {opt.script});
+      if (opt.ranks.rank == 0) check_hdf5_output(opt.out, {opt.script});
     });
     if (opt.threads == 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     opt.source_dir = source_dir();

@@ -30,7 +30,7 @@ int simulate(int argc, char** argv) {
   options.add(output);
   const std::string command_line = command_line_of(argc, argv);
   return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
-    if (!out.empty()) check_output(out, {args.trace});
+    if (!out.empty()) check_hdf5_output(out, {args.trace});
     const RecordLevel level = parse_record_level("--record", record);
     TraceExperiment x = trace_experiment(args, source_dir(), command_line);
     x.spec.record = level;
@@ -84,6 +84,13 @@ int simulate(int argc, char** argv) {
       file->close();
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
                   out.c_str());
+    }
+    if (replay.finished() == 0 && replay.skipped() > 0) {
+      std::fprintf(stderr,
+                   "duet simulate: error: every request (%zu) is longer than max_model_len %d: nothing was "
+                   "simulated\n",
+                   replay.skipped(), e.config.max_model_len);
+      return 1;
     }
     return 0;
   });

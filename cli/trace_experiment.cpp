@@ -1,10 +1,10 @@
 #include "cli/trace_experiment.hpp"
 
-#include "cli/source_dir.hpp"
-
 #include <cmath>
+#include <filesystem>
 #include <random>
 
+#include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "core/memory_plan.hpp"
 
@@ -111,6 +111,10 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   cfg.allocator = allocator_kind_from_name(a.allocator);
   if (a.num_gpu_blocks_override < 0) throw Error("--num-gpu-blocks-override must not be negative");
   if (a.num_gpu_blocks_override > 0) cfg.num_gpu_blocks_override = a.num_gpu_blocks_override;
+  if (a.synthetic < 0)
+    throw Error("--synthetic must be a positive number of requests, got " + std::to_string(a.synthetic));
+  if (a.max_requests < 0)
+    throw Error("--max-requests must be >= 0 (0: the whole trace), got " + std::to_string(a.max_requests));
   if (a.trace.empty() == (a.synthetic <= 0))
     throw Error("give exactly one of --trace FILE and --synthetic N");
   // NaN compares false with everything: an unchecked one hangs the replay's clock.
@@ -126,12 +130,18 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   x.spec.profile_dir = source_dir + "/profiles";
   x.spec.command_line = command_line;
   x.max_model_len_choice = choose_max_model_len(cfg, x.spec.gpu);
-  x.spec.engines.push_back({cfg, a.cost_model, a.load_format, {}});
+  const std::string load_format =
+      a.load_format == "dummy" ? a.load_format : resolve_path(a.load_format, source_dir);
+  if (!std::filesystem::exists(load_format) && load_format != "dummy")
+    throw Error(
+        "--load-format '" + a.load_format +
+        "' is neither 'dummy' nor a checkpoint that exists (a .safetensors file or a folder of them)");
+  x.spec.engines.push_back({cfg, a.cost_model, load_format, {}});
   if (a.on_too_long != "skip" && a.on_too_long != "error")
     throw Error("--on-too-long must be skip or error, got '" + a.on_too_long + "'");
   x.replay = {0,
               a.rate_scale,
-              a.max_requests,
+              std::size_t(a.max_requests),
               a.seed,
               cfg.model.vocab_size,
               cfg.max_model_len,

@@ -2,6 +2,7 @@
 // One engine replaying a trace (or a synthetic workload): the options `duet simulate` and
 // `duet validate --trace` share, and the experiment they describe.
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,7 +16,7 @@ struct TraceArgs {
   std::string backend = "sim", load_format = "dummy", allocator = "paged";
   int synthetic = 0, input_tokens = 512, output_tokens = 128;
   double request_rate = 0, rate_scale = 1;
-  std::size_t max_requests = 0;
+  std::int64_t max_requests = 0;     // 0: the whole trace
   std::string on_too_long = "skip";  // skip (count) or error
   std::uint64_t seed = 0;
   EngineConfig engine;

@@ -231,7 +231,7 @@ int validate(int argc, char** argv) {
                       .stem()
                       .string() +
                   ".validate.h5";
-          check_output(out, {opt.script, trace.trace, profile});
+          check_hdf5_output(out, {opt.script, trace.trace, profile});
           if (!profile.empty() && !std::filesystem::is_regular_file(profile))
             throw Error("--profile " + profile + ": no such file (a profile that `duet profile` wrote)");
         });

@@ -110,8 +110,9 @@ GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin) {
   // 48e9 is an integer number of bytes written as JSON writes large numbers.
   const json& bytes = json_fields::require(j, "hbm_bytes", origin);
   const double b = bytes.is_number() ? bytes.get<double>() : NAN;
-  if (!bytes.is_number() || b != std::floor(b) || !(std::abs(b) < 0x1p62))
+  if (!bytes.is_number() || b != std::floor(b))
     throw Error(origin + ": field 'hbm_bytes' must be an integer number of bytes, got " + bytes.dump());
+  if (!(std::abs(b) < 0x1p62)) throw Error(origin + ": field 'hbm_bytes' is out of range: " + bytes.dump());
   g.hbm_bytes =
       bytes.is_number_integer() ? json_fields::require_int64(j, "hbm_bytes", origin) : std::int64_t(b);
   g.hbm_bandwidth = json_fields::require_number(j, "hbm_bandwidth", origin);

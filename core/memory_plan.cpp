@@ -89,6 +89,17 @@ const char* kv_eviction_name(KvEviction eviction) { return eviction == KvEvictio
 
 namespace {
 
+// An override of a pool's size may ignore the budgets (vLLM's num_gpu_blocks_override does), but
+// not the GPU: more blocks than its whole memory holds is a mistake, and its bookkeeping alone
+// would take gigabytes of host memory.
+void check_fits_gpu(const GpuSpec& gpu, const std::string& what, std::int64_t blocks,
+                    std::int64_t block_bytes) {
+  if (double(blocks) * double(block_bytes) > double(gpu.hbm_bytes))
+    throw Error(what + ": " + std::to_string(blocks) + " blocks of " + std::to_string(block_bytes) +
+                " bytes hold " + gib(blocks * block_bytes) + " of KV, more than all of " + gpu.name + "'s " +
+                gib(gpu.hbm_bytes));
+}
+
 // One engine's share of the GPU; num_blocks is its own pool's (static) block count.
 EngineMemory engine_memory(const GpuSpec& gpu, const EngineMemoryRequest& r, bool shared) {
   check_request(r);
@@ -113,12 +124,15 @@ EngineMemory engine_memory(const GpuSpec& gpu, const EngineMemoryRequest& r, boo
   if (blocks > std::numeric_limits<std::int32_t>::max())
     throw Error("engine '" + r.label + "': " + std::to_string(blocks) +
                 " KV blocks overflow the block id type");
+  if (r.num_blocks_override)
+    check_fits_gpu(gpu, "engine '" + r.label + "': num_gpu_blocks_override", *r.num_blocks_override,
+                   e.block_bytes);
   e.num_blocks = r.num_blocks_override ? *r.num_blocks_override : static_cast<std::int32_t>(blocks);
   return e;
 }
 
 // The shared pool over the engines' KV bytes; every engine sees its page count.
-SharedPoolMemory plan_shared_pool(const std::vector<EngineMemoryRequest>& requests,
+SharedPoolMemory plan_shared_pool(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests,
                                   std::vector<EngineMemory>& engines, const KvPoolRequest& pool) {
   SharedPoolMemory p;
   p.page_bytes = engines.front().block_bytes;
@@ -144,6 +158,7 @@ SharedPoolMemory plan_shared_pool(const std::vector<EngineMemoryRequest>& reques
                 " for KV, less than one page of " + std::to_string(p.page_bytes) + " bytes");
   if (pages > std::numeric_limits<std::int32_t>::max())
     throw Error("kv_pool 'shared': " + std::to_string(pages) + " pages overflow the block id type");
+  if (pool.num_pages_override) check_fits_gpu(gpu, "kv_pool_blocks", *pool.num_pages_override, p.page_bytes);
   p.num_pages = pool.num_pages_override ? *pool.num_pages_override : static_cast<std::int32_t>(pages);
   for (EngineMemory& e : engines) e.num_blocks = p.num_pages;
   return p;
@@ -169,7 +184,7 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
     throw Error("engine budgets (" + parts + " = " + gib(assigned) + ") exceed " + gpu.name + "'s " +
                 gib(gpu.hbm_bytes));
   }
-  if (shared && !plan.engines.empty()) plan.shared = plan_shared_pool(requests, plan.engines, pool);
+  if (shared && !plan.engines.empty()) plan.shared = plan_shared_pool(gpu, requests, plan.engines, pool);
   plan.unassigned_bytes = gpu.hbm_bytes - assigned;
   return plan;
 }

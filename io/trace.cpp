@@ -174,6 +174,7 @@ Trace parse_azure(const std::string& path, std::string_view text) {
     TraceRequest& r = trace.requests.emplace_back();
     r.arrival_s = seconds_between(first, *t);
     r.input_tokens = parse_count(fields[1], "ContextTokens", path, n);
+    if (r.input_tokens == 0) fail(path, n, "ContextTokens is 0: a request needs a prompt");
     r.output_tokens = parse_count(fields[2], "GeneratedTokens", path, n);
   }
   if (trace.requests.empty()) fail(path, lines.number() + 1, "no requests after the header");
@@ -273,6 +274,7 @@ Trace parse_mooncake(const std::string& path, std::string_view text) {
     TraceRequest& r = trace.requests.emplace_back();
     r.arrival_s = ms / 1000.0;
     r.input_tokens = json_count(row, "input_length", path, n);
+    if (r.input_tokens == 0) fail(path, n, "input_length is 0: a request needs a prompt");
     r.output_tokens = json_count(row, "output_length", path, n);
     r.hash_ids = json_hash_ids(row, r.input_tokens, path, n);
   }

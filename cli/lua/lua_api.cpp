@@ -234,9 +234,9 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
   return values;
 }
 
-// More points than any sweep runs (a day at 0.1 s each), and few enough to hold in memory with
+// More points than any sweep runs (a day at 1 s each), and few enough to hold in memory with
 // their results: a grid of ten lists of ten values (1e10 points) once took all of a machine's RAM.
-constexpr std::size_t kMaxSweepPoints = 1'000'000;
+constexpr std::size_t kMaxSweepPoints = 100'000;
 
 // The grid's points in a fixed order: keys sorted, the last key varying fastest. `grid_json`
 // receives the grid ({key: [values]}), by which the file recognises the sweep.
@@ -249,16 +249,25 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
     keys.emplace_back(lua_tostring(L, -1));
   }
   std::sort(keys.begin(), keys.end());
-  nlohmann::ordered_json json = nlohmann::ordered_json::object();
-  std::vector<SweepPoint> points(1);
+  // Every list first, then the points: a grid too large to hold is refused before it is built.
+  std::vector<nlohmann::ordered_json> lists;
+  double total = 1;
   for (const std::string& key : keys) {
     with_context([&] { return where(L) + "duet.sweep: grid." + key + ": reading it raised an error: "; },
                  [&] { return get_field(L, grid, key.c_str()); });
-    const nlohmann::ordered_json values = grid_values(L, key);
-    if (double(points.size()) * double(values.size()) > double(kMaxSweepPoints))
-      throw Error(where(L) + "duet.sweep: grid has more than " + std::to_string(kMaxSweepPoints) +
-                  " points (the product of its lists' lengths, up to grid." + key +
-                  "); split the sweep, or sample the points in Lua");
+    lists.push_back(grid_values(L, key));
+    lua_pop(L, 1);
+    total *= double(lists.back().size());
+  }
+  if (total > double(kMaxSweepPoints))
+    throw Error(where(L) + "duet.sweep: grid has " + std::to_string(std::llround(std::min(total, 1e18))) +
+                " points (the product of its lists' lengths), more than " + std::to_string(kMaxSweepPoints) +
+                "; split the sweep, or sample the points in Lua");
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  std::vector<SweepPoint> points(1);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const std::string& key = keys[k];
+    const nlohmann::ordered_json& values = lists[k];
     json[key] = values;
     std::vector<SweepPoint> next;
     for (const SweepPoint& base : points)
@@ -270,7 +279,6 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
         else p.numbers.emplace_back(key, v.get<double>());
         next.push_back(std::move(p));
       }
-    lua_pop(L, 1);
     points = std::move(next);
   }
   grid_json = json.dump();

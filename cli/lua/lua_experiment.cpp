@@ -88,6 +88,8 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   if (utilization) c.gpu_memory_utilization = *utilization;
   if (auto g = t.number("budget_gib")) {
     if (utilization) t.fail("budget_gib", "give either budget_gib or gpu_memory_utilization, not both");
+    if (!(*g > 0) || !std::isfinite(*g))
+      t.fail("budget_gib", "must be a positive number of GiB, got " + std::to_string(*g));
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
     c.gpu_memory_utilization.reset();
   }
@@ -110,7 +112,17 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
   t.checked("cost_model", [&] { return check_cost_model_name(ex.cost_models.back()); });
-  ex.load_formats.push_back(t.string("load_format").value_or("dummy"));
+  // On every backend, so that a misspelt checkpoint fails on the simulator too, not first on a GPU.
+  std::string load_format = t.string("load_format").value_or("dummy");
+  if (load_format != "dummy") {
+    load_format = resolve_path(load_format, source_dir);
+    if (!std::filesystem::exists(load_format))
+      t.fail("load_format",
+             "'" + load_format +
+                 "' is neither 'dummy' nor a checkpoint that exists (a .safetensors file or a folder "
+                 "of them)");
+  }
+  ex.load_formats.push_back(load_format);
   auto policies = std::make_unique<EnginePolicies>();
   if (t.push("policy") == LUA_TTABLE) {
     TableReader p(L, -1, "engines." + c.name + ".policy");
@@ -214,7 +226,15 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   }
   if (t.push("engines") != LUA_TTABLE) t.fail("engines", "expected a list of engine tables");
   const lua_Integer n = t.checked("engines", [&] { return length(L, -1); });
-  if (n < 1) t.fail("engines", "needs at least one engine");
+  if (n < 1) {
+    lua_pushnil(L);
+    const bool keyed = lua_next(L, -2) != 0;  // a map {llm = {...}} has no list part
+    if (keyed) lua_pop(L, 2);
+    t.fail("engines",
+           keyed ? "expected a list of engine tables {{name = 'llm', ...}, ...}, got a table of named "
+                   "entries (give each engine its name inside its table)"
+                 : "needs at least one engine");
+  }
   for (lua_Integer i = 1; i <= n; ++i) {
     t.checked("engines", [&] { return get_index(L, -1, i); });
     ex.engines.push_back(read_engine(L, -1, ex, cost, d.source_dir));

@@ -576,6 +576,19 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
 
 int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
   Task& task = task_of(co);
+  // The engine that holds the sequence for this problem: running, finished or kept.
+  int holder = -1;
+  if (const auto live = task.live.find(id); live != task.live.end()) holder = live->second;
+  if (const auto done = task.finished.find(id); done != task.finished.end()) holder = done->second.engine;
+  for (const auto& [e, kept] : task.kept)
+    if (kept == id) holder = e;
+  const std::string& name = engines_[std::size_t(engine)].name;
+  if (holder < 0)
+    throw Error(where(co) + name + ":release: sequence " + std::to_string(id) + " is not this problem's on " +
+                name + " (released already, finished without keep = true, or never submitted there)");
+  if (holder != engine)
+    throw Error(where(co) + name + ":release: sequence " + std::to_string(id) + " is " +
+                engines_[std::size_t(holder)].name + "'s, not " + name + "'s");
   task.live.erase(id);
   task.finished.erase(id);
   owner_.erase(id);

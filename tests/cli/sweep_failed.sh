@@ -13,6 +13,9 @@ status=$?
 [ "$status" -eq 3 ] || { cat run.log; fail "exit status $status, expected 3"; }
 grep -q "6 points: 4 ran, 2 failed" run.log || { cat run.log; fail "no summary"; }
 grep -q "duet run: 2 sweep points failed" run.log || fail "no count of failed points"
+# The failures' messages on stderr too, each distinct one once (both points fail alike).
+[ "$(grep -c '^  point 3 failed: .*llm_util 0.2 fails on purpose' run.log)" -eq 1 ] || fail "no failure message"
+[ "$(grep -c '^  point [0-9]* failed' run.log)" -eq 1 ] || fail "a repeated failure message"
 grep -q "^point 3 failed: .*small_sweep.lua:.*: llm_util 0.2 fails on purpose" run.log || fail "results.failed"
 [ "$(grep -c '^point [0-9]: llm_util' run.log)" -eq 4 ] || fail "the good points are not the results"
 "$python" - good.h5 failed.h5 <<'PY' || fail "the file's failed points"

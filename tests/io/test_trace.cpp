@@ -69,7 +69,7 @@ TEST(TraceAzure, ReadsCrlfWithoutFinalNewline) {
   const std::string path = write_text(dir.file("a.csv"), kHeader + "\r\n" +
                                                              "2023-11-16 18:17:03.9799600,4808,10\r\n"
                                                              "2023-11-16 18:17:04.0319600,3180,8\r\n"
-                                                             "2023-11-16 18:17:04.0319601,0,1");
+                                                             "2023-11-16 18:17:04.0319601,1,1");
   const Trace t = load_trace(path);
   EXPECT_EQ(t.source, path);
   EXPECT_EQ(t.format, TraceFormat::AzureCsv);
@@ -80,7 +80,7 @@ TEST(TraceAzure, ReadsCrlfWithoutFinalNewline) {
   EXPECT_NEAR(t.requests[2].arrival_s - t.requests[1].arrival_s, 1e-7, 1e-12);  // 100 ns kept
   EXPECT_EQ(t.requests[0].input_tokens, 4808);
   EXPECT_EQ(t.requests[0].output_tokens, 10);
-  EXPECT_EQ(t.requests[2].input_tokens, 0);
+  EXPECT_EQ(t.requests[2].input_tokens, 1);
   EXPECT_TRUE(t.requests[1].hash_ids.empty());
 }
 
@@ -150,6 +150,8 @@ TEST(TraceAzure, RejectsBadTokenCounts) {
                   "GeneratedTokens '-3' is negative");
   expect_error_at(write_text(dir.file("big.csv"), rows + "2023-11-16 18:17:05,99999999999999999999,1"), 4,
                   "out of range");
+  expect_error_at(write_text(dir.file("zero.csv"), rows + "2023-11-16 18:17:05,0,1"), 4,
+                  "ContextTokens is 0: a request needs a prompt");
 }
 
 TEST(TraceAzure, RejectsBadTimestamps) {
@@ -198,12 +200,12 @@ TEST(TraceMooncake, ReadsGzipCrlfAndNoFinalNewline) {
   TempDir dir;
   const std::string path =
       write_gz(dir.file("m.jsonl.gz"),
-               "\r\n" + mooncake_line(3, 1, 1, "7") + "\r\n\r\n" + mooncake_line(3536999, 0, 2, ""));
+               "\r\n" + mooncake_line(3, 1, 1, "7") + "\r\n\r\n" + mooncake_line(3536999, 1, 2, "9"));
   const Trace t = load_trace(path, TraceFormat::MooncakeJsonl);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_DOUBLE_EQ(t.requests[0].arrival_s, 0.003);  // the file's own clock: not shifted to 0
   EXPECT_DOUBLE_EQ(t.requests[1].arrival_s, 3536.999);
-  EXPECT_TRUE(t.requests[1].hash_ids.empty());
+  EXPECT_EQ(t.requests[1].hash_ids, std::vector<std::int64_t>{9});
 }
 
 TEST(TraceMooncake, RejectsInvalidJsonAndNonObjects) {
@@ -237,6 +239,8 @@ TEST(TraceMooncake, RejectsBadValues) {
   const std::string ok = mooncake_line(5, 1, 1, "0") + "\n";
   const std::string file = dir.file("v.jsonl");
   expect_error_at(write_text(file, ok + mooncake_line(5, -1, 1, "")), 2, "input_length -1 is negative");
+  expect_error_at(write_text(file, ok + mooncake_line(5, 0, 1, "")), 2,
+                  "input_length is 0: a request needs a prompt");
   expect_error_at(write_text(file, ok + "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1.5, "
                                         "\"hash_ids\": [0]}"),
                   2, "output_length 1.5 is not an integer");

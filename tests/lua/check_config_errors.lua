@@ -44,11 +44,20 @@ end
 expect_error({engines = engine{model = "llama-9"}}, "engines%[1%].model: unknown model 'llama%-9'")
 expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: unknown allocator 'buddy'")
 expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
+expect_error({engines = engine{load_format = "ckpt/dumy"}}, "engines%[1%].load_format: 'ckpt/dumy' is neither 'dummy' nor a checkpoint that exists")
 expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
+expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = -1}}}, "engines%[1%].budget_gib: must be a positive number of GiB, got %-1")
+expect_error({engines = {llm = {model = "llama-3.2-1b"}}}, "duet.run.engines: expected a list of engine tables")
 -- Checked as the run is put together (core's checks, for every front end): the line of duet.run.
 expect_error({engines = engine{gpu_memory_utilization = 1.5}},
              "duet.run: engine 'llm': gpu_memory_utilization must be in %(0, 1%], got 1.5")
 expect_error({engines = engine{max_num_seqs = 0}}, "duet.run: engine 'llm': max_num_seqs must be positive, got 0")
+-- An override beyond the whole GPU (its bookkeeping alone once took gigabytes of host memory).
+expect_error({engines = engine{num_gpu_blocks_override = 10000000}},
+             "duet.run: engine 'llm': num_gpu_blocks_override: 10000000 blocks of 524288 bytes hold 4882.81 GiB of KV, " ..
+             "more than all of H100%-SXM's 79.65 GiB")
+expect_error({kv_pool = "shared", kv_pool_blocks = 2 ^ 31 - 1},
+             "duet.run: kv_pool_blocks: 2147483647 blocks of 524288 bytes hold .* of KV, more than all of H100%-SXM's")
 expect_error({engines = engine{max_model_len = 200000}},
              "engines%[1%].max_model_len: engine 'llm': max_model_len 200000 exceeds llama%-3.2%-1b's " ..
              "max_position_embeddings %(131072%)")

@@ -18,7 +18,10 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   assert(#llm:tokens(id, 0) == 10)
   expect_error(function() return llm:submit{prompt = duet.token_list{1, 2, 128256}} end,
                "llm:submit.prompt: token 3 %(id 128256%) is outside llm's vocabulary of 128256")
+  expect_error(function() return ctx.engines.prm:release(id) end, "prm:release: sequence " .. id .. " is llm's, not prm's")
   llm:release(id)
+  expect_error(function() return llm:release(id) end, "llm:release: sequence " .. id .. " is not this problem's on llm")
+  expect_error(function() return llm:release(424242) end, "llm:release: sequence 424242 is not this problem's")
   inside = inside + 1
   return {score = 0}
 end}})
@@ -64,6 +67,14 @@ end}
 assert(#results == 4 and #seen == 4)
 assert(type(seen[1].flag) == "boolean" and math.type(seen[1].x) == "integer", "points keep their types")
 -- One type per grid key: {true, 0.5} made point 2 a boolean.
+-- A grid too large to hold is refused before it is built (ten lists of ten once took all of a
+-- machine's memory), and so is a value that is not a finite number.
+local huge = {}
+for _, k in ipairs{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} do huge[k] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10} end
+expect_error(function() return duet.sweep{grid = huge, run = function() return config{} end} end,
+             "duet.sweep: grid has 10000000000 points %(the product of its lists' lengths%), more than 100000")
+expect_error(function() return duet.sweep{grid = {u = {1, 0 / 0}}, run = function() return config{} end} end,
+             "duet.sweep: grid.u value 2 is not a finite number")
 expect_error(function() return duet.sweep{grid = {x = {true, 0.5}}, run = function() return config{} end} end,
              "duet.sweep: grid.x mixes booleans and numbers %(value 2%)")
 
@@ -121,5 +132,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 18, "checked " .. support.checked)
+assert(support.checked == 23, "checked " .. support.checked)
 print("misuse: ok")
