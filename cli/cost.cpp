@@ -137,6 +137,16 @@ int cost(int argc, char** argv) {
       if (b.unattributed_s > 0)
         std::printf("\n(a measured profile prices whole steps; it does not split them by operator)\n");
     }
+    // Priced all the same (a what-if), but no engine of this model would run it.
+    const std::int64_t longest = std::max<std::int64_t>(
+        a.decode_seqs > 0 ? a.decode_context + 1 : 0,
+        a.prefill_tokens > 0 ? a.prefill_context + (a.prefill_tokens + a.prefill_seqs - 1) / a.prefill_seqs
+                             : 0);
+    if (longest > model.max_position_embeddings)
+      std::fprintf(
+          stderr,
+          "duet cost: warning: a sequence of %lld tokens is beyond %s's max_position_embeddings (%d)\n",
+          (long long)longest, model.name.c_str(), model.max_position_embeddings);
     for (const std::string& o : b.outside)
       std::fprintf(
           stderr,

@@ -191,13 +191,21 @@ bool Runtime::try_step(int e) {
 void Runtime::check_stuck() const {
   for (const EngineSlot& slot : engines_) {
     const Engine& e = *slot.engine;
-    if (e.has_work())
-      throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
-                  " waiting and " + std::to_string(e.scheduler().num_running()) +
-                  " running sequences that cannot be scheduled: its KV pool (" +
-                  std::to_string(e.kv().usage().total_blocks) + " blocks of " +
-                  std::to_string(e.kv().block_size()) + " tokens, " +
-                  std::to_string(e.kv().usage().used_blocks) + " in use) is too small for them");
+    if (!e.has_work()) continue;
+    // Name every limit that can hold them back: the pool's size, what a shared pool keeps out of
+    // reach (other models' pages, floors, this model's ceiling), and an admit policy.
+    const KvUsage u = e.kv().usage();
+    std::string why = "its KV pool (" + std::to_string(u.total_blocks) + " blocks of " +
+                      std::to_string(e.kv().block_size()) + " tokens, " + std::to_string(u.used_blocks) +
+                      " in use";
+    if (u.unavailable_blocks > 0)
+      why += ", " + std::to_string(u.unavailable_blocks) +
+             " out of its reach: other models' pages, their floors (min_blocks) or its ceiling (max_blocks)";
+    why += ") is too small for them";
+    if (e.scheduler().has_admit_policy()) why += ", or its admit policy refuses them";
+    throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
+                " waiting and " + std::to_string(e.scheduler().num_running()) +
+                " running sequences that cannot be scheduled: " + why);
   }
 }
 

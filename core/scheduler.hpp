@@ -68,6 +68,7 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   std::size_t num_waiting() const { return waiting_.size(); }
   std::size_t num_running() const { return running_.size(); }
+  bool has_admit_policy() const { return bool(policy_.admit); }
   std::int64_t num_preemptions() const { return num_preemptions_; }
   // Sequences not running whose KV went back to the pool because it was short.
   std::int64_t num_idle_releases() const { return num_idle_releases_; }

@@ -362,14 +362,30 @@ void read_terms(const nlohmann::json& j, const std::array<const char*, N>& names
   if (!j.is_array() || j.size() != count)
     throw Error(origin + ": field '" + field + "' must list " + std::to_string(count) + " terms");
   for (std::size_t i = 0; i < count; ++i) {
-    const std::string name = j[i].at("feature").get<std::string>();
-    if (name != names[i])
-      throw Error(origin + ": " + field + "[" + std::to_string(i) + "] is '" + name + "', expected '" +
-                  names[i] + "'");
-    coef[i] = j[i].at("coefficient").get<double>();
-    max[i] = j[i].value("max", 0.0);
-    if (!std::isfinite(coef[i]) || coef[i] < 0)
-      throw Error(origin + ": " + field + "." + name + " must be a non-negative number");
+    const std::string at = origin + ": " + field + "[" + std::to_string(i) + "]";
+    const nlohmann::json& term = j[i];
+    if (!term.is_object() || !term.contains("feature") || !term["feature"].is_string())
+      throw Error(at + " must be an object {\"feature\": name, \"coefficient\": seconds, \"max\": value}");
+    const std::string name = term["feature"].get<std::string>();
+    if (name != names[i]) throw Error(at + " is '" + name + "', expected '" + names[i] + "'");
+    auto number = [&](const char* key, bool required) {
+      const auto it = term.find(key);
+      if (it == term.end() && !required) return 0.0;
+      if (it == term.end() || !it->is_number())
+        throw Error(at + "." + key + " (" + name + ") must be a number" +
+                    (it == term.end() ? ", and is missing" : ", got " + it->dump()));
+      return it->get<double>();
+    };
+    coef[i] = number("coefficient", true);
+    max[i] = number("max", false);
+    // A term is seconds per unit of its feature: even the constant of a CPU step is milliseconds,
+    // so an hour per unit is a corrupted file, not a measurement.
+    if (!std::isfinite(coef[i]) || coef[i] < 0 || coef[i] > 3600)
+      throw Error(origin + ": " + field + "." + name + " must be a number of seconds in [0, 3600], got " +
+                  std::to_string(coef[i]));
+    if (!std::isfinite(max[i]) || max[i] < 0)
+      throw Error(origin + ": " + field + "." + name + ".max must be a non-negative number, got " +
+                  std::to_string(max[i]));
   }
 }
 
@@ -423,10 +439,14 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     p.git_revision = j.value("git_revision", "");
     p.source = j.value("source", "");
     if (j.contains("grid")) p.grid_json = j["grid"].dump();
-    read_terms(j.at("device_terms"), device_feature_names(), p.device_coefficients, p.device_max, origin,
+    for (const char* field : {"device_terms", "host_terms"})
+      if (!j.contains(field)) throw Error(origin + ": missing field '" + field + "'");
+    read_terms(j["device_terms"], device_feature_names(), p.device_coefficients, p.device_max, origin,
                "device_terms", device_terms);
-    read_terms(j.at("host_terms"), host_feature_names(), p.host_coefficients, p.host_max, origin,
-               "host_terms");
+    read_terms(j["host_terms"], host_feature_names(), p.host_coefficients, p.host_max, origin, "host_terms");
+    if (std::all_of(p.device_coefficients.begin(), p.device_coefficients.end(),
+                    [](double c) { return c == 0; }))
+      throw Error(origin + ": every device term is 0, so every step would take no time");
     if (j.contains("device_terms_alone")) {
       DeviceFeatures alone{}, max{};
       read_terms(j["device_terms_alone"], device_feature_names(), alone, max, origin, "device_terms_alone",

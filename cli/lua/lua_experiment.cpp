@@ -207,8 +207,10 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   TableReader t(L, index, "duet.run");
   Experiment ex;
   ex.gpu = read_gpu(L, t, d.source_dir);
-  ex.backend = t.string("backend").value_or(d.backend);
+  const std::optional<std::string> backend = t.string("backend");
+  ex.backend = backend.value_or(d.backend);
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
+  if (backend && !d.validate) t.checked("backend", [&] { check_backend(ex.backend); });
   check_backend(ex.backend);
   const std::string cost = t.string("cost_model").value_or("auto");
   t.checked("cost_model", [&] { return check_cost_model_name(cost); });

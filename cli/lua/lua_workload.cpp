@@ -104,6 +104,11 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
     throw Error(std::string("workload: field 'problems': ") + e.what());
   }
   lua_pop(L, 1);
+  if (total_ == 0) {
+    luaL_unref(L, LUA_REGISTRYINDEX, solve_ref_);
+    luaL_unref(L, LUA_REGISTRYINDEX, problems_ref_);
+    throw Error("duet.run.workload: problems is empty: nothing to run (a filter that matched nothing?)");
+  }
   lua_pushvalue(L, index);
   workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   std::string names;
@@ -546,6 +551,12 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
     spec.fail("scores", "a PRM's scores: needs kind = 'score'");
   if (s.kind != SeqKind::Score && spec.has("score_positions"))
     spec.fail("score_positions", "positions a PRM scores: needs kind = 'score'");
+  // One scripted score per position (missing ones are drawn); more would be dropped unseen.
+  const std::size_t positions = std::max<std::size_t>(1, s.score_positions.size());
+  if (s.script.scores.size() > positions)
+    spec.fail("scores", std::to_string(s.script.scores.size()) + " scores for " + std::to_string(positions) +
+                            " score position" + (positions == 1 ? "" : "s") +
+                            " (score_positions; without it, the last token's)");
   s.keep_kv = spec.boolean("keep").value_or(false);
   spec.finish();
 

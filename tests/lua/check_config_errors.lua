@@ -7,7 +7,7 @@ local function config(extra)
     progress = false, out = false,
     engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
                {name = "prm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}},
-    workload = {problems = {}, solve = function() end},
+    workload = {problems = {{}}, solve = function() return {score = 0} end},
   }
   for k, v in pairs(extra) do c[k] = v end
   return c
@@ -32,6 +32,7 @@ expect_error({arbiter = "priority", arbiter_priority = {"prm", "llm", "prm"}},
              "arbiter_priority: entry 3 names engine 'prm' a second time")
 -- Unknown names and impossible values name the field (and, through expect_error, the line).
 expect_error({gpu = "h1000"}, "duet.run.gpu: unknown GPU 'h1000'")
+expect_error({backend = "gpu"}, "duet.run.backend: unknown backend 'gpu' %(valid: sim, cpu, cuda%)")
 expect_error({cost_model = "magic"}, "duet.run.cost_model: unknown cost model 'magic'")
 expect_error({concurrency = 0}, "duet.run.concurrency: problems in flight must be at least 1, got 0")
 expect_error({min_batch = 0}, "duet.run.min_batch: must be in %[1, concurrency = 64%], got 0")

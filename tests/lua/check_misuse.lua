@@ -18,6 +18,8 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   assert(#llm:tokens(id, 0) == 10)
   expect_error(function() return llm:submit{prompt = duet.token_list{1, 2, 128256}} end,
                "llm:submit.prompt: token 3 %(id 128256%) is outside llm's vocabulary of 128256")
+  expect_error(function() return ctx.engines.prm:submit{kind = "score", prompt = 8, scores = {0.5, 0.2, 0.3}} end,
+               "prm:submit.scores: 3 scores for 1 score position")
   expect_error(function() return ctx.engines.prm:release(id) end, "prm:release: sequence " .. id .. " is llm's, not prm's")
   llm:release(id)
   expect_error(function() return llm:release(id) end, "llm:release: sequence " .. id .. " is not this problem's on llm")
@@ -37,6 +39,16 @@ end}}
 short.engines[1].max_model_len = 100
 duet.run(short)
 assert(inside == 2)
+
+-- An engine that cannot schedule its work names every limit that may hold it back.
+local refusing = config{workload = {problems = {{}}, solve = function(ctx)
+  duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+  return {score = 0}
+end}}
+refusing.engines[1].policy = {admit = function() return false end}
+expect_error(function() return duet.run(refusing) end,
+             "engine 'llm' is stuck with 1 waiting and 0 running sequences that cannot be scheduled: its KV pool " ..
+             "%(%d+ blocks of 16 tokens, 0 in use%) is too small for them, or its admit policy refuses them")
 
 -- duet.token_list: ids are non-negative 32-bit integers.
 expect_error(function() return duet.token_list{1, -5} end, "entry 2 is not a token id")
@@ -132,5 +144,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 23, "checked " .. support.checked)
+assert(support.checked == 25, "checked " .. support.checked)
 print("misuse: ok")

@@ -64,6 +64,9 @@ assert(not ok and tostring(err):find("check_workloads.lua:%d+: unknown engine 'l
 ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
                            workload = {problems = {{}}, solve = function() return {score = 0} end, concurrency = 4}})
 assert(not ok and tostring(err):find("duet.run.workload: unknown key 'concurrency'"), tostring(err))
+ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                           workload = {problems = {}, solve = function() return {score = 0} end}})
+assert(not ok and tostring(err):find("duet.run.workload: problems is empty: nothing to run"), tostring(err))
 -- Integral floats are integers (a sweep's n = 2^k is a float).
 assert(beam.workload{problems = problems, n = 4.0, seed = "a"})
 print("workloads ok")

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -223,6 +224,36 @@ TEST(Calibrated, AWarmStepUsesTheAloneTerms) {
   EXPECT_FALSE(contains(streams.describe(), "warm caches"));
 }
 
+// A profile's terms are named when they are wrong in type or absurd in value: a corrupted or
+// hand-edited file is refused, never priced as every step free or as centuries.
+TEST(Calibrated, AProfilesTermsAreCheckedOneByOne) {
+  TempDir dir;
+  save_profile(fit_profile(measured(random_shapes(100, 10), 0.0, 0)), dir.file("p.json"));
+  const nlohmann::json good = nlohmann::json::parse(std::ifstream(dir.file("p.json")));
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    return error_of([&] { parse_profile(j.dump(), "p.json"); });
+  };
+  EXPECT_EQ(error_with([](nlohmann::json& j) { j["device_terms"][7]["coefficient"] = "0.001"; }),
+            "p.json: device_terms[7].coefficient (decode_context_tokens) must be a number, got \"0.001\"");
+  EXPECT_EQ(error_with([](nlohmann::json& j) { j["host_terms"][1].erase("coefficient"); }),
+            "p.json: host_terms[1].coefficient (host_seqs) must be a number, and is missing");
+  EXPECT_EQ(
+      error_with([](nlohmann::json& j) { j["device_terms"][0]["coefficient"] = 1e300; }),
+      "p.json: device_terms.constant must be a number of seconds in [0, 3600], got " + std::to_string(1e300));
+  EXPECT_EQ(error_with([](nlohmann::json& j) { j["device_terms"][3]["max"] = -5; }),
+            "p.json: device_terms.prefill_tokens.max must be a non-negative number, got -5.000000");
+  EXPECT_EQ(error_with([](nlohmann::json& j) { j["device_terms"][2] = 7; }),
+            "p.json: device_terms[2] must be an object {\"feature\": name, \"coefficient\": seconds, "
+            "\"max\": value}");
+  EXPECT_EQ(error_with([](nlohmann::json& j) {
+              for (auto& t : j["device_terms"]) t["coefficient"] = 0;
+            }),
+            "p.json: every device term is 0, so every step would take no time");
+  EXPECT_NO_THROW(parse_profile(good.dump(), "p.json"));
+}
+
 TEST(Calibrated, AFormatTwoProfileHasNoDistinctContextTerm) {
   // Format 2 predates decode_distinct_context_tokens: its 12 terms are read as they were, and the
   // new term is 0, so that every KV token read is priced by decode_context_tokens as before.
@@ -333,7 +364,7 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
       }),
       "field 'device_terms' must list 12 terms"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/2"})", "p.json"); }),
-                       "p.json: bad or missing field"));
+                       "p.json: missing field 'device_terms'"));
   EXPECT_TRUE(
       contains(error_of([] { make_cost_model("magic", gpu_by_name("h100"), model_by_name("llama-3.1-8b")); }),
                "unknown cost model 'magic'"));
