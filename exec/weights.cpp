@@ -1,5 +1,6 @@
 #include "exec/weights.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string_view>
@@ -40,7 +41,15 @@ HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const s
     throw Error(ckpt.file_of(t.name) + ": tensor " + in_quotes(t.name) + " has shape " +
                 shape_string(view->shape) + ", model " + in_quotes(model) + " expects " +
                 shape_string(t.shape));
-  return HostTensor{t.shape, to_float_vector(*view)};
+  HostTensor out{t.shape, to_float_vector(*view)};
+  // A NaN or an infinity in a weight turns every logit it reaches into NaN: the engine would run
+  // and sample nonsense (a NaN PRM score) without a word.
+  const auto bad = std::find_if(out.data.begin(), out.data.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != out.data.end())
+    throw Error(ckpt.file_of(t.name) + ": tensor " + in_quotes(t.name) + " holds " +
+                (std::isnan(*bad) ? "NaN" : "an infinity") + " at element " +
+                std::to_string(bad - out.data.begin()) + " (of " + std::to_string(out.data.size()) + ")");
+  return out;
 }
 
 // A checkpoint with more layers than the config means the wrong config; loading its first

@@ -560,6 +560,11 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   s.keep_kv = spec.boolean("keep").value_or(false);
   spec.finish();
 
+  // A fork copies its parent as it stands; of a running parent that would be whatever step the
+  // engine has reached, which the timing decides and a real engine need not repeat.
+  if (parent && task.live.contains(SeqId(*parent)))
+    spec.fail("parent",
+              "sequence " + std::to_string(*parent) + " is still running: await it before forking it");
   if (!parent) {
     s.tokens = std::move(prompt);
     s.tokens.insert(s.tokens.end(), append.begin(), append.end());

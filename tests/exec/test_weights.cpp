@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,6 +138,24 @@ TEST(Weights, SaveLoadRoundTripF32Untied) {
   const SafetensorsFile file = SafetensorsFile::open(dir.file("model.safetensors"));
   EXPECT_EQ(file.size(), 21u);  // 1 + 9 per layer + norm + lm_head
   EXPECT_EQ(file.metadata().at("format"), "pt");
+}
+
+// A weight that is NaN or infinite is refused at load, naming the file, the tensor and the element
+// (it would otherwise turn every logit it reaches into NaN without a word).
+TEST(Weights, ANonFiniteWeightIsRefusedAtLoad) {
+  TempDir dir;
+  LlamaWeights w = dummy_llama_weights(tiny_spec(false), 1);
+  w.layers[1].down_proj.data[5] = std::numeric_limits<float>::quiet_NaN();
+  save_llama_weights(w, dir.file("nan.safetensors"), DType::BF16);
+  EXPECT_EQ(error_of([&] { load_llama_weights(w.spec, dir.file("nan.safetensors")); }),
+            dir.file("nan.safetensors") +
+                ": tensor 'model.layers.1.mlp.down_proj.weight' holds NaN at element 5 (of " +
+                std::to_string(w.layers[1].down_proj.data.size()) + ")");
+  w.layers[1].down_proj.data[5] = 0.5f;
+  w.final_norm.data[0] = std::numeric_limits<float>::infinity();
+  save_llama_weights(w, dir.file("inf.safetensors"), DType::F32);
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(w.spec, dir.file("inf.safetensors")); }),
+                       "tensor 'model.norm.weight' holds an infinity at element 0"));
 }
 
 TEST(Weights, SaveLoadRoundTripBf16Tied) {

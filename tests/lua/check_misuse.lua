@@ -18,6 +18,11 @@ duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   assert(#llm:tokens(id, 0) == 10)
   expect_error(function() return llm:submit{prompt = duet.token_list{1, 2, 128256}} end,
                "llm:submit.prompt: token 3 %(id 128256%) is outside llm's vocabulary of 128256")
+  local running = llm:submit{prompt = 8, max_tokens = 4, keep = true}
+  expect_error(function() return llm:submit{parent = running, max_tokens = 2} end,
+               "llm:submit.parent: sequence " .. running .. " is still running: await it before forking it")
+  duet.await(running)
+  llm:release(running)
   expect_error(function() return ctx.engines.prm:submit{kind = "score", prompt = 8, scores = {0.5, 0.2, 0.3}} end,
                "prm:submit.scores: 3 scores for 1 score position")
   expect_error(function() return ctx.engines.prm:release(id) end, "prm:release: sequence " .. id .. " is llm's, not prm's")
@@ -144,5 +149,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 25, "checked " .. support.checked)
+assert(support.checked == 26, "checked " .. support.checked)
 print("misuse: ok")
