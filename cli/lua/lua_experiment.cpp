@@ -25,12 +25,22 @@ namespace {
 struct FunctionRef {
   lua_State* L = nullptr;
   int ref = LUA_NOREF;
+  std::string where;  // "file:line: " of the function's definition, for errors in what it returns
   FunctionRef() = default;
   FunctionRef(const FunctionRef&) = delete;
   FunctionRef& operator=(const FunctionRef&) = delete;
-  FunctionRef(FunctionRef&& o) noexcept : L(o.L), ref(o.ref) {
+  FunctionRef(FunctionRef&& o) noexcept : L(o.L), ref(o.ref), where(std::move(o.where)) {
     o.L = nullptr;
     o.ref = LUA_NOREF;
+  }
+  // Takes the function on top of the stack.
+  void take(lua_State* state) {
+    L = state;
+    lua_pushvalue(L, -1);
+    lua_Debug ar;
+    lua_getinfo(L, ">S", &ar);  // pops the copy
+    where = std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
+    ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
   ~FunctionRef() {
     if (L) luaL_unref(L, LUA_REGISTRYINDEX, ref);
@@ -43,8 +53,7 @@ struct FunctionRef {
 void read_function(lua_State* L, TableReader& t, const char* key, FunctionRef& out) {
   const int type = t.push(key);
   if (type == LUA_TFUNCTION) {
-    out.L = L;
-    out.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    out.take(L);
     return;
   }
   lua_pop(L, 1);
@@ -246,8 +255,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   const int arb = t.push("arbiter");
   if (arb == LUA_TFUNCTION) {
     ex.arbiter = ArbiterKind::Callback;
-    ex.arbiter_fn.L = L;
-    ex.arbiter_fn.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    ex.arbiter_fn.take(L);
   } else {
     if (arb == LUA_TSTRING) {
       ex.arbiter = t.checked("arbiter", [&] { return arbiter_kind_from_name(lua_tostring(L, -1)); });
@@ -308,7 +316,8 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
   pcall(L, 1, 1);
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
-    throw Error("duet.run: memory_split must return a table {engine name = gpu_memory_utilization}");
+    throw Error(ex.memory_split.where +
+                "duet.run: memory_split must return a table {engine name = gpu_memory_utilization}");
   }
   TableReader split(L, -1, "memory_split()");
   for (EngineConfig& c : ex.engines)
@@ -357,7 +366,7 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       return ok;
     };
   if (p.victim)
-    policy.victim = [L, &p](std::span<Sequence* const> c) {
+    policy.victim = [L, &p, engine](std::span<Sequence* const> c) {
       p.victim.push();
       lua_createtable(L, int(c.size()), 0);
       for (std::size_t i = 0; i < c.size(); ++i) {
@@ -368,9 +377,13 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
         lua_rawseti(L, -2, lua_Integer(i + 1));
       }
       pcall(L, 1, 1);
-      const lua_Integer pick = lua_tointeger(L, -1);
+      const std::optional<lua_Integer> pick = integral(L, -1);
+      const std::string got = pick ? std::to_string(*pick) : std::string("a ") + luaL_typename(L, -1);
       lua_pop(L, 1);
-      return std::size_t(pick - 1);  // Lua is 1-based; out of range is reported by the scheduler
+      if (!pick || *pick < 1 || *pick > lua_Integer(c.size()))
+        throw Error(p.victim.where + "engines." + engine + ".policy.victim returned " + got +
+                    ", not the index of a candidate (1 to " + std::to_string(c.size()) + ")");
+      return std::size_t(*pick - 1);  // Lua is 1-based
     };
   return policy;
 }
@@ -473,8 +486,8 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
       lua_pop(L, 1);
       // Runtime checks that the engine it names has work.
       if (pick < 0)
-        throw Error("the arbiter returned " + returned + ", not an engine's name or its index (1 to " +
-                    std::to_string(n) + ")");
+        throw Error(fn->where + "the arbiter returned " + returned +
+                    ", not an engine's name or its index (1 to " + std::to_string(n) + ")");
       return pick;
     };
   }

@@ -45,6 +45,20 @@ short.engines[1].max_model_len = 100
 duet.run(short)
 assert(inside == 2)
 
+-- What a Lua callback returns is checked, and an error names where the callback is defined.
+expect_error(function() return duet.run(config{memory_split = function() end}) end,
+             "check_misuse.lua:%d+: duet.run: memory_split must return a table")
+local preempting = config{workload = {problems = {{}}, solve = function(ctx)
+  local ids = {}
+  for i = 1, 3 do ids[i] = ctx.engines.llm:submit{prompt = 8, max_tokens = 40, ignore_eos = true} end
+  duet.await(ids)
+  return {score = 0}
+end}}
+preempting.engines[1].num_gpu_blocks_override = 5
+preempting.engines[1].policy = {victim = function() return 0 end}
+expect_error(function() return duet.run(preempting) end,
+             "check_misuse.lua:%d+: engines.llm.policy.victim returned 0, not the index of a candidate %(1 to %d+%)")
+
 -- An engine that cannot schedule its work names every limit that may hold it back.
 local refusing = config{workload = {problems = {{}}, solve = function(ctx)
   duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
@@ -126,7 +140,7 @@ local function arbiter_returning(v)
 end
 expect_error(function() return duet.run(arbiter_returning(2 ^ 32 + 1)) end,
              "the arbiter returned 4294967297, not an engine's name or its index %(1 to 2%)")
-expect_error(function() return duet.run(arbiter_returning("gen")) end, "the arbiter returned 'gen'")
+expect_error(function() return duet.run(arbiter_returning("gen")) end, "check_misuse.lua:%d+: the arbiter returned 'gen'")
 expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbiter returned a nil")
 assert(duet.run(arbiter_returning(1.0)).problems == 1)
 
@@ -149,5 +163,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 26, "checked " .. support.checked)
+assert(support.checked == 28, "checked " .. support.checked)
 print("misuse: ok")
