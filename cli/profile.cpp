@@ -129,7 +129,7 @@ int profile(int argc, char** argv) {
     check_hdf5_output(h5, {model}, "--out's measurements");
     BackendOptions b;
     b.name = backend;
-    b.load_format = load_format;
+    b.load_format = checkpoint_from(load_format);
     b.seed = seed;
     b.source_dir = source_dir();
     ProgressBar bar("profile");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/error.hpp"
 #include "core/gpu_spec.hpp"
 #include "core/model_spec.hpp"
 
@@ -31,6 +32,19 @@ inline std::string resolve_path(const std::string& path, const std::string& dir)
 // `model`, duet.model() and every --model flag take.
 inline ModelSpec model_from(const std::string& name, const std::string& dir = source_dir()) {
   return resolve_model(name.ends_with(".json") ? resolve_path(name, dir) : name);
+}
+
+// load_format: "dummy", or a checkpoint (a .safetensors file or a folder of them) found as
+// resolve_path finds it; checked on every backend, so that a misspelt path fails on the simulator
+// too, not first on a real engine.
+inline std::string checkpoint_from(const std::string& load_format, const std::string& dir = source_dir()) {
+  if (load_format == "dummy") return load_format;
+  const std::string path = resolve_path(load_format, dir);
+  if (!std::filesystem::exists(path))
+    throw Error(
+        "'" + load_format +
+        "' is neither 'dummy' nor a checkpoint that exists (a .safetensors file or a folder of them)");
+  return path;
 }
 
 // A built-in GPU's name, or a GPU description's .json path found the same way: what duet.run's

@@ -1,7 +1,6 @@
 #include "cli/trace_experiment.hpp"
 
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "cli/source_dir.hpp"
@@ -130,12 +129,12 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   x.spec.profile_dir = source_dir + "/profiles";
   x.spec.command_line = command_line;
   x.max_model_len_choice = choose_max_model_len(cfg, x.spec.gpu);
-  const std::string load_format =
-      a.load_format == "dummy" ? a.load_format : resolve_path(a.load_format, source_dir);
-  if (!std::filesystem::exists(load_format) && load_format != "dummy")
-    throw Error(
-        "--load-format '" + a.load_format +
-        "' is neither 'dummy' nor a checkpoint that exists (a .safetensors file or a folder of them)");
+  std::string load_format;
+  try {
+    load_format = checkpoint_from(a.load_format, source_dir);
+  } catch (const Error& e) {
+    throw Error(std::string("--load-format ") + e.what());
+  }
   x.spec.engines.push_back({cfg, a.cost_model, load_format, {}});
   if (a.on_too_long != "skip" && a.on_too_long != "error")
     throw Error("--on-too-long must be skip or error, got '" + a.on_too_long + "'");

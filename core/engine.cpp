@@ -27,8 +27,21 @@ Sequence& Engine::add(Sequence seq, double now) {
   auto owned = std::make_unique<Sequence>(std::move(seq));
   Sequence& ref = *owned;
   seqs_.emplace(ref.id, std::move(owned));
-  scheduler_.add(ref);
+  admit_or_forget(ref);
   return ref;
+}
+
+// The scheduler's checks (max_model_len, score positions, the order policy) may refuse a sequence
+// after it holds KV (a fork's copy-on-write blocks): forget it entirely, so that a caller that
+// catches the error has lost nothing, and rethrow.
+void Engine::admit_or_forget(Sequence& seq) {
+  try {
+    scheduler_.add(seq);
+  } catch (...) {
+    kv_->free(seq);
+    seqs_.erase(seq.id);
+    throw;
+  }
 }
 
 Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
@@ -49,7 +62,7 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   if (!kv_->fork(*src, *dst)) dst->num_computed_tokens = 0;  // no memory to copy into: recompute
   Sequence& ref = *dst;
   seqs_.emplace(ref.id, std::move(dst));
-  scheduler_.add(ref);
+  admit_or_forget(ref);
   return ref;
 }
 

@@ -54,6 +54,7 @@ class Engine {
   const KvAllocator& kv() const { return *kv_; }
 
  private:
+  void admit_or_forget(Sequence& seq);  // scheduler_.add, or no trace of the sequence
   void postprocess(StepOutcome& outcome, double now);
   bool should_stop(const Sequence& seq, TokenId token) const;
 

@@ -123,7 +123,9 @@ GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin) {
       [&](const json&) { return json_fields::require_number(j, "kernel_launch_s", origin); });
   if (const std::string lender = json_fields::optional_string(j, "efficiency_of", origin); !lender.empty()) {
     try {
-      g.efficiency_of = gpu_by_name(lender).name;
+      // A lender that borrows itself (the A100-40GB) lends what it borrows.
+      const GpuSpec l = gpu_by_name(lender);
+      g.efficiency_of = l.efficiency_of.empty() ? l.name : l.efficiency_of;
     } catch (const Error& e) {
       throw Error(origin + ": field 'efficiency_of': " + e.what());
     }
@@ -142,8 +144,10 @@ GpuSpec gpu_from_json_file(const std::string& path) {
 }
 
 GpuSpec resolve_gpu(const std::string& name_or_path) {
+  // Only a .json name or a path with a folder is a file: a file called h100 in the working
+  // directory does not hide the built-in.
   const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
-  if (json || std::filesystem::is_regular_file(name_or_path)) return gpu_from_json_file(name_or_path);
+  if (json || name_or_path.find('/') != std::string::npos) return gpu_from_json_file(name_or_path);
   return gpu_by_name(name_or_path);
 }
 

@@ -11,9 +11,9 @@ namespace duet {
 
 namespace {
 
-std::string gib(std::int64_t bytes) {
+std::string gib(double bytes) {  // a double: a product of blocks and block bytes may exceed int64
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
 
@@ -94,10 +94,11 @@ namespace {
 // would take gigabytes of host memory.
 void check_fits_gpu(const GpuSpec& gpu, const std::string& what, std::int64_t blocks,
                     std::int64_t block_bytes) {
-  if (double(blocks) * double(block_bytes) > double(gpu.hbm_bytes))
+  const double bytes = double(blocks) * double(block_bytes);
+  if (bytes > double(gpu.hbm_bytes))
     throw Error(what + ": " + std::to_string(blocks) + " blocks of " + std::to_string(block_bytes) +
-                " bytes hold " + gib(blocks * block_bytes) + " of KV, more than all of " + gpu.name + "'s " +
-                gib(gpu.hbm_bytes));
+                " bytes hold " + gib(bytes) + " of KV, more than all of " + gpu.name + "'s " +
+                gib(double(gpu.hbm_bytes)));
 }
 
 // One engine's share of the GPU; num_blocks is its own pool's (static) block count.

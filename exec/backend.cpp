@@ -238,7 +238,16 @@ std::string device_name(const std::string& backend) {
 std::string device_key(const std::string& backend, const GpuSpec& gpu) {
   check_backend(backend);
   if (backend == "cpu") return "cpu-" + slug(cpu_model_name());
-  if (backend == "cuda") return gpu_device_key(gpu_by_device_name(device_name(backend)));
+  if (backend == "cuda") {
+    // A built-in's key for the GPUs duet knows (their priors and profiles live there), else the
+    // driver's name ("NVIDIA L40S" -> nvidia-l40s), where `duet profile` then puts its profiles.
+    const std::string name = device_name(backend);
+    try {
+      return gpu_device_key(gpu_by_device_name(name));
+    } catch (const Error&) {
+      return slug(name);
+    }
+  }
   return gpu_device_key(gpu);
 }
 

@@ -120,10 +120,12 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
   check_cost_model_name(name);
   ChosenCostModel c;
   c.kind = "roofline";
-  c.reason = name == "roofline"
-                 ? "roofline (forced)"
-                 : "roofline (no profile of " + model.name + " on " + device + " and no operator prior" +
-                       (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
+  c.reason =
+      name == "roofline"
+          ? "roofline (forced)"
+          : "roofline (no profile of " + model.name + " on " + device + " and no operator prior" +
+                (gpu.efficiency_of.empty() ? "" : ", of it or of its efficiency_of " + gpu.efficiency_of) +
+                (profile_dir.empty() ? "" : " in " + profile_dir) + ")";
   c.model = std::make_unique<RooflineCostModel>(gpu, model);
   return c;
 }

@@ -7,10 +7,10 @@ local O = require("workloads.options")
 
 local M = {}
 
-local kinds = {trace = O.string, max_requests = O.integer(1), rate_scale = O.number(0, nil, true),
+local kinds = {trace = O.string, max_requests = O.integer(0), rate_scale = O.number(0, nil, true),
                engine = O.string, vocab_size = O.integer(1)}
 
--- workload{trace = path, max_requests = N, rate_scale = 1, engine = "llm", vocab_size = V}
+-- workload{trace = path, max_requests = N (0: all), rate_scale = 1, engine = "llm", vocab_size = V}
 function M.workload(opts)
   opts = O.merge("chat", kinds, {rate_scale = 1, engine = "llm"}, opts, 2)
   if opts.trace == nil then error("chat option trace: missing (a trace file's path)", 2) end

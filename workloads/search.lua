@@ -43,12 +43,20 @@ S.kinds = {
 }
 
 -- opts with every default filled in; unknown keys and bad values are errors at the line that
--- called the workload. `extra`: {name = {default, kind}} for a workload's own options.
+-- called the workload. `extra`: a workload's own options, {name = {default, kind}}, or
+-- {name = default} (then a value must have the default's type).
 function S.options(opts, extra)
   local kinds, defaults = {}, {}
   for k, v in pairs(S.kinds) do kinds[k] = v end
   for k, v in pairs(S.defaults) do defaults[k] = v end
-  for k, v in pairs(extra or {}) do defaults[k], kinds[k] = v[1], v[2] end
+  for k, v in pairs(extra or {}) do
+    if type(v) == "table" then
+      defaults[k], kinds[k] = v[1], v[2]
+    else
+      local want = type(v)
+      defaults[k], kinds[k] = v, function(x) if type(x) ~= want then return "a " .. want end end
+    end
+  end
   local o = O.merge("search", kinds, defaults, opts, 3, {"problems"})
   return o  -- not a tail call: the level counts this frame
 end

@@ -44,6 +44,7 @@ ScriptContext& context(lua_State* L);
 // A path as given, or relative to the repository (workloads/data/..., traces/...) of the script
 // running in L. resolve_path(path, dir), model_from and gpu_from are the CLI's (cli/source_dir.hpp).
 std::string resolve_path(lua_State* L, const std::string& path);
+using cli::checkpoint_from;
 using cli::gpu_from;
 using cli::model_from;
 using cli::resolve_path;

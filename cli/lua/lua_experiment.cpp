@@ -121,17 +121,9 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
   t.checked("cost_model", [&] { return check_cost_model_name(ex.cost_models.back()); });
-  // On every backend, so that a misspelt checkpoint fails on the simulator too, not first on a GPU.
-  std::string load_format = t.string("load_format").value_or("dummy");
-  if (load_format != "dummy") {
-    load_format = resolve_path(load_format, source_dir);
-    if (!std::filesystem::exists(load_format))
-      t.fail("load_format",
-             "'" + load_format +
-                 "' is neither 'dummy' nor a checkpoint that exists (a .safetensors file or a folder "
-                 "of them)");
-  }
-  ex.load_formats.push_back(load_format);
+  const std::string load_format = t.string("load_format").value_or("dummy");
+  ex.load_formats.push_back(
+      t.checked("load_format", [&] { return checkpoint_from(load_format, source_dir); }));
   auto policies = std::make_unique<EnginePolicies>();
   if (t.push("policy") == LUA_TTABLE) {
     TableReader p(L, -1, "engines." + c.name + ".policy");

@@ -80,7 +80,8 @@ std::string flat_table_json(lua_State* L, int idx) {
       throw Error("expected a table of named fields, got a " + type + " key");
     }
     const std::string key = lua_tostring(L, -2);
-    if (lua_isinteger(L, -1)) j[key] = lua_tointeger(L, -1);
+    // An integral float (2^7) is an integer, as TableReader takes integer fields.
+    if (const auto i = integral(L, -1)) j[key] = *i;
     else if (lua_type(L, -1) == LUA_TNUMBER && std::isfinite(lua_tonumber(L, -1)))
       j[key] = lua_tonumber(L, -1);
     else if (lua_type(L, -1) == LUA_TSTRING) j[key] = lua_tostring(L, -1);

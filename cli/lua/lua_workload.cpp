@@ -69,7 +69,8 @@ void check_workload_keys(lua_State* L, int index) {
     const std::string key = named ? lua_tostring(L, -1) : luaL_typename(L, -1);
     if (!named || (key != "problems" && key != "solve")) {
       lua_pop(L, 1);
-      throw Error("duet.run.workload: unknown key " + (named ? "'" + key + "'" : "of type " + key) +
+      throw Error(where(L) + "duet.run.workload: unknown key " +
+                  (named ? "'" + key + "'" : "of type " + key) +
                   " (valid: problems, solve; run settings such as concurrency belong in duet.run{...})");
     }
   }
@@ -107,7 +108,8 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   if (total_ == 0) {
     luaL_unref(L, LUA_REGISTRYINDEX, solve_ref_);
     luaL_unref(L, LUA_REGISTRYINDEX, problems_ref_);
-    throw Error("duet.run.workload: problems is empty: nothing to run (a filter that matched nothing?)");
+    throw Error(where(L) +
+                "duet.run.workload: problems is empty: nothing to run (a filter that matched nothing?)");
   }
   lua_pushvalue(L, index);
   workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -562,7 +564,8 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
 
   // A fork copies its parent as it stands; of a running parent that would be whatever step the
   // engine has reached, which the timing decides and a real engine need not repeat.
-  if (parent && task.live.contains(SeqId(*parent)))
+  const Sequence* const forked = parent ? rt_->engine(engine).find(SeqId(*parent)) : nullptr;
+  if (forked && !forked->finished())
     spec.fail("parent",
               "sequence " + std::to_string(*parent) + " is still running: await it before forking it");
   if (!parent) {

@@ -139,6 +139,28 @@ TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
 }
 
+// A fork the scheduler refuses (here: longer than max_model_len) leaves no trace: no sequence, and
+// the parent's blocks are shared by no one else (they once stayed held for the rest of the run).
+TEST(Engine, ARefusedForkHoldsNoBlocks) {
+  EngineRig r;
+  Sequence& parent = r.engine.add(prompt(1, 6, 1), 0);
+  parent.keep_kv = true;
+  while (r.engine.has_work()) r.engine.step(0);
+  const int used_before = r.engine.kv().usage().used_blocks;
+  Sequence child;
+  child.id = 10;
+  child.tokens = {50, 51};
+  child.sampling.max_tokens = 1 << 30;
+  EXPECT_THROW(r.engine.fork(1, child, 0), Error);
+  EXPECT_EQ(r.engine.find(10), nullptr);
+  EXPECT_EQ(r.engine.kv().usage().used_blocks, used_before);
+  EXPECT_THROW(r.engine.add(prompt(11, 4, 1 << 30), 0), Error);
+  EXPECT_EQ(r.engine.find(11), nullptr);
+  r.engine.release(1);
+  EXPECT_EQ(r.engine.kv().usage().used_blocks, 0) << "the parent's blocks are free once it is released";
+  EXPECT_FALSE(r.engine.has_work());
+}
+
 TEST(Engine, BadRequestsAreErrors) {
   EngineRig r;
   r.engine.add(prompt(1, 4), 0);

@@ -152,6 +152,10 @@ TEST(GpuSpec, ADescriptionReadsItsFieldsAndRefusesMistakes) {
 // The 40 GB A100 is the 80 GB part's chip: that part's operator prior prices it.
 TEST(GpuSpec, TheSmallerA100BorrowsTheLargersEfficiencies) {
   EXPECT_EQ(gpu_by_name("a100-40gb").efficiency_of, gpu_by_name("a100-80gb").name);
+  // A description that names it as its lender gets what it borrows, not a GPU without a prior.
+  const std::string mine = R"({"name": "My A100", "hbm_bytes": 42949672960, "hbm_bandwidth": 1.5e12,
+                               "bf16_flops": 312e12, "sm_count": 108, "efficiency_of": "a100-40gb"})";
+  EXPECT_EQ(gpu_from_json_text(mine, "mine.json").efficiency_of, "A100-80GB");
   for (const char* n : {"h100", "h200", "a100"}) EXPECT_TRUE(gpu_by_name(n).efficiency_of.empty()) << n;
 }
 

@@ -24,6 +24,11 @@ local r = run(half)
 assert(r.engines.prm.total_blocks < built_in.engines.prm.total_blocks / 2, r.engines.prm.total_blocks)
 assert(r.engines.prm.cost_model == built_in.engines.prm.cost_model)
 
+-- Integer fields take integral floats, as every other integer field does.
+local floats = duet.gpu("h100")
+floats.sm_count, floats.hbm_bytes = 2 ^ 7 + 4, 2 ^ 36
+assert(run(floats).engines.prm.total_blocks < built_in.engines.prm.total_blocks)
+
 -- The 40 GB A100 borrows the 80 GB part's efficiencies, and its table says so.
 local a100_40 = duet.gpu("a100-40gb")
 assert(a100_40.efficiency_of == "A100-80GB", tostring(a100_40.efficiency_of))

@@ -54,6 +54,8 @@ expect_error(function() spec.workload{problems = problems, gama = 4} end, "unkno
 expect_error(function() chat.workload{max_requests = 5} end, "chat option trace: missing")
 expect_error(function() chat.workload{trace = "t.csv", rate_scale = 0} end, "chat option rate_scale: expected a finite number in %(0, inf%), got 0")
 expect_error(function() chat.workload{trace = "t.csv", max_request = 5} end, "unknown chat option 'max_request'")
+assert(#chat.workload{trace = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv", max_requests = 0}.problems > 50,
+       "max_requests = 0 is the whole trace, as for duet.trace")
 expect_error(function() math500.load{limit = 0} end, "math500.load option limit: expected an integer >= 1, got 0")
 expect_error(function() math500.load{limt = 3} end, "unknown math500.load option 'limt'")
 expect_error(function() math500.load{levels = {6}} end, "math500.load option levels: expected a non%-empty list of levels 1 to 5")
@@ -61,12 +63,24 @@ expect_error(function() math500.load{levels = {6}} end, "math500.load option lev
 local ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
                                  workload = {problems = {{}}, solve = function(ctx) return ctx.engines.llm:submit{prompt = 4} end}})
 assert(not ok and tostring(err):find("check_workloads.lua:%d+: unknown engine 'llm' %(engines: gen%)"), tostring(err))
-ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
-                           workload = {problems = {{}}, solve = function() return {score = 0} end, concurrency = 4}})
-assert(not ok and tostring(err):find("duet.run.workload: unknown key 'concurrency'"), tostring(err))
-ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
-                           workload = {problems = {}, solve = function() return {score = 0} end}})
-assert(not ok and tostring(err):find("duet.run.workload: problems is empty: nothing to run"), tostring(err))
+ok, err = pcall(function()
+  return duet.run{out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                  workload = {problems = {{}}, solve = function() return {score = 0} end, concurrency = 4}}
+end)
+assert(not ok and tostring(err):find("check_workloads.lua:%d+: duet.run.workload: unknown key 'concurrency'"), tostring(err))
+ok, err = pcall(function()
+  return duet.run{out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                  workload = {problems = {}, solve = function() return {score = 0} end}}
+end)
+assert(not ok and tostring(err):find("check_workloads.lua:%d+: duet.run.workload: problems is empty: nothing to run"), tostring(err))
+-- A workload's own options in the older form {name = default}: checked against the default's type.
+local S = require("workloads.search")
+local function my_workload(opts)  -- as a workload module's M.workload calls it
+  local o = S.options(opts, {depth = 2})
+  return o
+end
+assert(my_workload{problems = problems, depth = 3}.depth == 3)
+expect_error(function() my_workload{problems = problems, depth = "deep"} end, "search option depth: expected a number")
 -- Integral floats are integers (a sweep's n = 2^k is a float).
 assert(beam.workload{problems = problems, n = 4.0, seed = "a"})
 print("workloads ok")

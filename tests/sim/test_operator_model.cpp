@@ -233,7 +233,9 @@ TEST(OperatorPrior, AGpuWithoutOneBorrowsItsLendersEfficiencies) {
   EXPECT_GT(lent.model->step_cost(decode).device_s, 1.5 * own.model->step_cost(decode).device_s);
   // A lender with no prior in the directory: the roofline, and "operator" is an error.
   slow.efficiency_of = "H200";
-  EXPECT_EQ(choose_cost_model("auto", slow, m, gpu_device_key(slow), dir.path.string()).kind, "roofline");
+  const ChosenCostModel roof = choose_cost_model("auto", slow, m, gpu_device_key(slow), dir.path.string());
+  EXPECT_EQ(roof.kind, "roofline");
+  EXPECT_TRUE(contains(roof.reason, "no operator prior, of it or of its efficiency_of H200")) << roof.reason;
   EXPECT_TRUE(contains(
       error_of([&] { choose_cost_model("operator", slow, m, gpu_device_key(slow), dir.path.string()); }),
       "no operator prior for device 'h100-at-half-bandwidth'"));
