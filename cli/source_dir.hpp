@@ -39,7 +39,7 @@ inline ModelSpec model_from(const std::string& name, const std::string& dir = so
 // too, not first on a real engine.
 inline std::string checkpoint_from(const std::string& load_format, const std::string& dir = source_dir()) {
   if (load_format == "dummy") return load_format;
-  const std::string path = resolve_path(load_format, dir);
+  std::string path = resolve_path(load_format, dir);
   if (!std::filesystem::exists(path))
     throw Error(
         "'" + load_format +
