@@ -41,7 +41,7 @@ int ref_field(lua_State* L, int index, const char* key, int type, const char* wh
                    [&] { return get_field(L, index, key); });
   if (found != type) {
     lua_pop(L, 1);
-    throw Error(std::string("workload: field '") + key + "' must be " + what);
+    throw Error(where(L) + "duet.run.workload: field '" + key + "' must be " + what);
   }
   return luaL_ref(L, LUA_REGISTRYINDEX);
 }
@@ -260,7 +260,8 @@ void LuaWorkload::read_solution(lua_State* co, ProblemRecord& r) {
   if (lua_isnil(co, 1)) return;
   const std::string what = "problem " + std::to_string(r.index) + ": solve()'s result";
   if (!lua_istable(co, 1))
-    throw Error(what + " is a " + luaL_typename(co, 1) + ", not a table {score, correct, iterations, level}");
+    throw Error(solve_where_ + what + " is a " + luaL_typename(co, 1) +
+                ", not a table {score, correct, iterations, level}");
   // Read on the main thread (the coroutine has ended), which unwinds its stack on an error.
   lua_pushvalue(co, 1);
   lua_xmove(co, L_, 1);

@@ -155,6 +155,11 @@ local function solve() return {score = "high"} end
 local line = debug.getinfo(solve, "S").linedefined
 expect_error(function() return duet.run(config{workload = {problems = {{}}, solve = solve}}) end,
              "check_misuse.lua:" .. line .. ": problem 1: solve%(%)'s result.score: expected a number")
+local function five() return 5 end
+expect_error(function() return duet.run(config{workload = {problems = {{}}, solve = five}}) end,
+             "check_misuse.lua:" .. debug.getinfo(five, "S").linedefined .. ": problem 1: solve%(%)'s result is a number")
+expect_error(function() return duet.run(config{workload = {problems = {{}}}}) end,
+             "check_misuse.lua:%d+: duet.run.workload: field 'solve' must be a function")
 
 -- Problems that finish without waiting: each used to start the next one a level deeper on the C
 -- stack (20,000 ended duet with SIGSEGV).
@@ -163,5 +168,5 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 28, "checked " .. support.checked)
+assert(support.checked == 30, "checked " .. support.checked)
 print("misuse: ok")
