@@ -25,6 +25,10 @@ def check(path, points, identical):
             assert abs((p / m - 1) - err) < 1e-12, f"{path}:{name}: error {err} is not {p}/{m} - 1"
             assert g.attrs["validation.batches_identical"] == identical
             assert g["predicted"].attrs["backend"] == "sim" and g["measured"].attrs["backend"] == "cpu"
+            # The command that made the file, as typed: validate's own, not a `duet run` one.
+            command = g["measured"].attrs["command_line"]
+            command = command.decode() if isinstance(command, bytes) else str(command)
+            assert command.startswith("duet validate "), f"{path}:{name}: command_line {command!r}"
     print(f"{path}: {points} point(s) ok")
 
 
