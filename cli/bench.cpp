@@ -212,8 +212,8 @@ int bench(int argc, char** argv) {
   positional.add("name", 1);
   return run_command({"bench", options, &positional, "name"}, argc, argv, [&](const po::variables_map& vm) {
     if (!vm["gpu"].defaulted()) g.gpu = gpu;
-    if (g.iters <= 0) throw Error("--iters must be positive");
-    if (g.block_size <= 0) throw Error("--block-size must be positive, got " + std::to_string(g.block_size));
+    check_at_least("--iters", g.iters, 1);
+    check_at_least("--block-size", g.block_size, 1);
     if (which == "sim-trace") return bench_sim_trace(trace, model, gpu, target_s);
     if (which == "cpu") return bench_cpu(cpu_model, batch, prompt, decode);
     if (which == "hdf5") return bench_hdf5(trace, model, gpu);

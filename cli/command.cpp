@@ -67,6 +67,12 @@ std::string command_line_of(int argc, char** argv) {
   return line;
 }
 
+void check_at_least(const char* flag, std::int64_t value, std::int64_t floor) {
+  if (value < floor)
+    throw Error(std::string(flag) + " must be at least " + std::to_string(floor) + ", got " +
+                std::to_string(value));
+}
+
 RecordLevel parse_record_level(const std::string& option, const std::string& text) {
   try {
     return record_level_from_name(text);

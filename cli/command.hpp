@@ -71,6 +71,9 @@ struct FailedCloseError : Error {
 [[noreturn]] void rethrow_after_write_failure(RunFileWriter& writer, const std::string& path,
                                               const std::string& error);
 
+// A flag's value below its floor: throws duet::Error naming the flag and the value given.
+void check_at_least(const char* flag, std::int64_t value, std::int64_t floor);
+
 // The --record option: throws duet::Error naming `option` for an unknown level.
 RecordLevel parse_record_level(const std::string& option, const std::string& text);
 

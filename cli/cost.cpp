@@ -29,13 +29,15 @@ struct BatchArgs {
 // prefill_context cached ones. Decode: decode_seqs sequences of decode_context tokens. Every
 // sequence samples one token (one LM-head row).
 BatchShape batch_of(const BatchArgs& a) {
-  if (a.prefill_tokens < 0 || a.decode_seqs < 0 || a.prefill_context < 0 || a.decode_context < 0)
-    throw Error(
-        "--prefill-tokens, --prefill-context, --decode-seqs and --decode-context must not be negative");
+  check_at_least("--prefill-tokens", a.prefill_tokens, 0);
+  check_at_least("--prefill-context", a.prefill_context, 0);
+  check_at_least("--decode-seqs", a.decode_seqs, 0);
+  check_at_least("--decode-context", a.decode_context, 0);
   if (a.prefill_tokens == 0 && a.decode_seqs == 0)
     throw Error("give --prefill-tokens T and/or --decode-seqs B");
   if (a.prefill_tokens > 0 && (a.prefill_seqs < 1 || a.prefill_seqs > a.prefill_tokens))
-    throw Error("--prefill-seqs must be between 1 and --prefill-tokens");
+    throw Error("--prefill-seqs must be between 1 and --prefill-tokens (" + std::to_string(a.prefill_tokens) +
+                "), got " + std::to_string(a.prefill_seqs));
   BatchShape s;
   if (a.prefill_tokens > 0)
     for (int i = 0; i < a.prefill_seqs; ++i)

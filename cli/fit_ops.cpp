@@ -72,6 +72,12 @@ nlohmann::json errors_json(const CurveErrors& e, const std::string& worst_at) {
 }
 
 // Fits one class, prints its held-out errors, returns the curve fitted on every row.
+// One line of a table's errors: "  LABEL MAPE m, p95 p, max x at SHAPE".
+void print_errors(const std::string& label, const CurveErrors& e, const std::string& worst_at) {
+  std::printf("  %s MAPE %s, p95 %s, max %s at %s\n", label.c_str(), pct(e.mape).c_str(), pct(e.p95).c_str(),
+              pct(e.max).c_str(), worst_at.c_str());
+}
+
 OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, nlohmann::json& report) {
   const std::string what = t.path;
   const std::vector<bool> held = held_out_rows(t.groups, t.kind == OperatorClass::gemm ? 5 : 4);
@@ -89,10 +95,8 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
   const std::string op_at = t.shapes[test_index[op.worst]], roof_at = t.shapes[test_index[roof.worst]];
   std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped), %zu held out\n",
               operator_class_name(t.kind), t.path.c_str(), t.rows.size(), t.impossible, test_rows.size());
-  std::printf("  held out: operator MAPE %s, p95 %s, max %s at %s\n", pct(op.mape).c_str(),
-              pct(op.p95).c_str(), pct(op.max).c_str(), op_at.c_str());
-  std::printf("            roofline MAPE %s, p95 %s, max %s at %s\n", pct(roof.mape).c_str(),
-              pct(roof.p95).c_str(), pct(roof.max).c_str(), roof_at.c_str());
+  print_errors("held out: operator", op, op_at);
+  print_errors("          roofline", roof, roof_at);
   OperatorCurve all = fit_curve(operator_axes(t.kind), t.rows, what, options);
   const CurveErrors in =
       curve_errors(t.rows, [&](const CurveSample& s) { return all.time(s.roofline_s, s.coords); });
@@ -116,11 +120,9 @@ void evaluate_class(const OperatorTable& t, const OperatorPrior& prior) {
   const CurveErrors roof = curve_errors(t.rows, [](const CurveSample& s) { return s.roofline_s; });
   std::printf("%-18s %s: %zu rows (%zu faster than the roofline, dropped)\n", operator_class_name(t.kind),
               t.path.c_str(), t.rows.size(), t.impossible);
-  std::printf("  %s's curve: MAPE %s, p95 %s, max %s at %s\n", prior.device.c_str(), pct(op.mape).c_str(),
-              pct(op.p95).c_str(), pct(op.max).c_str(), t.shapes[op.worst].c_str());
-  std::printf("  roofline:%*s MAPE %s, p95 %s, max %s at %s\n", int(prior.device.size()) - 1, "",
-              pct(roof.mape).c_str(), pct(roof.p95).c_str(), pct(roof.max).c_str(),
-              t.shapes[roof.worst].c_str());
+  const std::string label = prior.device + "'s curve:";
+  print_errors(label, op, t.shapes[op.worst]);
+  print_errors("roofline:" + std::string(label.size() - 9, ' '), roof, t.shapes[roof.worst]);
 }
 
 }  // namespace

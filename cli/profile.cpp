@@ -113,7 +113,12 @@ int profile(int argc, char** argv) {
   return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
     if (!is_real_backend(backend))
       throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
-    if (evict_mib < 0) throw Error("--evict-mib must not be negative");
+    check_at_least("--max-num-seqs", limits.max_num_seqs, 1);
+    check_at_least("--max-num-batched-tokens", limits.max_num_batched_tokens, 1);
+    check_at_least("--max-model-len", limits.max_model_len, 1);
+    check_at_least("--block-size", limits.block_size, 1);
+    check_at_least("--repeats", limits.repeats, 1);
+    check_at_least("--evict-mib", evict_mib, 0);
     limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
     const GpuSpec spec =
         gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend)) : gpu_by_name("h100"))

@@ -93,7 +93,7 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
       if (vm.count("shard")) opt.shard = parse_shard(shard);
       check_backend(opt.backend);
       opt.record = parse_record_level("--record", record);
-      if (opt.instruction_limit <= 0) throw Error("--lua-instruction-limit must be positive");
+      check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
       if (opt.threads < 0)
         throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
       if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);

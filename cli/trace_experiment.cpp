@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "cli/command.hpp"
 #include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "core/memory_plan.hpp"
@@ -66,8 +67,8 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
 namespace {
 
 Trace synthetic_trace(const TraceArgs& a) {
-  if (a.input_tokens <= 0 || a.output_tokens <= 0)
-    throw Error("--input-tokens and --output-tokens must be positive");
+  check_at_least("--input-tokens", a.input_tokens, 1);
+  check_at_least("--output-tokens", a.output_tokens, 1);
   if (!(a.request_rate >= 0) || !std::isfinite(a.request_rate))
     throw Error("--request-rate must be a finite number >= 0, got " + std::to_string(a.request_rate));
   Trace t;
@@ -84,7 +85,7 @@ Trace synthetic_trace(const TraceArgs& a) {
 // vLLM's default: the model's own context length, but never more than the KV pool can hold for
 // one sequence (a longer request could never be scheduled).
 std::string choose_max_model_len(EngineConfig& cfg, const GpuSpec& gpu) {
-  if (cfg.max_model_len < 0) throw Error("--max-model-len must not be negative");
+  check_at_least("--max-model-len", cfg.max_model_len, 0);
   if (cfg.max_model_len > 0) return "max_model_len " + std::to_string(cfg.max_model_len) + " (given)";
   const EngineMemory m = plan_memory(gpu, {memory_request(cfg)}).engines.at(0);
   const std::int64_t pool = std::int64_t(m.num_blocks) * m.block_size;
@@ -108,7 +109,7 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;
   cfg.allocator = allocator_kind_from_name(a.allocator);
-  if (a.num_gpu_blocks_override < 0) throw Error("--num-gpu-blocks-override must not be negative");
+  check_at_least("--num-gpu-blocks-override", a.num_gpu_blocks_override, 0);
   if (a.num_gpu_blocks_override > 0) cfg.num_gpu_blocks_override = a.num_gpu_blocks_override;
   if (a.synthetic < 0)
     throw Error("--synthetic must be a positive number of requests, got " + std::to_string(a.synthetic));

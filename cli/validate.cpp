@@ -70,15 +70,22 @@ int validate_trace(const TraceArgs& args, const std::string& profile, int repeat
                    const std::string& out, const std::string& command_line) {
   if (!is_real_backend(args.backend))
     throw Error("--backend must be a real engine (cpu or cuda) to validate against");
-  TraceExperiment x = trace_experiment(args, source_dir(), command_line);
-  ExperimentSpec sim = x.spec;
-  sim.backend = "sim";
-  sim.cost_device = device_key(args.backend, sim.gpu);
-  const std::string path =
-      profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, sim.engines[0].config.model) : profile;
-  if (!std::filesystem::exists(path))
-    throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device +
-                " (" + path + "); measure one with `duet profile` or pass --profile");
+  // The flags, the model and the trace are the command's input: an error in them is bad usage
+  // (exit status 2), as for duet simulate, not a failed validation.
+  TraceExperiment x;
+  ExperimentSpec sim;
+  std::string path;
+  check_usage([&] {
+    x = trace_experiment(args, source_dir(), command_line);
+    sim = x.spec;
+    sim.backend = "sim";
+    sim.cost_device = device_key(args.backend, sim.gpu);
+    path = profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, sim.engines[0].config.model)
+                           : profile;
+    if (!std::filesystem::exists(path))
+      throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device +
+                  " (" + path + "); measure one with `duet profile` or pass --profile");
+  });
   sim.engines[0].cost_model = "profile:" + path;
   TraceReplay predicted_replay(x.trace, x.replay);
   const ExperimentOutcome predicted = run_experiment(sim, predicted_replay);
@@ -218,8 +225,9 @@ int validate(int argc, char** argv) {
   return run_command(
       {"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
         check_usage([&] {
-          if (max_error < 0) throw Error("--max-error must not be negative");
-          if (repeats < 1) throw Error("--repeats must be at least 1");
+          if (!(max_error >= 0))
+            throw Error("--max-error must be at least 0, got " + std::to_string(max_error));
+          check_at_least("--repeats", repeats, 1);
           if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
             throw Error("give a script or --trace FILE (or --synthetic N)");
           if (!is_real_backend(trace.backend))

@@ -114,12 +114,19 @@ EngineMemory engine_memory(const GpuSpec& gpu, const EngineMemoryRequest& r, boo
   e.block_bytes = std::int64_t(r.block_size) * r.model.kv_bytes_per_token();
   e.kv_bytes = e.budget_bytes - e.weight_bytes - e.activation_bytes - e.overhead_bytes;
   // A shared pool needs one page in all; an engine's budget need only hold the engine itself.
-  if (e.kv_bytes < (shared ? 0 : e.block_bytes))
-    throw Error("engine '" + r.label + "' (" + r.model.name + "): weights " + gib(e.weight_bytes) +
-                " + activations " + gib(e.activation_bytes) + " + runtime overhead " + gib(e.overhead_bytes) +
-                " leave no room for " + (shared ? "KV" : "one KV block") + " in its budget of " +
+  const std::string engine = "engine '" + r.label + "' (" + r.model.name + "): ";
+  if (e.kv_bytes < (shared ? 0 : 1))
+    throw Error(engine + "weights " + gib(e.weight_bytes) + " + activations " + gib(e.activation_bytes) +
+                " + runtime overhead " + gib(e.overhead_bytes) + " leave no room for KV in its budget of " +
                 gib(e.budget_bytes) + " on " + gpu.name +
                 "; raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs");
+  // Room for KV, but not for one block: the block is what is out of scale.
+  if (!shared && e.kv_bytes < e.block_bytes)
+    throw Error(
+        engine + "one KV block of block_size " + std::to_string(r.block_size) + " tokens takes " +
+        gib(double(e.block_bytes)) + ", more than the " + gib(e.kv_bytes) + " its budget of " +
+        gib(e.budget_bytes) + " on " + gpu.name + " leaves for KV; " +
+        (r.block_size > 16 ? "lower block_size (vLLM's default is 16)" : "raise gpu_memory_utilization"));
   if (shared) return e;
   const std::int64_t blocks = e.kv_bytes / e.block_bytes;
   if (blocks > std::numeric_limits<std::int32_t>::max())

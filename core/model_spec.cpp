@@ -194,9 +194,16 @@ ModelSpec model_by_name(const std::string& name) {
 }
 
 ModelSpec resolve_model(const std::string& name_or_path) {
+  // As resolve_gpu: only a .json name or a path with a folder is a file, so that a file called
+  // llama-3.2-1b in the working directory does not hide the built-in.
   const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
-  if (json || std::filesystem::is_regular_file(name_or_path)) return from_hf_config(name_or_path);
-  return model_by_name(name_or_path);
+  if (json || name_or_path.find('/') != std::string::npos) return from_hf_config(name_or_path);
+  try {
+    return model_by_name(name_or_path);
+  } catch (const Error& e) {
+    if (!std::filesystem::is_regular_file(name_or_path)) throw;
+    throw Error(std::string(e.what()) + "; to read the file of that name, give it as ./" + name_or_path);
+  }
 }
 
 std::vector<std::string> builtin_model_names() {

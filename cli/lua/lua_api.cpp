@@ -146,6 +146,14 @@ DUET_YIELDS_FROM_C int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yi
     if (!std::isfinite(t))
       throw Error(where(L) + "duet.sleep_until(t): t must be a finite number of seconds, got " +
                   std::to_string(t));
+    // Run time starts at 0: a date (Unix seconds are past 1.7e9) or milliseconds would have the
+    // wall clock sleep for years, and the virtual one end the run there.
+    if (t > 1e8) {
+      std::ostringstream shown;
+      shown << t;
+      throw Error(where(L) + "duet.sleep_until(t): t = " + shown.str() +
+                  " s is past 1e8 s (3.2 years); t is seconds since the run began (duet.now()), not a date");
+    }
     r = LuaWorkload::from(L).lua_sleep_until(L, t);
     return 0;
   });
@@ -516,7 +524,13 @@ int l_sweep(lua_State* L) {
     ScriptContext& ctx = context(L);
     SweepCall call;
     call.sweep = ctx.sweeps++;
+    // Each point is a duet.run, which cannot run inside another: refused here, not point by point.
+    if (LuaWorkload::running(L))
+      throw Error(where(L) +
+                  "duet.sweep: cannot sweep inside a run's workload (call it from the script's top level)");
     TableReader t(L, 1, "duet.sweep");
+    t.known({"grid", "run", "threads", "label", "out"});
+    t.finish();  // a misspelt key is named before the keys it replaces are missed
     if (t.push("grid") != LUA_TTABLE) t.fail("grid", "expected a table {name = {values...}}");
     call.grid = lua_gettop(L);
     if (t.push("run") != LUA_TFUNCTION)

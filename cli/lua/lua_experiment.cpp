@@ -312,6 +312,7 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
                 "duet.run: memory_split must return a table {engine name = gpu_memory_utilization}");
   }
   TableReader split(L, -1, "memory_split()");
+  split.locate(ex.memory_split.where);
   for (EngineConfig& c : ex.engines)
     if (auto u = split.number(c.name.c_str())) {
       c.gpu_memory_utilization = *u;
@@ -380,6 +381,18 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
   return policy;
 }
 
+// One engine's {min_blocks, max_blocks} from memory_policy(), each defaulting to `now`; checked
+// here, where the error can name the policy, rather than when the pool applies them.
+KvLimits read_kv_limits(TableReader& t, KvLimits now) {
+  const KvLimits l{t.int32("min_blocks").value_or(now.min_blocks),
+                   t.int32("max_blocks").value_or(now.max_blocks)};
+  if (l.min_blocks < 0) t.fail("min_blocks", "must not be negative, got " + std::to_string(l.min_blocks));
+  if (l.max_blocks < l.min_blocks)
+    t.fail("max_blocks",
+           std::to_string(l.max_blocks) + " is below min_blocks (" + std::to_string(l.min_blocks) + ")");
+  return l;
+}
+
 // memory_policy(info) -> nil, or {engine name = {min_blocks = n, max_blocks = n}, ...}. Called
 // before every arbiter decision (each device step) while an engine has work.
 MemoryPolicy make_memory_policy(lua_State* L, const Experiment& ex) {
@@ -418,21 +431,28 @@ MemoryPolicy make_memory_policy(lua_State* L, const Experiment& ex) {
     if (!lua_istable(L, -1)) {
       lua_pop(L, 1);
       throw Error(
+          fn->where +
           "duet.run: memory_policy must return nil or {engine name = {min_blocks = n, max_blocks = n}}");
     }
     TableReader result(L, -1, "memory_policy()");
+    result.locate(fn->where);  // the policy's definition: the error surfaces in a device step
+    std::int64_t floors = 0;
     for (std::size_t i = 0; i < names.size(); ++i) {
       if (result.push(names[i].c_str()) == LUA_TTABLE) {
         TableReader limits(L, -1, "memory_policy()." + names[i]);
-        const KvLimits now = statuses[i].kv.limits;
-        out[i] = KvLimits{limits.int32("min_blocks").value_or(now.min_blocks),
-                          limits.int32("max_blocks").value_or(now.max_blocks)};
+        limits.locate(fn->where);
+        out[i] = read_kv_limits(limits, statuses[i].kv.limits);
         limits.finish();
       } else if (!lua_isnil(L, -1)) {
         result.fail(names[i].c_str(), "expected a table {min_blocks = n, max_blocks = n}");
       }
+      floors += (out[i] ? *out[i] : statuses[i].kv.limits).min_blocks;
       lua_pop(L, 1);
     }
+    const std::int32_t pages = statuses.empty() ? 0 : statuses.front().kv.total_blocks;
+    if (floors > pages)
+      throw Error(fn->where + "memory_policy(): the engines' min_blocks sum to " + std::to_string(floors) +
+                  " pages, more than the pool's " + std::to_string(pages));
     result.finish();
     lua_pop(L, 1);
     return out;

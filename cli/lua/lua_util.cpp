@@ -234,7 +234,9 @@ std::optional<bool> TableReader::boolean(const char* key) {
   return v;
 }
 
-void TableReader::finish() {
+void TableReader::known(std::initializer_list<const char*> keys) { asked_.insert(keys.begin(), keys.end()); }
+
+void TableReader::finish(const std::string& hint) {
   lua_pushnil(L_);
   while (lua_next(L_, index_) != 0) {
     lua_pop(L_, 1);  // the value; the key stays for lua_next
@@ -245,7 +247,8 @@ void TableReader::finish() {
       std::string valid;
       for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;
       lua_pop(L_, 1);
-      throw Error(location() + where_ + ": unknown key '" + key + "' (valid keys: " + valid + ")");
+      throw Error(location() + where_ + ": unknown key '" + key + "' (valid keys: " + valid +
+                  (hint.empty() ? "" : "; " + hint) + ")");
     }
   }
 }

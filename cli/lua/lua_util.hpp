@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -88,7 +89,11 @@ class TableReader {
   std::optional<bool> boolean(const char* key);
   // Pushes the field onto the stack (nil if absent) and returns its Lua type.
   int push(const char* key);
-  void finish();
+  // Marks keys as valid without reading them, so that finish() can run before they are read.
+  void known(std::initializer_list<const char*> keys);
+  // Throws naming the first key not asked for (or marked known), listing the valid ones; `hint`,
+  // if given, follows the list.
+  void finish(const std::string& hint = "");
   const std::string& where() const { return where_; }
   // Errors name `location` ("file:line: ") instead of the Lua code calling into C.
   void locate(std::string location) { location_ = std::move(location); }

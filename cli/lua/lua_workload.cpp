@@ -18,6 +18,9 @@ namespace duet::lua {
 namespace {
 
 constexpr const char* kWorkloadKey = "duet.workload";
+// A million wake-ups is a day of one-per-0.1 s polling; a real workload submits or finishes
+// something long before, and the check costs about a second of simulation to trip.
+constexpr std::int64_t kMaxIdleWakeups = 1'000'000;
 
 const char* finish_name(FinishReason r) {
   switch (r) {
@@ -60,37 +63,22 @@ int unknown_engine(lua_State* L) {
   return lua_error(L);
 }
 
-// A workload table holds these keys and no other (a misplaced run setting is an error, not ignored).
-void check_workload_keys(lua_State* L, int index) {
-  lua_pushnil(L);
-  while (lua_next(L, index) != 0) {
-    lua_pop(L, 1);
-    const bool named = lua_type(L, -1) == LUA_TSTRING;
-    const std::string key = named ? lua_tostring(L, -1) : luaL_typename(L, -1);
-    if (!named || (key != "problems" && key != "solve")) {
-      lua_pop(L, 1);
-      throw Error(where(L) + "duet.run.workload: unknown key " +
-                  (named ? "'" + key + "'" : "of type " + key) +
-                  " (valid: problems, solve; run settings such as concurrency belong in duet.run{...})");
-    }
-  }
-}
-
 }  // namespace
 
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
                          LuaWorkloadOptions options)
     : L_(L), engines_(std::move(engines)), opt_(options) {
   index = lua_absindex(L, index);
-  lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
-  const bool nested = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if (nested)
+  if (running(L))
     throw Error("duet.run: cannot run inside another run's workload (call it from the script's top level)");
   if (!lua_istable(L, index))
     throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
-  check_workload_keys(L, index);
+  {  // these keys and no other: a misplaced run setting is an error, not ignored
+    TableReader keys(L, index, "duet.run.workload");
+    keys.known({"problems", "solve"});
+    keys.finish("run settings such as concurrency belong in duet.run{...}");
+  }
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
   lua_Debug ar;
@@ -134,6 +122,13 @@ LuaWorkload::~LuaWorkload() {
   luaL_unref(L_, LUA_REGISTRYINDEX, engines_meta_ref_);
   lua_pushnil(L_);
   lua_setfield(L_, LUA_REGISTRYINDEX, kWorkloadKey);
+}
+
+bool LuaWorkload::running(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
+  const bool set = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return set;
 }
 
 LuaWorkload& LuaWorkload::from(lua_State* L) {
@@ -234,6 +229,7 @@ void LuaWorkload::resume(Task& task, int nargs) {
 
 void LuaWorkload::complete(Task& task) {
   lua_State* co = task.co;
+  idle_wakeups_ = 0;
   ProblemRecord r;
   r.index = std::int64_t(task.problem) + 1;
   r.start_s = task.start_s;
@@ -292,6 +288,7 @@ void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
   if (it == owner_.end()) return;
   Task& task = *it->second;
   owner_.erase(it);
+  idle_wakeups_ = 0;
   task.live.erase(seq.id);
   task.generated += seq.kind == SeqKind::Generate ? seq.num_output_tokens() : 0;
   if (seq.keep_kv) task.kept.emplace_back(engine, seq.id);
@@ -307,6 +304,7 @@ void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
 
 int LuaWorkload::lua_sleep_until(lua_State* co, double t) {
   Task& task = task_of(co);
+  task.sleep_where = where(co);
   if (t <= rt_->now()) return 0;
   const std::uint64_t tag = next_tag_++;
   sleepers_[tag] = co;
@@ -323,6 +321,12 @@ void LuaWorkload::on_wakeup(Runtime&, std::uint64_t tag) {
   sleepers_.erase(it);
   auto task = tasks_.find(co);
   if (task == tasks_.end()) return;
+  if (owner_.empty() && ++idle_wakeups_ > kMaxIdleWakeups)
+    throw Error(
+        task->second->sleep_where + "problem " + std::to_string(task->second->problem + 1) +
+        ": duet.sleep_until woke the run " + std::to_string(kMaxIdleWakeups) +
+        " times in a row with no sequence running and none submitted (now t = " + std::to_string(rt_->now()) +
+        " s): solve() sleeps in a loop waiting for something that never comes");
   task->second->suspended = false;
   task->second->awaiting.clear();
   resume(*task->second, 0);
@@ -510,6 +514,7 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
 
 lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   Task& task = task_of(co);
+  idle_wakeups_ = 0;
   const EngineVocab& v = engines_[std::size_t(engine)];
   TableReader spec(co, spec_index, v.name + ":submit");
   Sequence s;

@@ -49,6 +49,7 @@ class LuaWorkload final : public Workload {
 
   // Called from the Lua bindings (lua_api.cpp, lua_engine_handle.cpp).
   static LuaWorkload& from(lua_State* L);
+  static bool running(lua_State* L);  // a run's workload is under way in L's state
   lua_Integer lua_submit(lua_State* co, int engine, int spec_index);  // the new sequence's id
   int lua_await(lua_State* co);
   int lua_sleep_until(lua_State* co, double t);  // -1: the caller yields
@@ -77,6 +78,7 @@ class LuaWorkload final : public Workload {
     std::vector<SeqId> awaiting;                   // what the coroutine waits for
     bool suspended = false;
     bool waits = false;  // set by duet.await and duet.sleep_until as they yield: something will resume it
+    std::string sleep_where;  // "file:line: " of its last duet.sleep_until
   };
 
   void launch(std::size_t problem);
@@ -102,6 +104,9 @@ class LuaWorkload final : public Workload {
   std::unordered_map<lua_State*, std::unique_ptr<Task>> tasks_;
   std::unordered_map<SeqId, Task*> owner_;                  // live sequence -> its task
   std::unordered_map<std::uint64_t, lua_State*> sleepers_;  // wake-up tag -> sleeping coroutine
+  // Wake-ups in a row with no sequence running and nothing submitted or finished: a solve() that
+  // sleeps in a loop waiting for what never comes (the instruction limit counts one resume only).
+  std::int64_t idle_wakeups_ = 0;
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
 };

@@ -17,6 +17,10 @@
 --   wide      n = 16 (`wide_n`) with `wide_problems` problems in flight at the splits 0.08, 0.3,
 --             0.45 and 0.5: where memory binds on an 80 GB GPU (scripts/memory_split.lua's
 --             workload; with n = 4 every split leaves both models more KV than the search uses)
+--   pool      the wide workload on one KV pool for both models (kv_pool = "shared", evicting the
+--             least recently freed page or the cheapest to recompute) against static splits 0.1,
+--             0.3 and 0.5 of the same memory (at 0.5 the PRM evicts), all at equal-byte blocks
+--             (generator 16 tokens, PRM 4): scripts/shared_pool.lua's comparison, measured
 -- `duet validate` predicts with the profiles measured on the device; `duet run` of the same script
 -- with `--cost-model operator` (or `roofline`) predicts the same points with the other cost models,
 -- for the measured makespans to be compared with.
@@ -36,7 +40,7 @@ local function config(label, llm_util, o)
   local list = o.problems or problems
   local function engine(name, model, util)
     return {name = name, model = model, gpu_memory_utilization = util, max_num_seqs = o.seqs or 256,
-            max_num_batched_tokens = o.tokens or 8192}
+            max_num_batched_tokens = o.tokens or 8192, block_size = o.blocks and o.blocks[name]}
   end
   return {label = label, gpu = args.gpu, cost_model = args.cost_model, concurrency = o.concurrency or args.concurrency, seed = args.seed,
           progress = false,
@@ -81,5 +85,22 @@ if args.sweeps:find("wide") then
              run = function(p)
                return config(string.format("wide n=%d llm_util=%.2f", args.wide_n, p.llm_util), p.llm_util,
                              {problems = many, concurrency = args.wide_problems, n = args.wide_n})
+             end}
+end
+if args.sweeps:find("pool") then
+  local many = math500.load{limit = args.wide_problems}
+  -- Equal bytes per block: Llama-3.1-8B's 128 KiB of KV per token is 4x Llama-3.2-1B's 32 KiB.
+  local blocks = {llm = 16, prm = 4}
+  local setups = {{share = 0.1}, {share = 0.3}, {share = 0.5}, {eviction = "lru"}, {eviction = "cost"}}
+  duet.sweep{label = "pool", grid = {setup = {1, 2, 3, 4, 5}},
+             run = function(p)
+               local s = setups[p.setup]
+               local o = {problems = many, concurrency = args.wide_problems, n = args.wide_n, blocks = blocks}
+               if s.share then
+                 return config(string.format("pool n=%d static %.2f", args.wide_n, s.share), s.share, o)
+               end
+               local c = config(string.format("pool n=%d shared %s", args.wide_n, s.eviction), args.total / 2, o)
+               c.kv_pool, c.kv_eviction = "shared", s.eviction
+               return c
              end}
 end

@@ -16,6 +16,7 @@
 #             slice on Llama-3.1-8B)
 #   load      beam_gpu.lua's concurrency sweep (9 points) on the real engine
 #   wide      beam_gpu.lua's n = 16 sweep (4 splits, 256 problems in flight), where memory binds
+#   pool      beam_gpu.lua's shared KV pool against static splits on the wide workload (5 points)
 #
 #   scripts/validation/measure_gpu.sh OUT_DIR PHASE...      e.g. results tests bench
 # Every command's output is kept in OUT_DIR (NAME.txt beside NAME.json / .h5, the names of the
@@ -31,9 +32,9 @@ out="$1"
 shift
 for p in "$@"; do
   case "$p" in
-    tests | sanitize | bench | profile | validate | memory | batching | shape | azure | load | wide) ;;
+    tests | sanitize | bench | profile | validate | memory | batching | shape | azure | load | wide | pool) ;;
     *) echo "measure_gpu: unknown phase '$p' (valid: tests, sanitize, bench, profile, validate, memory," \
-      "batching, shape, azure, load, wide)" >&2; exit 2 ;;
+      "batching, shape, azure, load, wide, pool)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
@@ -136,6 +137,7 @@ phase_batching() { validate_beam batching "$repeats" --problems "$problems" --co
 phase_shape() { validate_beam shape 1; }
 phase_load() { validate_beam load 1; }
 phase_wide() { validate_beam wide 1; }
+phase_pool() { validate_beam pool 1; }
 phase_azure() {
   step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
     --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \

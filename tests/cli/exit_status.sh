@@ -32,6 +32,10 @@ expect 2 validate --synthetic 2 --backend cpu --repeats 0
 expect 2 validate "$out/no-such-script.lua" --backend cpu
 expect 2 validate --synthetic 2 --backend cpu --out "$out/no-such-dir/x.validate.h5"
 expect 2 simulate --synthetic 4 --model gpt-5
+# A trace the command cannot read is its input's fault, the same status from both commands.
+expect 2 simulate --trace "$source/tests/cli/data/bad.csv"
+expect 2 validate --trace "$source/tests/cli/data/bad.csv" --backend cpu --model "$source/models/tiny-llama/config.json"
+expect 2 validate --trace "$out/no-such.csv" --backend cpu --model "$source/models/tiny-llama/config.json"
 expect 2 cost --model llama-3.1-8b --gpu h100 --cost-model nope
 expect 1 run "$source/tests/lua/bad_runtime.lua" --no-progress --out "$out/runtime.h5"
 expect 0 run "$quick" --no-progress --out "$out/quick.h5" -- --problems 2

@@ -191,7 +191,18 @@ TEST_F(MemoryPlanH100, RoomForLessThanOneBlockIsAnError) {
                              r.runtime_overhead_bytes;
   const std::int64_t one_block = 16 * r.model.kv_bytes_per_token();
   r.budget_bytes = fixed + one_block - 1;
-  EXPECT_TRUE(contains(error_of([&] { plan_memory(h100, {r}); }), "'llm'"));
+  const std::string short_one = error_of([&] { plan_memory(h100, {r}); });
+  EXPECT_TRUE(contains(short_one, "'llm'")) << short_one;
+  EXPECT_TRUE(contains(short_one, "raise gpu_memory_utilization")) << short_one;
+  // With room for KV, an outsized block is named as the cause (the hint was about the batch).
+  r.budget_bytes = fixed + kGiB;
+  r.block_size = 1'000'000;
+  const std::string outsized = error_of([&] { plan_memory(h100, {r}); });
+  EXPECT_TRUE(
+      contains(outsized, "one KV block of block_size 1000000 tokens takes 30.52 GiB, more than the 1.00 GiB"))
+      << outsized;
+  EXPECT_TRUE(contains(outsized, "lower block_size")) << outsized;
+  r.block_size = 16;
   // Exactly one block's worth is enough.
   r.budget_bytes = fixed + one_block;
   EXPECT_EQ(plan_memory(h100, {r}).engine("llm").num_blocks, 1);

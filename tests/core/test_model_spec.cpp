@@ -277,6 +277,20 @@ class ModelSpecHfConfig : public ::testing::Test {
   fs::path dir_;
 };
 
+TEST_F(ModelSpecHfConfig, AFileInTheWorkingDirectoryDoesNotHideABuiltIn) {
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_);
+  json three = json::parse(kLlama32_1BConfig);
+  three["num_hidden_layers"] = 3;
+  write(three.dump(), "llama-3.2-1b");
+  write(three.dump(), "my-model");
+  EXPECT_EQ(resolve_model("llama-3.2-1b").num_layers, 16);  // the built-in, not the file
+  const std::string msg = error_of([] { resolve_model("my-model"); });
+  EXPECT_TRUE(contains(msg, "to read the file of that name, give it as ./my-model")) << msg;
+  EXPECT_EQ(resolve_model("./my-model").num_layers, 3);
+  fs::current_path(before);
+}
+
 TEST_F(ModelSpecHfConfig, RealLlama32_1BConfigMatchesTheBuiltIn) {
   const std::string path = write(kLlama32_1BConfig);
   const ModelSpec m = from_hf_config(path);

@@ -168,5 +168,55 @@ for i = 1, 50000 do many[i] = {} end
 local r = duet.run(config{concurrency = 1, workload = {problems = many, solve = function() return {score = 1} end}})
 assert(r.problems == 50000, r.problems)
 
-assert(support.checked == 30, "checked " .. support.checked)
+-- A memory policy's limits are checked where its error can name the policy's definition.
+local function policy_returning(limits)
+  return config{kv_pool = "shared", memory_policy = function() return {llm = limits} end,
+                   workload = {problems = {{}}, solve = function(ctx)
+                     duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+                     return {score = 0}
+                   end}}
+end
+expect_error(function() return duet.run(policy_returning{max_blocks = -5}) end,
+             "check_misuse.lua:%d+: memory_policy%(%).llm.max_blocks: %-5 is below min_blocks %(0%)")
+expect_error(function() return duet.run(policy_returning{min_blocks = -1}) end,
+             "check_misuse.lua:%d+: memory_policy%(%).llm.min_blocks: must not be negative, got %-1")
+expect_error(function() return duet.run(policy_returning{min_blocks = 2 ^ 30}) end,
+             "check_misuse.lua:%d+: memory_policy%(%): the engines' min_blocks sum to 1073741824 pages, more than the pool's %d+")
+assert(duet.run(policy_returning{min_blocks = 4, max_blocks = 100}).problems == 1)
+
+-- Sleeping: a date for a run time, and a loop that sleeps and never submits, are errors (the second
+-- ran until killed, as each wake-up is a new call from duet with a fresh instruction budget).
+local function sleeping(solve) return config{workload = {problems = {{}}, solve = solve}} end
+expect_error(function() return duet.run(sleeping(function() duet.sleep_until(1.7e9) end)) end,
+             "check_misuse.lua:%d+: duet.sleep_until%(t%): t = 1.7e%+09 s is past 1e8 s")
+local polls = 0
+expect_error(function() return duet.run(sleeping(function()
+  while true do
+    polls = polls + 1
+    duet.sleep_until(duet.now() + 0.1)
+  end
+end)) end, "check_misuse.lua:%d+: problem 1: duet.sleep_until woke the run 1000000 times in a row with no sequence " ..
+           "running and none submitted")
+assert(polls == 1000001, polls)
+-- Sleeping between submits is progress: a paced workload runs to its end.
+local paced = duet.run(config{workload = {problems = {{}}, solve = function(ctx)
+  for i = 1, 3 do
+    duet.sleep_until(duet.now() + 1)
+    duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+  end
+  return {score = 0}
+end}})
+assert(paced.problems == 1)
+
+-- duet.sweep inside a run is refused at once (each point's duet.run would fail as nested), and a
+-- misspelt key is named before the key it replaces is missed.
+duet.run(config{workload = {problems = {{}}, solve = function()
+  expect_error(function() return duet.sweep{grid = {x = {1}}, run = function() return config{} end} end,
+               "check_misuse.lua:%d+: duet.sweep: cannot sweep inside a run's workload")
+  return {score = 0}
+end}})
+expect_error(function() return duet.sweep{grid = {x = {1}}, runn = function() return config{} end} end,
+             "check_misuse.lua:%d+: duet.sweep: unknown key 'runn' %(valid keys: grid, label, out, run, threads%)")
+
+assert(support.checked == 37, "checked " .. support.checked)
 print("misuse: ok")
