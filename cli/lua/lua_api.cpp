@@ -130,7 +130,7 @@ int l_run(lua_State* L) {
 DUET_YIELDS_FROM_C int l_await(lua_State* L) {
   int r = 0;
   const int status = guarded(L, [&] {
-    r = LuaWorkload::from(L).lua_await(L);
+    r = LuaWorkload::from(L, "duet.await").lua_await(L);
     return 0;
   });
   (void)status;
@@ -154,7 +154,7 @@ DUET_YIELDS_FROM_C int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yi
       throw Error(where(L) + "duet.sleep_until(t): t = " + shown.str() +
                   " s is past 1e8 s (3.2 years); t is seconds since the run began (duet.now()), not a date");
     }
-    r = LuaWorkload::from(L).lua_sleep_until(L, t);
+    r = LuaWorkload::from(L, "duet.sleep_until").lua_sleep_until(L, t);
     return 0;
   });
   if (r < 0) return lua_yield(L, 0);
@@ -201,7 +201,7 @@ int l_trace(lua_State* L) {
 
 int l_now(lua_State* L) {
   return guarded(L, [&] {
-    lua_pushnumber(L, LuaWorkload::from(L).runtime().now());
+    lua_pushnumber(L, LuaWorkload::from(L, "duet.now").runtime().now());
     return 1;
   });
 }

@@ -23,7 +23,7 @@ EngineRef& check_engine(lua_State* L, int index) {
 int engine_submit(lua_State* L) {
   const int engine = check_engine(L, 1).index;
   return guarded(L, [&] {
-    lua_pushinteger(L, LuaWorkload::from(L).lua_submit(L, engine, 2));
+    lua_pushinteger(L, LuaWorkload::from(L, "engine:submit").lua_submit(L, engine, 2));
     return 1;
   });
 }
@@ -31,7 +31,7 @@ int engine_submit(lua_State* L) {
 int engine_release(lua_State* L) {
   const int engine = check_engine(L, 1).index;
   const lua_Integer id = luaL_checkinteger(L, 2);
-  return guarded(L, [&] { return LuaWorkload::from(L).lua_release(L, engine, SeqId(id)); });
+  return guarded(L, [&] { return LuaWorkload::from(L, "engine:release").lua_release(L, engine, SeqId(id)); });
 }
 
 int engine_tokens(lua_State* L) {
@@ -40,7 +40,8 @@ int engine_tokens(lua_State* L) {
   const lua_Integer from = luaL_optinteger(L, 3, 0);
   luaL_argcheck(L, from >= 0 && from <= std::numeric_limits<int>::max(), 3,
                 "the first token's index must be in 0 to 2^31 - 1");
-  return guarded(L, [&] { return LuaWorkload::from(L).lua_tokens(L, engine, SeqId(id), int(from)); });
+  return guarded(
+      L, [&] { return LuaWorkload::from(L, "engine:tokens").lua_tokens(L, engine, SeqId(id), int(from)); });
 }
 
 int engine_set_priority(lua_State* L) {
@@ -51,8 +52,9 @@ int engine_set_priority(lua_State* L) {
     return luaL_argerror(L, 3,
                          lua_pushfstring(L, "retention priority must be in [0, %d]", kNumPriorities - 1));
   const bool shared = lua_toboolean(L, 4);
-  return guarded(L,
-                 [&] { return LuaWorkload::from(L).lua_set_priority(L, engine, SeqId(id), int(p), shared); });
+  return guarded(L, [&] {
+    return LuaWorkload::from(L, "engine:set_priority").lua_set_priority(L, engine, SeqId(id), int(p), shared);
+  });
 }
 
 int engine_index(lua_State* L) {  // fields and methods
@@ -64,7 +66,7 @@ int engine_index(lua_State* L) {  // fields and methods
     lua_pop(L, 2);
   }
   return guarded(L, [&] {
-    const EngineVocab& v = LuaWorkload::from(L).engines().at(std::size_t(engine));
+    const EngineVocab& v = LuaWorkload::from(L, "an engine's fields").engines().at(std::size_t(engine));
     const std::string k = key;
     if (k == "name") lua_pushstring(L, v.name.c_str());
     else if (k == "vocab_size") lua_pushinteger(L, v.vocab_size);

@@ -131,11 +131,11 @@ bool LuaWorkload::running(lua_State* L) {
   return set;
 }
 
-LuaWorkload& LuaWorkload::from(lua_State* L) {
+LuaWorkload& LuaWorkload::from(lua_State* L, const char* what) {
   lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
   auto* w = static_cast<LuaWorkload*>(lua_touserdata(L, -1));
   lua_pop(L, 1);
-  if (!w) throw Error(where(L) + "engines can only be used inside a workload's solve() during duet.run");
+  if (!w) throw Error(where(L) + what + ": only inside a workload's solve() during duet.run");
   return *w;
 }
 

@@ -218,5 +218,9 @@ end}})
 expect_error(function() return duet.sweep{grid = {x = {1}}, runn = function() return config{} end} end,
              "check_misuse.lua:%d+: duet.sweep: unknown key 'runn' %(valid keys: grid, label, out, run, threads%)")
 
-assert(support.checked == 37, "checked " .. support.checked)
+-- The workload's calls outside a run name themselves and the line.
+expect_error(function() return duet.sleep_until(5) end,
+             "check_misuse.lua:%d+: duet.sleep_until: only inside a workload's solve%(%) during duet.run")
+
+assert(support.checked == 38, "checked " .. support.checked)
 print("misuse: ok")
