@@ -66,8 +66,9 @@ def _engine(engine, tables):
     return out
 
 
-def load_run(path, group="/", tables=True):
-    """One run as a dict:
+def load_run(path, group=None, tables=True):
+    """One run as a dict (group: the run's group; None: the file's only run, "/" for duet simulate's
+    files, /runs/0000 for a duet run of one duet.run):
 
     attrs    the run group's attributes: configuration, duet_schema_version (and created_utc at /);
              record_level ("requests" or "summary") when the run left tables out
@@ -78,6 +79,13 @@ def load_run(path, group="/", tables=True):
 
     tables=False skips the DataFrames (quick when only summaries of a large sweep are needed).
     """
+    if group is None:
+        runs = list_runs(path)
+        if len(runs) != 1:
+            shown = ", ".join(runs[:4]) + (", ..." if len(runs) > 4 else "")
+            raise KeyError(f"{path}: holds {len(runs)} runs ({shown or 'none'}): pass group= (list_runs, "
+                           f"find_run or sweep_table find them)")
+        group = runs[0]
     with h5py.File(path, "r") as f:
         if group not in f or not isinstance(f[group], h5py.Group):
             raise KeyError(f"{path}: {group}: no such group")

@@ -6,11 +6,15 @@ the figure and the DataFrame it plotted, so that a notebook can check the plot a
 
 Needs matplotlib (Debian: python3-matplotlib) besides duet_h5's h5py, numpy and pandas.
 """
+import sys
+
 import numpy as np
 import pandas as pd
 import matplotlib
 
-matplotlib.use("Agg")  # headless unless a notebook's inline backend is already active
+# Scripts draw headless; a notebook's kernel keeps its inline backend, so that figures show.
+if "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})

@@ -38,6 +38,13 @@ int run_command(const Command& c, int argc, char** argv,
     }
     po::notify(vm);
     return body(vm);
+  } catch (const po::unknown_option& e) {
+    // A script's own arguments follow "--"; before it they are taken for duet's.
+    const std::string hint = c.script_args ? std::string("; a script's own arguments go after --: duet ") +
+                                                 c.name + " SCRIPT -- " + e.get_option_name() + " ..."
+                                           : "";
+    std::fprintf(stderr, "duet %s: %s (see duet %s --help%s)\n", c.name, e.what(), c.name, hint.c_str());
+    return 2;
   } catch (const po::error& e) {
     std::fprintf(stderr, "duet %s: %s (see duet %s --help)\n", c.name, e.what(), c.name);
     return 2;

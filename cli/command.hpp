@@ -18,6 +18,7 @@ struct Command {
   const boost::program_options::positional_options_description* positional = nullptr;
   const char* required = nullptr;  // a positional without which the command prints its help
   int error_status = 2;            // exit status for a duet::Error from the body (UsageError: 2)
+  bool script_args = false;        // takes a script's own arguments after "--" (run, validate)
 };
 
 int run_command(const Command& command, int argc, char** argv,

@@ -84,27 +84,28 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
     }
   for (int i = own + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
   // A failed run exits 1; bad usage 2.
-  return run_command({"run", options, &positional, "script", 1}, own, argv, [&](const po::variables_map& vm) {
-    opt.progress = !vm.count("no-progress");
-    opt.resume = vm.count("resume") > 0;
-    opt.stop = &g_stop_signal;
-    check_usage([&] {
-      check_script(opt.script);
-      if (vm.count("shard")) opt.shard = parse_shard(shard);
-      check_backend(opt.backend);
-      opt.record = parse_record_level("--record", record);
-      check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
-      if (opt.threads < 0)
-        throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
-      if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
-      if (opt.ranks.rank == 0) check_hdf5_output(opt.out, {opt.script});
-    });
-    if (opt.threads == 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    opt.source_dir = source_dir();
-    opt.command_line = command_line_of(argc, argv);
-    install_stop_handlers();
-    return run_body(opt);
-  });
+  return run_command(
+      {"run", options, &positional, "script", 1, true}, own, argv, [&](const po::variables_map& vm) {
+        opt.progress = !vm.count("no-progress");
+        opt.resume = vm.count("resume") > 0;
+        opt.stop = &g_stop_signal;
+        check_usage([&] {
+          check_script(opt.script);
+          if (vm.count("shard")) opt.shard = parse_shard(shard);
+          check_backend(opt.backend);
+          opt.record = parse_record_level("--record", record);
+          check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
+          if (opt.threads < 0)
+            throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
+          if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
+          if (opt.ranks.rank == 0) check_hdf5_output(opt.out, {opt.script});
+        });
+        if (opt.threads == 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+        opt.source_dir = source_dir();
+        opt.command_line = command_line_of(argc, argv);
+        install_stop_handlers();
+        return run_body(opt);
+      });
 }
 
 }  // namespace

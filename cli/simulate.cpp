@@ -2,6 +2,7 @@
 // simulator by default, or a real engine on the wall clock (--backend cpu|cuda).
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "cli/command.hpp"
@@ -82,8 +83,9 @@ int simulate(int argc, char** argv) {
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       stream->finish(o.summary, extra);
       file->close();
-      std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
-                  out.c_str());
+      std::printf(
+          "wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
+          std::filesystem::absolute(out).string().c_str());  // the kernel runs in the notebook's folder
     }
     if (replay.finished() == 0 && replay.skipped() > 0) {
       std::fprintf(stderr,

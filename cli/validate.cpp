@@ -57,7 +57,7 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
   if (points.empty()) throw Error("validate: the script ran no duet.run or duet.sweep");
   const double worst = print_validation_table(points, stdout);
   std::printf("wrote %s\nopen analysis/notebooks/validation.ipynb with DUET_RUN=%s\n", out.c_str(),
-              out.c_str());
+              std::filesystem::absolute(out).string().c_str());  // the kernel runs in the notebook's folder
   if (max_error > 0 && !(worst <= max_error)) {
     std::printf("validate: max |error| %.1f%% exceeds --max-error %.1f%%\n", 100 * worst, 100 * max_error);
     return 1;
@@ -223,7 +223,7 @@ int validate(int argc, char** argv) {
   for (int i = own_argc + 1; i < argc; ++i) opt.args.emplace_back(argv[i]);
   const std::string command_line = command_line_of(argc, argv);
   return run_command(
-      {"validate", options, &positional, nullptr, 1}, own_argc, argv, [&](const po::variables_map& vm) {
+      {"validate", options, &positional, nullptr, 1, true}, own_argc, argv, [&](const po::variables_map& vm) {
         check_usage([&] {
           if (!(max_error >= 0))
             throw Error("--max-error must be at least 0, got " + std::to_string(max_error));

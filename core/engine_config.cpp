@@ -78,8 +78,12 @@ std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineM
 
 Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
                        Executor& executor, SchedulerPolicy policy, std::shared_ptr<BlockPool> shared) {
-  return Engine(c.name, scheduler_config(c), make_allocator(c, m, model_id, std::move(shared)), executor,
-                std::move(policy));
+  std::unique_ptr<KvAllocator> kv = make_allocator(c, m, model_id, std::move(shared));
+  try {
+    return Engine(c.name, scheduler_config(c), std::move(kv), executor, std::move(policy));
+  } catch (const Error& e) {  // the scheduler's checks of its configuration name no engine
+    throw Error("engine '" + c.name + "': " + e.what());
+  }
 }
 
 }  // namespace duet

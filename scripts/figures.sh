@@ -59,6 +59,13 @@ notebook() {  # notebook NAME [VAR=FILE ...]
   env DUET_FIGURES="$figures" "$@" jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
     --output-dir "$data/notebooks" "analysis/notebooks/$name.ipynb" 2>"$data/$name.log" ||
     { cat "$data/$name.log" >&2; echo "figures: notebook $name failed" >&2; exit 1; }
+  # A notebook shows its figures inline too (a backend forced to Agg once left every one blank).
+  /usr/bin/python3 - "$data/notebooks/$name.ipynb" <<'PY' || exit 1
+import json, sys
+cells = json.load(open(sys.argv[1]))["cells"]
+if not any("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", [])):
+    sys.exit(f"figures: {sys.argv[1]} shows no figure")
+PY
   echo "executed $name.ipynb"
 }
 notebook thesis_figures DUET_MEMORY_SPLIT="$data/memory_split.h5" DUET_KV_BLOCKS="$data/kv_blocks.h5" \

@@ -50,5 +50,7 @@ print(string.format("%-28s %12d", "preemptions (LLM + PRM)", llm.preemptions + p
 print(string.format("%-28s %11.1f%%", "accuracy (synthetic)", 100 * result.accuracy))
 print("LLM priced by  " .. llm.cost_model)
 print("PRM priced by  " .. prm.cost_model)
-print(string.format("open analysis/notebooks/search.ipynb with DUET_RUN=%s", duet.out))
+-- The notebook compares this run with one of full PRM scoring (`-- --prm-mode full`).
+print(string.format("open analysis/notebooks/search.ipynb with %s=%s", args.prm_mode == "full" and "DUET_RUN_FULL" or "DUET_RUN",
+                    duet.out))
 return result

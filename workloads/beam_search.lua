@@ -7,6 +7,7 @@
 -- score.
 local duet = require("duet")
 local S = require("workloads.search")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -57,7 +58,8 @@ end
 -- workload{problems = ..., n = 4, beam_width = 4, ...} -> a duet.run workload
 function M.workload(opts)
   local o = S.options(opts)
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+  S.check_beams(o, 2)
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

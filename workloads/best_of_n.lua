@@ -3,6 +3,7 @@
 -- the answer.
 local duet = require("duet")
 local S = require("workloads.search")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -19,9 +20,13 @@ end
 -- workload{problems, n = 4, agg = "last", ...}: a duet.run workload. A sample's PRM request scores
 -- the whole solution (prm_mode "full"; its step scores at every step end).
 function M.workload(opts)
-  local o = S.options(opts)
+  local whole = "best-of-N scores each whole solution once"
+  local o = S.options(opts, nil, {prm_mode = whole .. " (prm_mode 'full')", score_cache = whole,
+                                  beam_width = "best-of-N has no beams", num_iterations = "best-of-N samples whole solutions",
+                                  filter_duplicates = "best-of-N has no beams", duplicate_rate = "best-of-N has no beams",
+                                  priority_eviction = "best-of-N prunes nothing"})
   o.prm_mode = "full"
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

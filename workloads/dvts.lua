@@ -3,6 +3,7 @@
 -- beam_width candidates and keeps the best one, so subtrees never collapse onto one trajectory.
 -- The answer is the best completed leaf over all subtrees.
 local S = require("workloads.search")
+local O = require("workloads.options")
 
 local M = {}
 
@@ -51,7 +52,8 @@ end
 
 function M.workload(opts)
   local o = S.options(opts)
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+  S.check_beams(o, 2)
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

@@ -83,4 +83,11 @@ function O.merge(what, kinds, defaults, opts, level, passed)
   return o
 end
 
+-- o for one problem: its `seed` option, or when none was given duet.run's `seed` (ctx.run_seed),
+-- so that a sweep over run seeds draws new samples while a workload's own seed still pins them.
+function O.seeded(o, ctx)
+  if o.seed ~= nil then return o end
+  return setmetatable({seed = ctx.run_seed}, {__index = o})
+end
+
 return O

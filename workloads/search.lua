@@ -29,7 +29,7 @@ S.defaults = {
   duplicate_rate = 0.0,     -- chance that a candidate repeats its sibling's step verbatim
   llm = "llm",
   prm = "prm",
-  seed = 0,
+  seed = nil,               -- the keyed randomness's seed; nil: duet.run's seed (O.seeded)
 }
 
 -- What each option may be (workloads/options.lua). A workload that adds options passes their kinds
@@ -44,8 +44,12 @@ S.kinds = {
 
 -- opts with every default filled in; unknown keys and bad values are errors at the line that
 -- called the workload. `extra`: a workload's own options, {name = {default, kind}}, or
--- {name = default} (then a value must have the default's type).
-function S.options(opts, extra)
+-- {name = default} (then a value must have the default's type). `unused`: {name = why} for the
+-- shared options this workload does not use, which are errors rather than silently ignored.
+function S.options(opts, extra, unused)
+  for name, why in pairs(unused or {}) do
+    if type(opts) == "table" and opts[name] ~= nil then error("search option " .. name .. ": " .. why, 3) end
+  end
   local kinds, defaults = {}, {}
   for k, v in pairs(S.kinds) do kinds[k] = v end
   for k, v in pairs(S.defaults) do defaults[k] = v end
@@ -59,6 +63,15 @@ function S.options(opts, extra)
   end
   local o = O.merge("search", kinds, defaults, opts, 3, {"problems"})
   return o  -- not a tail call: the level counts this frame
+end
+
+-- search-and-learn's beam search and DVTS keep n / beam_width beams (or subtrees): n must be a
+-- multiple of beam_width. `level` as error()'s, seen from the caller.
+function S.check_beams(o, level)
+  if o.n % o.beam_width ~= 0 then
+    error(string.format("search options n = %d and beam_width = %d: n must be a multiple of beam_width " ..
+                        "(n / beam_width beams are kept)", o.n, o.beam_width), level + 1)
+  end
 end
 
 function S.root(problem, o)
@@ -80,11 +93,11 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
   local key = same_as and same_as.step_key or (parent.key .. "." .. child_no)
   local child = {parent = parent, key = parent.key .. "." .. child_no, step_key = key, steps = parent.steps,
                  ends = copy(parent.ends), scores = copy(parent.scores), target = parent.target}
+  child.to_end = to_end or parent.steps + 1 >= parent.target  -- this request holds every remaining step
   child.q = prm_scores.next_quality(parent.q, o.seed, key)
   local level = problem.level
-  local answer_now = parent.steps + 1 >= parent.target
   local length, stop
-  if to_end or answer_now then
+  if child.to_end then
     length = steps.answer_tokens(level, o.seed, key)
     for s = parent.steps + 1, parent.target - 1 do
       length = length + steps.step_tokens(level, o.seed, key, s) + 1
@@ -101,10 +114,11 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
   return child
 end
 
--- Records a generated step; a finished answer (or a truncated step) completes the trajectory.
+-- Records a generated step; a finished answer (or a truncated step) completes the trajectory. A
+-- request generated to the end holds every remaining step, not one.
 function S.step_done(child, result, o)
   child.len = result.num_tokens
-  child.steps = child.steps + 1
+  child.steps = child.to_end and math.max(child.target, child.steps + 1) or child.steps + 1
   child.ends[#child.ends + 1] = result.num_tokens - 1
   child.done = result.finish ~= "stop" or child.steps >= child.target
   if child.done then

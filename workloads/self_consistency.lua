@@ -31,8 +31,13 @@ local function solve(ctx, problem, o)
 end
 
 function M.workload(opts)
-  local o = S.options(opts, {distractors = {3, O.integer(1)}})
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+  local no_prm = "self-consistency has no verifier"
+  local o = S.options(opts, {distractors = {3, O.integer(1)}},
+                      {prm = no_prm, prm_mode = no_prm, score_cache = no_prm, agg = no_prm,
+                       priority_eviction = no_prm, beam_width = "self-consistency has no beams",
+                       num_iterations = "self-consistency samples whole solutions",
+                       filter_duplicates = "self-consistency has no beams", duplicate_rate = "self-consistency has no beams"})
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

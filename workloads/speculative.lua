@@ -12,7 +12,7 @@ local O = require("workloads.options")
 
 local M = {}
 
-M.defaults = {gamma = 4, alpha = 0.7, output_tokens = 256, draft = "draft", target = "target", seed = 0}
+M.defaults = {gamma = 4, alpha = 0.7, output_tokens = 256, draft = "draft", target = "target"}  -- seed: O.seeded
 
 local function solve(ctx, problem, o)
   local draft, target = ctx.engines[o.draft], ctx.engines[o.target]
@@ -48,7 +48,7 @@ local kinds = {gamma = O.integer(1), alpha = O.number(0, 1), output_tokens = O.i
 
 function M.workload(opts)
   local o = O.merge("speculative", kinds, M.defaults, opts, 2, {"problems"})
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, o) end}
+  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

@@ -598,7 +598,10 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   }
   LuaRun run{std::move(*outcome), workload.results()};
   bar.finish();
-  for (const std::string& w : run.outcome.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  // Named by the run's label: in a sweep, which point it came from.
+  const std::string whose = ex.label.empty() ? "" : ex.label + ": ";
+  for (const std::string& w : run.outcome.warnings)
+    std::fprintf(stderr, "warning: %s%s\n", whose.c_str(), w.c_str());
   return run;
 }
 
@@ -748,7 +751,7 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     correct += p.correct == 1;
     score += p.score;
   }
-  set_number(L, "accuracy", known ? double(correct) / known : 0.0);
+  if (known) set_number(L, "accuracy", double(correct) / known);  // absent: no problem said (chat, say)
   set_number(L, "mean_score", r.problems.empty() ? 0.0 : score / double(r.problems.size()));
   lua_createtable(L, 0, int(r.summary.engines.size()));
   for (const EngineSummary& e : r.summary.engines) {

@@ -175,7 +175,7 @@ void LuaWorkload::launch(std::size_t problem) {
   tasks_.emplace(co, std::move(task));
   // solve(ctx, problem) with ctx = {engines = {name = engine}, index = i, seed = s}
   lua_rawgeti(co, LUA_REGISTRYINDEX, solve_ref_);
-  lua_createtable(co, 0, 3);
+  lua_createtable(co, 0, 4);
   lua_createtable(co, 0, int(engines_.size()));
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     push_engine_ref(co, int(e));
@@ -186,6 +186,7 @@ void LuaWorkload::launch(std::size_t problem) {
   lua_setfield(co, -2, "engines");
   set_integer(co, "index", lua_Integer(problem + 1));
   set_integer(co, "seed", lua_Integer(mix64(opt_.seed ^ (0x70726f62ULL << 20) ^ problem) >> 1));
+  set_integer(co, "run_seed", lua_Integer(opt_.seed));  // duet.run's seed, as the script gave it
   // The problem is read on the main thread (a proxied list's __index may raise) and moved over.
   lua_rawgeti(L_, LUA_REGISTRYINDEX, problems_ref_);
   try {

@@ -10,11 +10,43 @@ local function run(workload, e)
 end
 for _, name in ipairs{"beam_search", "best_of_n", "dvts", "self_consistency"} do
   local w = require("workloads." .. name)
-  local r = run(w.workload{problems = problems, n = 8, beam_width = 4})
+  local beams = (name == "beam_search" or name == "dvts") and 4 or nil
+  local r = run(w.workload{problems = problems, n = 8, beam_width = beams})
   assert(r.problems == #problems, name)
   assert(r.problems_per_s > 0, name)
   print(string.format("%-18s %8.3f problems/s, accuracy %.2f", name, r.problems_per_s, r.accuracy))
 end
+
+-- A solution generated to its end in one request holds all its remaining steps: its answer is
+-- judged. (It used to count as one step, so that best-of-N, self-consistency and a beam search cut
+-- short by num_iterations judged no answer: accuracy 0.)
+local judged = math500.load{limit = 32}
+local function accuracy_of(w)
+  local r = run(w)
+  assert(r.accuracy, "no problem's answer was judged")
+  return r.accuracy
+end
+local bon = accuracy_of(require("workloads.best_of_n").workload{problems = judged, n = 8})
+local sc = accuracy_of(require("workloads.self_consistency").workload{problems = judged, n = 8})
+local short = accuracy_of(require("workloads.beam_search").workload{problems = judged, n = 8, num_iterations = 1})
+assert(bon > 0.2 and sc > 0.2 and short > 0.1, string.format("accuracy: best-of-n %.2f, self-consistency %.2f, " ..
+                                                              "one-iteration beam %.2f", bon, sc, short))
+print(string.format("accuracy at n = 8: best-of-n %.2f, self-consistency %.2f, one-iteration beam search %.2f",
+                    bon, sc, short))
+-- duet.run's seed draws the samples of a workload that names no seed of its own; one that does
+-- keeps its samples whatever the run's seed.
+local beam = require("workloads.beam_search")
+local function tokens(run_seed, opts)
+  opts.problems, opts.n, opts.num_iterations = problems, 4, 3
+  return duet.run{gpu = "h100", engines = engines, seed = run_seed, out = false, progress = false,
+                  workload = beam.workload(opts)}.engines.llm.generated_tokens
+end
+assert(tokens(0, {}) ~= tokens(1, {}), "the run's seed changed no sample")
+assert(tokens(0, {seed = 7}) == tokens(1, {seed = 7}), "the workload's own seed did not pin its samples")
+assert(tokens(0, {}) == tokens(9, {seed = 0}), "seed 0 given and the run's seed 0 differ")
+
+-- No problem says whether it was right: no accuracy, rather than 0.
+assert(run{problems = {{}}, solve = function() return {score = 0} end}.accuracy == nil)
 local spec = require("workloads.speculative")
 local r = run(spec.workload{problems = problems, gamma = 4, alpha = 0.7, output_tokens = 64},
               {{name = "draft", model = "llama-3.2-1b", gpu_memory_utilization = 0.2},
@@ -33,7 +65,6 @@ print(string.format("%-18s %8d requests over %.1f s", "chat", c.engines.llm.requ
 -- search, a NaN score or an endless wait at the end of a run.
 local expect = require("tests.lua.support").expect_error
 local function expect_error(build, pattern) expect(build, "check_workloads.lua:%d+: .*" .. pattern) end
-local beam = require("workloads.beam_search")
 expect_error(function() beam.workload{problems = problems, n = 0} end, "search option n: expected an integer >= 1, got 0")
 expect_error(function() beam.workload{problems = problems, beam_width = 2.5} end, "option beam_width: expected an integer >= 1, got 2.5")
 expect_error(function() beam.workload{problems = problems, num_iterations = math.huge} end, "option num_iterations: expected an integer")
@@ -56,6 +87,15 @@ expect_error(function() chat.workload{trace = "t.csv", rate_scale = 0} end, "cha
 expect_error(function() chat.workload{trace = "t.csv", max_request = 5} end, "unknown chat option 'max_request'")
 assert(#chat.workload{trace = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv", max_requests = 0}.problems > 50,
        "max_requests = 0 is the whole trace, as for duet.trace")
+-- Options a workload would ignore, and beams that do not divide n, are errors too.
+expect_error(function() require("workloads.best_of_n").workload{problems = problems, prm_mode = "incremental"} end,
+             "search option prm_mode: best%-of%-N scores each whole solution once")
+expect_error(function() require("workloads.self_consistency").workload{problems = problems, score_cache = true} end,
+             "search option score_cache: self%-consistency has no verifier")
+expect_error(function() beam.workload{problems = problems, n = 16, beam_width = 5} end,
+             "search options n = 16 and beam_width = 5: n must be a multiple of beam_width")
+expect_error(function() require("workloads.dvts").workload{problems = problems, n = 4, beam_width = 8} end,
+             "n must be a multiple of beam_width")
 expect_error(function() math500.load{limit = 0} end, "math500.load option limit: expected an integer >= 1, got 0")
 expect_error(function() math500.load{limt = 3} end, "unknown math500.load option 'limt'")
 expect_error(function() math500.load{levels = {6}} end, "math500.load option levels: expected a non%-empty list of levels 1 to 5")

@@ -1,0 +1,45 @@
+"""duet_h5.load_run without a group: a file's only run, whatever its group (duet run files keep it
+at /runs/0000, duet simulate's at /), and for a file of several an error that lists them.
+
+    check_load_run.py DUET OUT_DIR
+"""
+import os
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+source = os.path.dirname(os.path.dirname(here))
+sys.path.insert(0, os.path.join(source, "analysis"))
+try:
+    import duet_h5
+except ImportError as error:  # h5py or pandas missing
+    print(f"SKIP: duet_h5 needs h5py and pandas ({error})")
+    sys.exit(0)
+
+duet, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+one, sweep = os.path.join(out, "one.h5"), os.path.join(out, "sweep.h5")
+run = lambda *args: subprocess.run([duet, *args], check=True, stdout=subprocess.DEVNULL, cwd=source)
+run("run", "scripts/quickstart.lua", "--no-progress", "--out", one, "--", "--problems", "2")
+script = os.path.join(out, "sweep.lua")
+with open(script, "w") as f:
+    f.write("""duet.sweep{grid = {util = {0.2, 0.3}}, run = function(p)
+  return {progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.util}},
+          workload = {problems = {{}}, solve = function(ctx)
+            duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
+            return {score = 0}
+          end}}
+end}
+""")
+run("run", script, "--no-progress", "--out", sweep)
+
+r = duet_h5.load_run(one)
+assert r["group"] == "/runs/0000" and set(r["engines"]) == {"llm", "prm"}, (r["group"], list(r["engines"]))
+try:
+    duet_h5.load_run(sweep)
+    sys.exit("load_run chose one of a sweep's runs")
+except KeyError as error:
+    assert "pass group=" in str(error) and "/sweeps/0000/points/0000" in str(error), error
+groups = duet_h5.list_runs(sweep)
+assert duet_h5.load_run(sweep, groups[1], tables=False)["group"] == groups[1]
+print("load_run: ok")
