@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -21,6 +23,43 @@ namespace {
 // Boost's default style guesses an option from a prefix ("--max-num-seq" for "--max-num-seqs");
 // a typo must be an error, not a silent choice.
 constexpr int kStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+// Edits (insertions, deletions, substitutions) between a and b.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// What an unknown option was probably meant to be: one of the command's own within two edits
+// ("--no-progres"), else, for a command that runs a script, a script argument given before "--".
+std::string unknown_option_hint(const Command& c, const std::string& given) {
+  const std::size_t start = given.find_first_not_of('-');
+  const std::string name = start == std::string::npos ? given : given.substr(start);
+  std::string closest;
+  std::size_t best = 3;
+  for (const auto& o : c.options.options()) {
+    const std::size_t d = edit_distance(name, o->long_name());
+    if (d < best) {
+      best = d;
+      closest = o->long_name();
+    }
+  }
+  if (!closest.empty()) return "; did you mean --" + closest + "?";
+  if (c.script_args)
+    return std::string("; a script's own arguments go after --: duet ") + c.name + " SCRIPT -- " + given +
+           " ...";
+  return "";
+}
 
 }  // namespace
 
@@ -39,10 +78,7 @@ int run_command(const Command& c, int argc, char** argv,
     po::notify(vm);
     return body(vm);
   } catch (const po::unknown_option& e) {
-    // A script's own arguments follow "--"; before it they are taken for duet's.
-    const std::string hint = c.script_args ? std::string("; a script's own arguments go after --: duet ") +
-                                                 c.name + " SCRIPT -- " + e.get_option_name() + " ..."
-                                           : "";
+    const std::string hint = unknown_option_hint(c, e.get_option_name());
     std::fprintf(stderr, "duet %s: %s (see duet %s --help%s)\n", c.name, e.what(), c.name, hint.c_str());
     return 2;
   } catch (const po::error& e) {

@@ -17,6 +17,14 @@ std::string gib(double bytes) {  // a double: a product of blocks and block byte
   return buf;
 }
 
+// gib(), or MiB below a GiB (a KV block is a fraction of a MiB to a few MiB).
+std::string gib_or_mib(double bytes) {
+  if (bytes >= 1024.0 * 1024.0 * 1024.0) return gib(bytes);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
 std::int64_t budget_of(const GpuSpec& gpu, const EngineMemoryRequest& r) {
   const std::string who = "engine '" + r.label + "'";
   if (r.gpu_memory_utilization.has_value() == r.budget_bytes.has_value())
@@ -124,8 +132,8 @@ EngineMemory engine_memory(const GpuSpec& gpu, const EngineMemoryRequest& r, boo
   if (!shared && e.kv_bytes < e.block_bytes)
     throw Error(
         engine + "one KV block of block_size " + std::to_string(r.block_size) + " tokens takes " +
-        gib(double(e.block_bytes)) + ", more than the " + gib(e.kv_bytes) + " its budget of " +
-        gib(e.budget_bytes) + " on " + gpu.name + " leaves for KV; " +
+        gib_or_mib(double(e.block_bytes)) + ", more than the " + gib_or_mib(double(e.kv_bytes)) +
+        " its budget of " + gib(e.budget_bytes) + " on " + gpu.name + " leaves for KV; " +
         (r.block_size > 16 ? "lower block_size (vLLM's default is 16)" : "raise gpu_memory_utilization"));
   if (shared) return e;
   const std::int64_t blocks = e.kv_bytes / e.block_bytes;

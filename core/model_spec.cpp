@@ -183,13 +183,21 @@ void ModelSpec::validate() const {
   if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
 }
 
+namespace {
+
+std::string builtin_list() {
+  std::string valid;
+  for (const auto& b : kBuiltins) valid += std::string(valid.empty() ? "" : ", ") + b.name;
+  return valid;
+}
+
+}  // namespace
+
 ModelSpec model_by_name(const std::string& name) {
   const std::string n = lower(name);
   for (const auto& b : kBuiltins)
     if (n == b.name) return b.make();
-  std::string valid;
-  for (const auto& b : kBuiltins) valid += std::string(valid.empty() ? "" : ", ") + b.name;
-  throw Error("unknown model '" + name + "' (built-in models: " + valid +
+  throw Error("unknown model '" + name + "' (built-in models: " + builtin_list() +
               "; or give the path of a HuggingFace config.json)");
 }
 
@@ -197,7 +205,12 @@ ModelSpec resolve_model(const std::string& name_or_path) {
   // As resolve_gpu: only a .json name or a path with a folder is a file, so that a file called
   // llama-3.2-1b in the working directory does not hide the built-in.
   const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
-  if (json || name_or_path.find('/') != std::string::npos) return from_hf_config(name_or_path);
+  const bool folder = name_or_path.find('/') != std::string::npos;
+  // A hub id (meta-llama/Llama-3.2-1B) that is no file: the built-in names are the useful answer.
+  if (folder && !json && !std::filesystem::exists(name_or_path))
+    throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " + builtin_list() +
+                "; or give the path of a HuggingFace config.json)");
+  if (json || folder) return from_hf_config(name_or_path);
   try {
     return model_by_name(name_or_path);
   } catch (const Error& e) {

@@ -156,8 +156,14 @@ void Runtime::apply_memory_policy() {
   if (limits.size() > engines_.size())
     throw Error("the memory policy returned limits for " + std::to_string(limits.size()) +
                 " engines, and there are " + std::to_string(engines_.size()));
-  for (std::size_t i = 0; i < limits.size(); ++i)
-    if (limits[i]) engines_[i].engine->kv().set_limits(*limits[i]);
+  // Floors that fall first: the pool checks each engine's floor against the others' as they stand,
+  // so a floor moved from one engine to another fits only once the first has let go of it.
+  for (const bool lowering : {true, false})
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      if (!limits[i]) continue;
+      KvAllocator& kv = engines_[i].engine->kv();
+      if ((limits[i]->min_blocks <= kv.usage().limits.min_blocks) == lowering) kv.set_limits(*limits[i]);
+    }
 }
 
 void Runtime::start_step() {

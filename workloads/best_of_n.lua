@@ -18,7 +18,7 @@ local function solve(ctx, problem, o)
 end
 
 -- workload{problems, n = 4, agg = "last", ...}: a duet.run workload. A sample's PRM request scores
--- the whole solution (prm_mode "full"; its step scores at every step end).
+-- the whole solution, generated in one request, at its end (prm_mode "full").
 function M.workload(opts)
   local whole = "best-of-N scores each whole solution once"
   local o = S.options(opts, nil, {prm_mode = whole .. " (prm_mode 'full')", score_cache = whole,

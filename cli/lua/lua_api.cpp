@@ -523,7 +523,6 @@ int l_sweep(lua_State* L) {
   return guarded(L, [&] {
     ScriptContext& ctx = context(L);
     SweepCall call;
-    call.sweep = ctx.sweeps++;
     // Each point is a duet.run, which cannot run inside another: refused here, not point by point.
     if (LuaWorkload::running(L))
       throw Error(where(L) +
@@ -547,6 +546,9 @@ int l_sweep(lua_State* L) {
     call.points = grid_points(L, call.grid, call.grid_json);
     call.defaults = defaults_of(ctx);
     call.defaults.progress = false;
+    // Numbered only once it is sure to run: a refused call (caught by a pcall) takes no number, or
+    // sweep threads, which find earlier sweeps by number, would look up the wrong one.
+    call.sweep = ctx.sweeps++;
     if (ctx.worker) {  // a sweep thread: serve the sweep it was started for; earlier ones are done
       if (call.sweep == ctx.worker->sweep) {
         serve_points(L, call, *ctx.worker->queue);

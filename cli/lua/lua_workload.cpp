@@ -230,7 +230,7 @@ void LuaWorkload::resume(Task& task, int nargs) {
 
 void LuaWorkload::complete(Task& task) {
   lua_State* co = task.co;
-  idle_wakeups_ = 0;
+  progress();
   ProblemRecord r;
   r.index = std::int64_t(task.problem) + 1;
   r.start_s = task.start_s;
@@ -289,7 +289,7 @@ void LuaWorkload::on_finished(Runtime&, int engine, Sequence& seq) {
   if (it == owner_.end()) return;
   Task& task = *it->second;
   owner_.erase(it);
-  idle_wakeups_ = 0;
+  progress();
   task.live.erase(seq.id);
   task.generated += seq.kind == SeqKind::Generate ? seq.num_output_tokens() : 0;
   if (seq.keep_kv) task.kept.emplace_back(engine, seq.id);
@@ -322,15 +322,27 @@ void LuaWorkload::on_wakeup(Runtime&, std::uint64_t tag) {
   sleepers_.erase(it);
   auto task = tasks_.find(co);
   if (task == tasks_.end()) return;
-  if (owner_.empty() && ++idle_wakeups_ > kMaxIdleWakeups)
-    throw Error(
-        task->second->sleep_where + "problem " + std::to_string(task->second->problem + 1) +
-        ": duet.sleep_until woke the run " + std::to_string(kMaxIdleWakeups) +
-        " times in a row with no sequence running and none submitted (now t = " + std::to_string(rt_->now()) +
-        " s): solve() sleeps in a loop waiting for something that never comes");
+  if (owner_.empty()) check_idle_wakeup(*task->second);
   task->second->suspended = false;
   task->second->awaiting.clear();
   resume(*task->second, 0);
+}
+
+// A wake-up while nothing runs. Every kMaxIdleWakeups of them in a row, the run is stuck if every
+// sleeping problem has woken since the last progress: all sleep in loops. A problem still asleep
+// from before (one sleeping until a later time while another polls) is what they may wait for.
+void LuaWorkload::check_idle_wakeup(Task& task) {
+  task.woke_in = idle_stretch_;
+  if (++idle_wakeups_ % kMaxIdleWakeups != 0) return;
+  for (const auto& [tag, co] : sleepers_) {
+    auto it = tasks_.find(co);
+    if (it != tasks_.end() && it->second->woke_in != idle_stretch_) return;
+  }
+  throw Error(
+      task.sleep_where + "problem " + std::to_string(task.problem + 1) + ": duet.sleep_until woke the run " +
+      std::to_string(idle_wakeups_) +
+      " times in a row with no sequence running and none submitted (now t = " + std::to_string(rt_->now()) +
+      " s): solve() sleeps in a loop waiting for something that never comes");
 }
 
 void LuaWorkload::push_results(Task& task, lua_State* co) {
@@ -515,7 +527,7 @@ std::vector<T> read_number_list(lua_State* co, TableReader& spec, const char* ke
 
 lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
   Task& task = task_of(co);
-  idle_wakeups_ = 0;
+  progress();
   const EngineVocab& v = engines_[std::size_t(engine)];
   TableReader spec(co, spec_index, v.name + ":submit");
   Sequence s;

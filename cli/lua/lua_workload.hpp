@@ -79,7 +79,8 @@ class LuaWorkload final : public Workload {
     std::vector<SeqId> awaiting;                   // what the coroutine waits for
     bool suspended = false;
     bool waits = false;  // set by duet.await and duet.sleep_until as they yield: something will resume it
-    std::string sleep_where;  // "file:line: " of its last duet.sleep_until
+    std::string sleep_where;    // "file:line: " of its last duet.sleep_until
+    std::uint64_t woke_in = 0;  // the idle stretch it last woke in (LuaWorkload::idle_stretch_)
   };
 
   void launch(std::size_t problem);
@@ -107,7 +108,14 @@ class LuaWorkload final : public Workload {
   std::unordered_map<std::uint64_t, lua_State*> sleepers_;  // wake-up tag -> sleeping coroutine
   // Wake-ups in a row with no sequence running and nothing submitted or finished: a solve() that
   // sleeps in a loop waiting for what never comes (the instruction limit counts one resume only).
+  // An idle stretch is numbered (idle_stretch_); a problem records the last one it woke in.
   std::int64_t idle_wakeups_ = 0;
+  std::uint64_t idle_stretch_ = 1;
+  void progress() {
+    idle_wakeups_ = 0;
+    ++idle_stretch_;
+  }
+  void check_idle_wakeup(Task& task);
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
 };

@@ -193,7 +193,16 @@ TEST_F(MemoryPlanH100, RoomForLessThanOneBlockIsAnError) {
   r.budget_bytes = fixed + one_block - 1;
   const std::string short_one = error_of([&] { plan_memory(h100, {r}); });
   EXPECT_TRUE(contains(short_one, "'llm'")) << short_one;
+  // 16 tokens of 32 KiB; one byte short of them.
+  EXPECT_TRUE(
+      contains(short_one, "one KV block of block_size 16 tokens takes 0.50 MiB, more than the 0.50 MiB"))
+      << short_one;
   EXPECT_TRUE(contains(short_one, "raise gpu_memory_utilization")) << short_one;
+  // No room for KV at all is the other message, about the batch.
+  r.budget_bytes = fixed - 1;
+  const std::string none = error_of([&] { plan_memory(h100, {r}); });
+  EXPECT_TRUE(contains(none, "leave no room for KV in its budget")) << none;
+  EXPECT_TRUE(contains(none, "lower max_num_batched_tokens / max_num_seqs")) << none;
   // With room for KV, an outsized block is named as the cause (the hint was about the batch).
   r.budget_bytes = fixed + kGiB;
   r.block_size = 1'000'000;

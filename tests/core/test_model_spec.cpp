@@ -288,6 +288,11 @@ TEST_F(ModelSpecHfConfig, AFileInTheWorkingDirectoryDoesNotHideABuiltIn) {
   const std::string msg = error_of([] { resolve_model("my-model"); });
   EXPECT_TRUE(contains(msg, "to read the file of that name, give it as ./my-model")) << msg;
   EXPECT_EQ(resolve_model("./my-model").num_layers, 3);
+  // A hub id that is no file lists the built-ins, as an unknown name does.
+  const std::string hub = error_of([] { resolve_model("meta-llama/Llama-3.2-1B"); });
+  EXPECT_TRUE(
+      contains(hub, "unknown model 'meta-llama/Llama-3.2-1B' (no such file; built-in models: llama-3.2-1b"))
+      << hub;
   fs::current_path(before);
 }
 

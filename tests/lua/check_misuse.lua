@@ -183,6 +183,18 @@ expect_error(function() return duet.run(policy_returning{min_blocks = -1}) end,
 expect_error(function() return duet.run(policy_returning{min_blocks = 2 ^ 30}) end,
              "check_misuse.lua:%d+: memory_policy%(%): the engines' min_blocks sum to 1073741824 pages, more than the pool's %d+")
 assert(duet.run(policy_returning{min_blocks = 4, max_blocks = 100}).problems == 1)
+-- A floor moved from one engine to the other in one answer fits (the pool once refused it: it
+-- checked the new floor against the other's old one).
+local calls = 0
+local moving = config{kv_pool = "shared", kv_pool_blocks = 1000, memory_policy = function()
+  calls = calls + 1
+  if calls == 1 then return {prm = {min_blocks = 600}} end
+  return {llm = {min_blocks = 600}, prm = {min_blocks = 0}}
+end, workload = {problems = {{}}, solve = function(ctx)
+  duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
+  return {score = 0}
+end}}
+assert(duet.run(moving).problems == 1 and calls > 1)
 
 -- Sleeping: a date for a run time, and a loop that sleeps and never submits, are errors (the second
 -- ran until killed, as each wake-up is a new call from duet with a fresh instruction budget).
@@ -197,7 +209,32 @@ expect_error(function() return duet.run(sleeping(function()
   end
 end)) end, "check_misuse.lua:%d+: problem 1: duet.sleep_until woke the run 1000000 times in a row with no sequence " ..
            "running and none submitted")
-assert(polls == 1000001, polls)
+assert(polls == 1000000, polls)
+-- Not a loop: a problem polls while another sleeps toward a later time (it is what the poller
+-- waits for), and a poller whose wait is broken by a submit now and then.
+local woke = false
+local monitored = duet.run(config{concurrency = 2, workload = {problems = {{}, {}}, solve = function(ctx)
+  if ctx.index == 1 then
+    duet.sleep_until(1500)
+    woke = true
+    duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+  else
+    while not woke do duet.sleep_until(duet.now() + 0.001) end
+  end
+  return {score = 0}
+end}})
+assert(monitored.problems == 2 and woke)
+local pokes = 0
+assert(duet.run(config{workload = {problems = {{}}, solve = function(ctx)
+  for i = 1, 1500000 do
+    duet.sleep_until(duet.now() + 0.001)
+    if i % 600000 == 0 then
+      pokes = pokes + 1
+      duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+    end
+  end
+  return {score = 0}
+end}}).problems == 1 and pokes == 2)
 -- Sleeping between submits is progress: a paced workload runs to its end.
 local paced = duet.run(config{workload = {problems = {{}}, solve = function(ctx)
   for i = 1, 3 do

@@ -14,7 +14,12 @@ local function sweep(threads)
     end,
   }
 end
+-- A refused sweep (caught) takes no number: threads find the sweeps before theirs by number, and
+-- the second threaded sweep after one stopped with "a sweep thread reached a sweep the script had
+-- not run".
+assert(not pcall(duet.sweep, {grid = {x = {1}}, runn = function() end}))
 local one, two = sweep(1), sweep(2)
+assert(#sweep(2) == 4)
 assert(#one == 4 and #two == 4)
 assert(one[1].point.llm_util == 0.1 and one[1].point.max_num_seqs == 64 and one[2].point.max_num_seqs == 256)
 for i = 1, 4 do
