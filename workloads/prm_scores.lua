@@ -25,8 +25,11 @@ function M.root_quality(seed, problem)
   return base + p.problem_sd * duet.normal(seed, "problem", problem.index)
 end
 
--- The quality after one more step; `key` names the step uniquely (problem, path, depth).
-function M.next_quality(q, seed, key) return q + M.params.step_sd * duet.normal(seed, "q", key) end
+-- The quality after `steps` more steps (default 1) taken at once; `key` names them uniquely
+-- (problem, path, depth). Steps move q independently, so k of them move it by sqrt(k) steps' spread.
+function M.next_quality(q, seed, key, steps)
+  return q + M.params.step_sd * math.sqrt(steps or 1) * duet.normal(seed, "q", key)
+end
 
 function M.step_score(q, seed, key) return sigmoid(q + M.params.noise_sd * duet.normal(seed, "s", key)) end
 

@@ -94,7 +94,8 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
   local child = {parent = parent, key = parent.key .. "." .. child_no, step_key = key, steps = parent.steps,
                  ends = copy(parent.ends), scores = copy(parent.scores), target = parent.target}
   child.to_end = to_end or parent.steps + 1 >= parent.target  -- this request holds every remaining step
-  child.q = prm_scores.next_quality(parent.q, o.seed, key)
+  local holds = child.to_end and math.max(1, parent.target - parent.steps) or 1
+  child.q = prm_scores.next_quality(parent.q, o.seed, key, holds)
   local level = problem.level
   local length, stop
   if child.to_end then
