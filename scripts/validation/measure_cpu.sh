@@ -5,11 +5,16 @@
 # each real run three times (the small model's twice); then one KV pool for both models against
 # static splits of the same pages, with the tiny model generating and the small one scoring (twice).
 # The engine runs pinned to one core (taskset); run it on an otherwise idle machine.
-#   scripts/validation/measure_cpu.sh [OUT_DIR]     (default: validation-cpu/)
+#   scripts/validation/measure_cpu.sh [OUT_DIR]     (default: validation-cpu/ where it is run)
+# It writes the profiles where the simulator finds them, profiles/DEVICE/duet-{tiny,small}-llama.json
+# (replacing the repository's for this machine's DEVICE), and into OUT_DIR each command's output
+# (NAME.txt), its errors (NAME.err) and files (NAME.h5); scripts/validation/table.py OUT_DIR prints
+# the tables of bench/results/validation-cpu.md.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 out="${1:-validation-cpu}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"  # before the cd below: relative to where it is run
+cd "$(dirname "$0")/../.."
 duet="${BUILD_DIR:-build}/cli/duet"
 pin=(taskset -c "$(($(nproc) - 1))")
 azure=traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv
@@ -32,10 +37,10 @@ for spec in "tiny-llama duet-tiny-llama 2 6 3" "small-llama duet-small-llama 0.3
     --max-num-batched-tokens 512 --max-model-len 4096 --repeats 5 | tee "$out/$1.profile.txt"
   "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats "$5" --max-error 0 \
     --no-progress --out "$out/$1.beam.h5" -- --model "$model" --problems "$4" --concurrency "$4" \
-    2>/dev/null | tee "$out/$1.beam.txt"
+    2>"$out/$1.beam.err" | tee "$out/$1.beam.txt"
   "${pin[@]}" "$duet" validate --trace "$azure" --backend cpu --model "$model" --max-requests "${AZURE_REQUESTS:-100}" \
     --rate-scale "$3" --max-model-len 8192 --num-gpu-blocks-override 2048 --max-num-batched-tokens 512 \
-    --max-num-seqs 64 --repeats "$5" --max-error 0 --out "$out/$1.azure.h5" 2>/dev/null | tee "$out/$1.azure.txt"
+    --max-num-seqs 64 --repeats "$5" --max-error 0 --out "$out/$1.azure.h5" 2>"$out/$1.azure.err" | tee "$out/$1.azure.txt"
 done
 
 # The two models together, each priced by its own profile above: the small PRM holds 4x the tiny
@@ -43,4 +48,4 @@ done
 # Llama-3.2-1B's and Llama-3.1-8B's are on a shared pool.
 "${pin[@]}" "$duet" validate scripts/validation/beam_cpu.lua --backend cpu --repeats 2 --max-error 0 --no-progress \
   --out "$out/tiny-llama+small-llama.pool.h5" -- --sweeps pool --prm-model models/small-llama/config.json \
-  2>/dev/null | tee "$out/tiny-llama+small-llama.pool.txt"
+  2>"$out/tiny-llama+small-llama.pool.err" | tee "$out/tiny-llama+small-llama.pool.txt"

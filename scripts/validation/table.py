@@ -34,24 +34,34 @@ def title(path, unit):
     return f"{stem} ({unit})"
 
 
+def noise_of(a):
+    """The real engine against itself, or None from a single run (duet validate prints "-")."""
+    return a["validation.noise"] if "validation.repeat_throughput_2" in a else None
+
+
+def noise_text(n):
+    return "-" if n is None else f"{100 * n:.1f}%"
+
+
 def script_table(path, points):
     rows = []
     for name in sorted(points):
         a = points[name].attrs
         steps = max(abs(a[k]) for k in a if k.endswith(".step_error_median"))
         rows.append((a["validation.label"], a["validation.predicted_throughput"], a["validation.measured_throughput"],
-                     a["validation.throughput_error"], a["validation.noise"], steps,
+                     a["validation.throughput_error"], noise_of(a), steps,
                      a["validation.measured_outside_steps_s"] / a["validation.measured_makespan_s"]))
     print(f"\n### {title(path, 'problems/s')}\n")
     print("| point | predicted | measured | error | noise | median step error | outside steps |")
     print("|---|---|---|---|---|---|---|")
     for label, p, m, e, n, s, o in rows:
-        print(f"| {label} | {p:.4g} | {m:.4g} | {pct(e)} | {100 * n:.1f}% | {100 * s:.1f}% | {100 * o:.1f}% |")
+        print(f"| {label} | {p:.4g} | {m:.4g} | {pct(e)} | {noise_text(n)} | {100 * s:.1f}% | {100 * o:.1f}% |")
     errors = [abs(r[3]) for r in rows]
-    noise = [r[4] for r in rows]
+    noise = [r[4] for r in rows if r[4] is not None]
+    against_itself = (f"; the real engine against itself (noise): median {100 * median(noise):.1f}%, "
+                      f"max {100 * max(noise):.1f}%" if noise else "; one run per point, so no noise figure")
     print(f"\n{len(rows)} points: median |error| {100 * median(errors):.1f}%, "
-          f"max {100 * max(errors):.1f}%; the real engine against itself (noise): median "
-          f"{100 * median(noise):.1f}%, max {100 * max(noise):.1f}%.")
+          f"max {100 * max(errors):.1f}%{against_itself}.")
 
 
 def trace_table(path, point):
@@ -78,7 +88,7 @@ def trace_table(path, point):
             k = f"validation.{engine}.{key}_request_error_"
             print(f"| {label} | {pct(a[k + 'median'])} | {100 * a[k + 'median_abs']:.1f}% | "
                   f"{100 * a[k + 'p90_abs']:.1f}% |")
-    print(f"\nnoise (the real engine against itself): {100 * a['validation.noise']:.1f}%; "
+    print(f"\nnoise (the real engine against itself): {noise_text(noise_of(a))}; "
           f"measured time outside steps: "
           f"{100 * a['validation.measured_outside_steps_s'] / a['validation.measured_makespan_s']:.1f}%.")
 
