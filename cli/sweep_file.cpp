@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -40,13 +43,31 @@ Shard parse_shard(const std::string& text) {
 
 std::string shard_name(const Shard& s) { return std::to_string(s.index) + "/" + std::to_string(s.count); }
 
-RunIdentity identity_of(const std::string& script_text, const std::string& backend, const std::string& record,
+RunIdentity identity_of(const std::string& script_text, const std::string& library_hash,
+                        const std::string& backend, const std::string& record,
                         const std::vector<std::string>& args, const Shard& shard) {
-  return {text_hash(script_text), backend, record, nlohmann::json(args).dump(), shard_name(shard)};
+  return {text_hash(script_text),      library_hash,     backend, record,
+          nlohmann::json(args).dump(), shard_name(shard)};
+}
+
+std::string library_hash(const std::string& source_dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(source_dir) / "workloads", ec))
+    if (entry.is_regular_file() && entry.path().extension() == ".lua") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::string all;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    all += f.filename().string() + '\0' + std::string(std::istreambuf_iterator<char>(in), {}) + '\0';
+  }
+  return text_hash(all);
 }
 
 RunMetadata identity_metadata(const RunIdentity& id) {
   return {{{"duet_run.script_hash", id.script_hash},
+           {"duet_run.library_hash", id.library_hash},
            {"duet_run.backend", id.backend},
            {"duet_run.record", id.record},
            {"duet_run.args", id.args},
@@ -69,6 +90,8 @@ RunIdentity read_identity(const std::string& path) {
                   " at the root: not a file that `duet run` wrote for a script");
     *field = *v;
   }
+  // Files written before the library was hashed have none; they are checked without it.
+  if (const std::string* v = m.find_text("duet_run.library_hash")) id.library_hash = *v;
   return id;
 }
 
@@ -76,12 +99,14 @@ void check_identity(const std::string& path, const RunIdentity& found, const Run
                     const std::string& what, bool with_shard) {
   const std::tuple<const char*, const std::string&, const std::string&, const char*> fields[] = {
       {"script_hash", found.script_hash, want.script_hash, "the script's text differs"},
+      {"library_hash", found.library_hash, want.library_hash, "a module of workloads/ differs"},
       {"backend", found.backend, want.backend, "--backend differs"},
       {"record", found.record, want.record, "--record differs"},
       {"args", found.args, want.args, "the script's arguments (after --) differ"},
       {"shard", found.shard, want.shard, "--shard differs"}};
   for (const auto& [key, a, b, why] : fields) {
     if (a == b || (!with_shard && std::string(key) == "shard")) continue;
+    if (std::string(key) == "library_hash" && (a.empty() || b.empty())) continue;  // an older file
     throw Error(what + ": " + path + ": attribute duet_run." + key + " is '" + a + "', expected '" + b +
                 "' (" + why + "): refusing to mix two sweeps in one file");
   }

@@ -1,7 +1,8 @@
 #pragma once
 // What a `duet run` file says about the sweeps in it, so that a run can be resumed (--resume) and
 // the shards of one sweep merged (duet merge) without ever mixing two sweeps:
-//   /                         duet_run.script_hash, .backend, .record, .args, .shard ("I/N")
+//   /                         duet_run.script_hash, .library_hash, .backend, .record, .args,
+//                             .shard ("I/N")
 //   /sweeps/NNNN              sweep, grid (JSON: each key's values), points (the grid's size)
 //   /sweeps/NNNN/points/MMMM  a finished point: a run, as before
 //   /sweeps/NNNN/failed/MMMM  a point that raised an error: error, sweep, point.* attributes
@@ -26,14 +27,19 @@ std::string shard_name(const Shard& shard);
 
 // Which script, with which options, wrote a file: the root's duet_run.* attributes.
 struct RunIdentity {
-  std::string script_hash;  // of the script's text
+  std::string script_hash;   // of the script's text
+  std::string library_hash;  // of the workload library it may require (empty in older files)
   std::string backend;
   std::string record;
   std::string args;  // the script's arguments (after --), as JSON
   std::string shard;
 };
-RunIdentity identity_of(const std::string& script_text, const std::string& backend, const std::string& record,
+RunIdentity identity_of(const std::string& script_text, const std::string& library_hash,
+                        const std::string& backend, const std::string& record,
                         const std::vector<std::string>& args, const Shard& shard);
+// The hash of the workload library under source_dir (workloads/*.lua, names and texts): an edited
+// module must not slip into a resumed sweep beside points its old text produced.
+std::string library_hash(const std::string& source_dir);
 RunMetadata identity_metadata(const RunIdentity& identity);
 // Throws naming the file when it has no identity (not written by `duet run` with sweeps).
 RunIdentity read_identity(const std::string& path);

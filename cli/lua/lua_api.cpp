@@ -724,8 +724,8 @@ ScriptOutcome run_script(const ScriptOptions& options) {
   if (ctx.opt.ranks.rank != 0) ctx.opt.progress = false;
   ctx.script_text = read_text(options.script);
   ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
-  ctx.identity = cli::identity_of(ctx.script_text, options.backend, record_level_name(options.record),
-                                  options.args, options.shard);
+  ctx.identity = cli::identity_of(ctx.script_text, cli::library_hash(options.source_dir), options.backend,
+                                  record_level_name(options.record), options.args, options.shard);
   if (options.resume && ctx.opt.ranks.rank == 0 && !options.validate) open_to_resume(ctx);
   try {
     execute(ctx);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A sweep killed with SIGTERM (then one with SIGINT) leaves a valid HDF5 file holding the points
 # that finished; the same command with --resume completes it, and the file equals an uninterrupted
-# run's: complete, no point twice. Resuming with another script or options, or a truncated file,
-# is an error that leaves the file alone.
+# run's: complete, no point twice. Resuming with another script, an edited workload module or other
+# options, or a truncated file, is an error that leaves the file alone.
 set -uo pipefail
 duet="$1" source="$2" out="$3" python="$4"
 script="$source/tests/cli/small_sweep.lua"
@@ -63,6 +63,14 @@ expect_error "--resume: edited.h5: attribute duet_run.backend is 'sim', expected
 sed 's/problems = 4,/problems = 4, extra = 1,/' "$script" >edited.lua
 expect_error "--resume: edited.h5: attribute duet_run.script_hash .*the script's text differs" \
   "$duet" run edited.lua --out edited.h5 --resume --no-progress -- --problems 100
+# An edited module of the workload library (here in a copy of it, as DUET_HOME) is refused too:
+# the points it would run could differ from those the file holds.
+mkdir -p home
+cp -r "$source/workloads" home/
+for d in models traces profiles scripts; do ln -sfn "$source/$d" "home/$d"; done
+echo "-- edited" >>home/workloads/beam_search.lua
+expect_error "--resume: edited.h5: attribute duet_run.library_hash .*a module of workloads/ differs" \
+  env DUET_HOME="$out/home" "$duet" run "$script" --out edited.h5 --resume --no-progress -- --problems 100
 $compare whole.h5 edited.h5 >/dev/null || fail "a refused --resume changed the file"
 head -c 300000 whole.h5 >truncated.h5
 expect_error "--resume: truncated.h5: .*cannot continue this file" \
