@@ -2,7 +2,6 @@
 // simulator by default, or a real engine on the wall clock (--backend cpu|cuda).
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "cli/command.hpp"
@@ -83,9 +82,8 @@ int simulate(int argc, char** argv) {
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       stream->finish(o.summary, extra);
       file->close();
-      std::printf(
-          "wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
-          std::filesystem::absolute(out).string().c_str());  // the kernel runs in the notebook's folder
+      std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
+                  absolute_path(out).c_str());
     }
     if (replay.finished() == 0 && replay.skipped() > 0) {
       std::fprintf(stderr,

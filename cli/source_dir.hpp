@@ -28,6 +28,14 @@ inline std::string resolve_path(const std::string& path, const std::string& dir)
   return std::filesystem::exists(in_repo) ? in_repo : path;
 }
 
+// An output file's absolute path, for the notebook it is printed for (a notebook's kernel runs in
+// the notebook's own folder); the path as given when it has none ("") or the working directory is gone.
+inline std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = path.empty() ? "" : std::filesystem::absolute(path, ec);
+  return ec || path.empty() ? path : p.lexically_normal().string();
+}
+
 // A built-in model's name, or a config.json path found as resolve_path finds it: what an engine's
 // `model`, duet.model() and every --model flag take.
 inline ModelSpec model_from(const std::string& name, const std::string& dir = source_dir()) {

@@ -57,7 +57,7 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
   if (points.empty()) throw Error("validate: the script ran no duet.run or duet.sweep");
   const double worst = print_validation_table(points, stdout);
   std::printf("wrote %s\nopen analysis/notebooks/validation.ipynb with DUET_RUN=%s\n", out.c_str(),
-              std::filesystem::absolute(out).string().c_str());  // the kernel runs in the notebook's folder
+              absolute_path(out).c_str());
   if (max_error > 0 && !(worst <= max_error)) {
     std::printf("validate: max |error| %.1f%% exceeds --max-error %.1f%%\n", 100 * worst, 100 * max_error);
     return 1;

@@ -144,10 +144,7 @@ GpuSpec gpu_from_json_file(const std::string& path) {
 }
 
 GpuSpec resolve_gpu(const std::string& name_or_path) {
-  // Only a .json name or a path with a folder is a file: a file called h100 in the working
-  // directory does not hide the built-in.
-  const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
-  if (json || name_or_path.find('/') != std::string::npos) return gpu_from_json_file(name_or_path);
+  if (json_fields::names_a_file(name_or_path)) return gpu_from_json_file(name_or_path);
   return gpu_by_name(name_or_path);
 }
 

@@ -18,6 +18,13 @@ using nlohmann::json;
 
 // The text of a file that must be a regular file (`what` names it in errors, `expected` says
 // what a directory should have been).
+// Whether a model's or GPU's name names a file: a .json name, or a path with a folder. A bare name
+// is a built-in's, even when a file of that name sits in the working directory.
+inline bool names_a_file(const std::string& name_or_path) {
+  return (name_or_path.size() > 5 && name_or_path.ends_with(".json")) ||
+         name_or_path.find('/') != std::string::npos;
+}
+
 inline std::string read_file(const std::string& path, const std::string& what, const std::string& expected) {
   if (std::filesystem::is_directory(path))
     throw Error(path + ": is a directory, not a " + expected + " file");

@@ -202,15 +202,13 @@ ModelSpec model_by_name(const std::string& name) {
 }
 
 ModelSpec resolve_model(const std::string& name_or_path) {
-  // As resolve_gpu: only a .json name or a path with a folder is a file, so that a file called
-  // llama-3.2-1b in the working directory does not hide the built-in.
-  const bool json = name_or_path.size() > 5 && name_or_path.ends_with(".json");
-  const bool folder = name_or_path.find('/') != std::string::npos;
-  // A hub id (meta-llama/Llama-3.2-1B) that is no file: the built-in names are the useful answer.
-  if (folder && !json && !std::filesystem::exists(name_or_path))
-    throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " + builtin_list() +
-                "; or give the path of a HuggingFace config.json)");
-  if (json || folder) return from_hf_config(name_or_path);
+  if (json_fields::names_a_file(name_or_path)) {
+    // A hub id (meta-llama/Llama-3.2-1B) that is no file: the built-in names are the useful answer.
+    if (!name_or_path.ends_with(".json") && !std::filesystem::exists(name_or_path))
+      throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " + builtin_list() +
+                  "; or give the path of a HuggingFace config.json)");
+    return from_hf_config(name_or_path);
+  }
   try {
     return model_by_name(name_or_path);
   } catch (const Error& e) {

@@ -627,11 +627,8 @@ void open_duet(lua_State* L, ScriptContext& ctx) {
   luaL_newlib(L, kFunctions);
   set_string(L, "backend", ctx.opt.backend.c_str());
   set_string(L, "source_dir", ctx.opt.source_dir.c_str());
-  // Absolute: scripts print it for a notebook, whose kernel runs in the notebook's own folder. (A
-  // sweep thread's state has no file of its own.)
-  std::error_code ec;
-  const std::filesystem::path out = ctx.out_path.empty() ? "" : std::filesystem::absolute(ctx.out_path, ec);
-  set_string(L, "out", (ec ? ctx.out_path : out.lexically_normal().string()).c_str());
+  // Absolute: scripts print it for a notebook. (A sweep thread's state has no file of its own.)
+  set_string(L, "out", cli::absolute_path(ctx.out_path).c_str());
   // require("duet") and the global `duet` are the same table.
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "loaded");

@@ -36,10 +36,7 @@ struct FunctionRef {
   // Takes the function on top of the stack.
   void take(lua_State* state) {
     L = state;
-    lua_pushvalue(L, -1);
-    lua_Debug ar;
-    lua_getinfo(L, ">S", &ar);  // pops the copy
-    where = std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
+    where = defined_at(L, -1);
     ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
   ~FunctionRef() {

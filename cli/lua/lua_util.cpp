@@ -99,6 +99,13 @@ std::string where(lua_State* L, int level) {
   return w;
 }
 
+std::string defined_at(lua_State* L, int idx) {
+  lua_pushvalue(L, idx);
+  lua_Debug ar;
+  lua_getinfo(L, ">S", &ar);  // pops the copy
+  return std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
+}
+
 namespace {
 
 int raw_gettable(lua_State* L) {  // (table, key) -> table[key], metamethods included

@@ -128,6 +128,9 @@ std::string flat_table_json(lua_State* L, int idx);
 
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
+// The "file:line: " where the Lua function at idx is defined: errors in what a callback returns
+// name it, not the code that happened to call into duet.
+std::string defined_at(lua_State* L, int idx);
 
 // Hides the metatable on top of the stack from getmetatable and setmetatable (its __metatable
 // field), so that a script cannot call a userdata's __gc twice or swap its methods. The debug

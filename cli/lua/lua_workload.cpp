@@ -81,9 +81,8 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   }
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
-  lua_Debug ar;
-  lua_getinfo(L, ">S", &ar);  // pops the function
-  solve_where_ = std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
+  solve_where_ = defined_at(L, -1);
+  lua_pop(L, 1);
   problems_ref_ = ref_field(L, index, "problems", LUA_TTABLE, "an array of problems");
   lua_rawgeti(L, LUA_REGISTRYINDEX, problems_ref_);
   try {
