@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -544,18 +545,19 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const Step step = plan(batch);
   const auto t_prep = Clock::now();
   stage(step);
+  Clock::time_point t_launched;
   try {
     launch(batch, step);
+    t_launched = Clock::now();
+    collect(batch, step);
   } catch (...) {
     // The metadata upload may still read the pinned staging buffer, which the next step rewrites.
     try {
       stream->synchronize();
-    } catch (...) {  // the launch's own error is the one to report
+    } catch (...) {  // the step's own error is the one to report
     }
     throw;
   }
-  const auto t_launched = Clock::now();
-  collect(batch, step);
   const auto t_synced = Clock::now();
   // After the step's end event: the capture is host work (cpu_s), not the step's device time.
   if (pending_capture) {
@@ -620,7 +622,11 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan_shape(const Batch& batch) cons
     const int b = *bucket_it;
     f.T = f.S = f.R = b;
     f.W = next_pow2(std::max(W, 1));
-    f.splits = std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, max_ctx, sm_count));
+    // The split count is part of the graph key: rounded down to a power of two, a bucket's keys
+    // stay few as its contexts grow (the exact count could change every 256 tokens, each change a
+    // capture and its graph's memory).
+    f.splits = int(std::bit_floor(
+        unsigned(std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, max_ctx, sm_count)))));
     f.identity_rows = true;
     f.Rs = b;
     f.score_row0 = 0;
@@ -755,6 +761,7 @@ void CudaExecutor::Impl::replay_or_capture(const Fwd& f) {
     g->second.launch(stream->get());
     used_graph = true;
     ++stats.graph_steps;
+    stats.split_graph_steps += f.splits > 1;
     return;
   }
   forward(f);

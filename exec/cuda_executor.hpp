@@ -68,9 +68,10 @@ struct CudaExecutorOptions {
 };
 
 struct CudaExecutorStats {
-  std::int64_t steps = 0;        // execute() calls with at least one item
-  std::int64_t graph_steps = 0;  // of which replayed a CUDA graph
-  std::int64_t eager_steps = 0;  // of which ran kernel by kernel (a graph's first step included)
+  std::int64_t steps = 0;              // execute() calls with at least one item
+  std::int64_t graph_steps = 0;        // of which replayed a CUDA graph
+  std::int64_t split_graph_steps = 0;  // of which decoded attention in more than one split (split-KV)
+  std::int64_t eager_steps = 0;        // of which ran kernel by kernel (a graph's first step included)
   std::int64_t graphs_captured = 0;
   std::int64_t capture_failures = 0;  // keys that fell back to eager execution
   std::int64_t buffer_growths = 0;    // device buffers reallocated (every graph dropped then)
