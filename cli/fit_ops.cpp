@@ -2,6 +2,7 @@
 // Each class is fitted twice: without a held-out part of its table, to report the error on
 // shapes the fit never saw (beside the roofline's on the same rows), then on every row, for the
 // prior that is written.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -53,6 +54,25 @@ std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i
     throw Error(dir + ": " + std::to_string(found.size()) + " tables match " + prefix + "*" + c.file_suffix +
                 "*; name one with --" + c.option);
   return found[0];
+}
+
+// The GPU a table was measured on. AIConfigurator names its files by it ("h100_sxm_..."); a
+// table named for another built-in GPU than `gpu` (the H200 prior's prefill attention is the
+// H100's table) has its rows' rooflines at that GPU's peaks, so that its curve holds that GPU's
+// efficiencies, which pricing then applies at `gpu`'s peaks (as --evaluate does). Priced at
+// `gpu`'s, a row bandwidth-bound there would carry its higher slowdown into compute-bound shapes,
+// and price the H200 slower than the H100 whose table it is.
+GpuSpec measured_on(const std::string& file, const GpuSpec& gpu) {
+  const std::string name = std::filesystem::path(file).filename().string();
+  const std::string word = name.substr(0, name.find('_'));
+  const std::string key = gpu_device_key(gpu);
+  if (word == key.substr(0, key.find('-'))) return gpu;
+  const std::vector<std::string> known = builtin_gpu_names();
+  if (std::find(known.begin(), known.end(), word) == known.end()) return gpu;
+  GpuSpec other = gpu_by_name(word);
+  std::printf("%s: measured on %s (its file name): its rows' rooflines are at %s's peaks\n", file.c_str(),
+              other.name.c_str(), other.name.c_str());
+  return other;
 }
 
 std::string as_written(double x) {  // 0.3, not 0.29999999999999999
@@ -134,9 +154,11 @@ int fit_ops(int argc, char** argv) {
   po::options_description options(
       "duet fit-ops: an operator prior for one GPU from measured kernel tables\n"
       "(NVIDIA AIConfigurator's bf16 GEMM and attention tables; see sim/operator_model.hpp)");
-  options.add_options()("gpu", po::value(&gpu_name)->required(),
-                        "the GPU the tables were measured on (h100, h200, a100)")(
-      "tables", po::value(&tables), "a directory of tables, found by the GPU's name")(
+  options.add_options()(
+      "gpu", po::value(&gpu_name)->required(),
+      "the GPU the tables were measured on (h100, h200, a100); a table whose AIConfigurator file "
+      "name names another GPU was measured on that one")("tables", po::value(&tables),
+                                                         "a directory of tables, found by the GPU's name")(
       kClassTables[0].option, po::value(&files[0]), "the GEMM table (default: found in --tables)")(
       kClassTables[1].option, po::value(&files[1]),
       "the decode (generation) attention table (default: found in --tables)")(
@@ -158,7 +180,7 @@ int fit_ops(int argc, char** argv) {
           throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
         files[i] = find_table(tables, gpu, i);
       }
-      return read_operator_table(kOperatorClasses[i], files[i], gpu);
+      return read_operator_table(kOperatorClasses[i], files[i], measured_on(files[i], gpu));
     };
     if (!evaluate.empty()) {
       if (!out.empty()) throw UsageError("--evaluate writes nothing: leave out --out");
