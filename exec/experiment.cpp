@@ -59,6 +59,12 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   if (shared_pool) link_pool_peers(built);
   out.metadata = run_metadata(spec.backend, spec.command_line, spec.gpu, out.plan, configs);
   out.metadata.text.emplace_back("arbiter", spec.arbiter_name);
+  if (!spec.arbiter.priority.empty()) {  // the order decides results as much as the arbiter does
+    std::string order;
+    for (int i : spec.arbiter.priority)
+      order += (order.empty() ? "" : ",") + spec.engines[std::size_t(i)].config.name;
+    out.metadata.text.emplace_back("arbiter_priority", order);
+  }
   // The device that priced or ran the steps: what `duet fit` checks a profile against.
   out.metadata.text.emplace_back("device", spec.backend != "sim"       ? device_key(spec.backend, spec.gpu)
                                            : !spec.cost_device.empty() ? spec.cost_device

@@ -615,6 +615,9 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   r.metadata.text.emplace_back("script", d.script_text);
   if (!ex.label.empty()) r.metadata.text.emplace_back("label", ex.label);
   r.metadata.numbers.emplace_back("concurrency", ex.workload.concurrency);
+  r.metadata.text.emplace_back("batching",
+                               ex.workload.batching == ProblemBatching::Fixed ? "fixed" : "continuous");
+  r.metadata.numbers.emplace_back("min_batch", ex.workload.min_batch);
   r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
   r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
   // What result.engines.NAME.prefill_tokens reports, kept so that a run read back from its file

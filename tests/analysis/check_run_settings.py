@@ -1,0 +1,48 @@
+"""A run's file records the settings that change its results beside the engines' (analysis/README.md,
+run attributes): the arbiter and its engine order, and a Lua run's problem batching. Two runs that
+differ only there must be told apart by their attributes.
+
+    check_run_settings.py DUET OUT_DIR
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import h5py
+except ImportError as error:
+    print(f"SKIP: needs h5py ({error})")
+    sys.exit(0)
+
+duet, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+script, h5 = os.path.join(out, "settings.lua"), os.path.join(out, "settings.h5")
+with open(script, "w") as f:
+    f.write("""local function run(extra)
+  local cfg = {progress = false, concurrency = 2,
+    engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
+               {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.5}},
+    workload = {problems = {{}, {}, {}}, solve = function(ctx)
+      duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
+      duet.await(ctx.engines.prm:submit{prompt = 12, max_tokens = 1})
+      return {score = 0}
+    end}}
+  for k, v in pairs(extra) do cfg[k] = v end
+  return cfg
+end
+duet.sweep{grid = {setup = {"defaults", "ordered"}}, run = function(p)
+  if p.setup == "defaults" then return run{} end
+  return run{arbiter = "priority", arbiter_priority = {"prm", "llm"}, batching = "fixed", min_batch = 1}
+end}
+""")
+subprocess.run([duet, "run", script, "--no-progress", "--out", h5], check=True, stdout=subprocess.DEVNULL)
+with h5py.File(h5, "r") as f:
+    points = f["sweeps/0000/points"]
+    defaults, ordered = (points[name].attrs for name in sorted(points))
+    text = lambda a, k: a[k].decode() if isinstance(a[k], bytes) else a[k]
+    assert text(defaults, "arbiter") == "alternate" and "arbiter_priority" not in defaults, dict(defaults)
+    assert text(defaults, "batching") == "continuous" and defaults["min_batch"] == 2, dict(defaults)
+    assert text(ordered, "arbiter") == "priority" and text(ordered, "arbiter_priority") == "prm,llm", dict(ordered)
+    assert text(ordered, "batching") == "fixed" and ordered["min_batch"] == 1, dict(ordered)
+    assert defaults["concurrency"] == ordered["concurrency"] == 2
+print("run settings: ok")
