@@ -24,6 +24,11 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvAllocator& kv, SchedulerPo
                 std::to_string(config.max_num_batched_tokens));
   if (config.max_model_len <= 0)
     throw Error("max_model_len must be positive, got " + std::to_string(config.max_model_len));
+  // A step must be able to decode every running sequence; vLLM's SchedulerConfig refuses it too.
+  if (config.max_num_batched_tokens < config.max_num_seqs)
+    throw Error("max_num_batched_tokens (" + std::to_string(config.max_num_batched_tokens) +
+                ") must be at least max_num_seqs (" + std::to_string(config.max_num_seqs) +
+                "): a step could not decode every running sequence");
   if (!config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len)
     throw Error("without chunked prefill, max_num_batched_tokens (" +
                 std::to_string(config.max_num_batched_tokens) + ") must be at least max_model_len (" +

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -505,7 +506,7 @@ TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLonges
     c.caching = !c.naive && between(0, 3) > 0;
     c.block_size = std::array{1, 4, 16}[std::size_t(between(0, 2))];
     c.max_num_seqs = between(1, 16);
-    c.max_num_batched_tokens = between(4, 64);
+    c.max_num_batched_tokens = std::max(between(4, 64), c.max_num_seqs);  // at least max_num_seqs
     c.roots = between(1, 4);
     int len = 0;
     for (int r = 0; r < c.roots; ++r) len = std::max(len, longest(c, std::to_string(r), 0, 0));
@@ -521,7 +522,13 @@ TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLonges
     ASSERT_EQ(large.error, "") << what;
     ASSERT_EQ(large.releases, 0) << what;
     ASSERT_TRUE(small.tokens == large.tokens) << what;
-    ASSERT_GE(small.computed, large.computed) << what;
+    // Without a prefix cache a released sequence computes its tokens again. With one, the order
+    // of admissions decides the hits: on the large pool two sequences that share a prefix may
+    // prefill it side by side (each its own chunk), where on the small one the second waits and
+    // hits (seed 14 of a wider draw: 199 tokens computed on the small pool, 201 on the large).
+    if (!c.caching) {
+      ASSERT_GE(small.computed, large.computed) << what;
+    }
     releases += small.releases;
     runs_with_recompute += small.computed > large.computed;
   }

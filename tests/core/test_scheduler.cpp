@@ -166,6 +166,15 @@ TEST(Scheduler, ImpossibleConfigsAreErrors) {
   KvCacheManager kv(KvCacheConfig{4, 16, true});
   EXPECT_THROW(Scheduler({.max_num_seqs = 0}, kv), Error);
   EXPECT_THROW(Scheduler({.max_num_batched_tokens = -1}, kv), Error);
+  try {  // as vLLM: a budget that cannot decode every running sequence at once
+    const Scheduler refused({.max_num_seqs = 8, .max_num_batched_tokens = 7}, kv);
+    ADD_FAILURE() << "a budget below max_num_seqs was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "max_num_batched_tokens (7) must be at least max_num_seqs (8): a step could not decode every "
+        "running sequence");
+  }
   EXPECT_THROW(
       Scheduler({.max_num_batched_tokens = 512, .enable_chunked_prefill = false, .max_model_len = 1024}, kv),
       Error);

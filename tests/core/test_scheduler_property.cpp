@@ -489,10 +489,10 @@ SchedCase random_case(std::uint64_t seed) {
   SchedCase c;
   c.seed = seed;
   c.config.max_model_len = kMaxModelLen;
-  c.config.max_num_seqs = between(1, 32);
   c.config.enable_chunked_prefill = between(0, 99) < 85;
   c.config.max_num_batched_tokens =
       c.config.enable_chunked_prefill ? between(1, 256) : between(kMaxModelLen, 256);
+  c.config.max_num_seqs = between(1, std::min(32, c.config.max_num_batched_tokens));  // at most the budget
   const int sizes[] = {1, 4, 16};
   c.block_size = sizes[between(0, 2)];
   const int per_seq = (kMaxModelLen + c.block_size - 1) / c.block_size;
@@ -545,6 +545,7 @@ TEST(SchedulerProperty, TightPagedPool) {
     c.num_blocks = (kMaxModelLen + c.block_size - 1) / c.block_size;
     c.prefix_caching = seed % 2 == 0;
     c.config.max_num_seqs = 16;
+    c.config.max_num_batched_tokens = std::max(c.config.max_num_batched_tokens, 16);
     ASSERT_NO_FATAL_FAILURE(run_case(c, total));
   }
   EXPECT_GT(total.preemptions, 0);
@@ -579,8 +580,9 @@ TEST(SchedulerProperty, FcfsWithAmpleMemory) {
   for (std::uint64_t seed = 4000; seed < 4004; ++seed) {
     SchedCase c = random_case(seed);
     c.allocator = Allocator::Paged;
-    c.config.max_num_seqs = 256;
     c.num_seqs = 60;
+    c.config.max_num_seqs = c.num_seqs;
+    c.config.max_num_batched_tokens = std::max(c.config.max_num_batched_tokens, c.num_seqs);
     c.num_blocks = c.num_seqs * ((kMaxModelLen + c.block_size - 1) / c.block_size);
     SchedulerRun run(c);
     const std::string err = run.run();

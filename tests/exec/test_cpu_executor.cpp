@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -183,7 +184,9 @@ struct Rig {
         weights(random_weights(spec, weight_seed)),
         exec(weights, num_blocks, block_size, options, arena),
         engine(spec.name,
-               {.max_num_seqs = 8, .max_num_batched_tokens = max_batched_tokens, .max_model_len = 256},
+               {.max_num_seqs = std::min(8, max_batched_tokens),  // vLLM's rule: a budget holds every decode
+                .max_num_batched_tokens = max_batched_tokens,
+                .max_model_len = 256},
                std::move(kv), exec) {}
 
   // Steps until idle, keeping every logits row the executor computed.

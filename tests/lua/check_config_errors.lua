@@ -53,7 +53,9 @@ expect_error({engines = {llm = {model = "llama-3.2-1b"}}}, "duet.run.engines: ex
 expect_error({engines = engine{gpu_memory_utilization = 1.5}},
              "duet.run: engine 'llm': gpu_memory_utilization must be in %(0, 1%], got 1.5")
 expect_error({engines = engine{max_num_seqs = 0}}, "duet.run: engine 'llm': max_num_seqs must be positive, got 0")
-expect_error({engines = engine{max_num_batched_tokens = 64, enable_chunked_prefill = false}},
+expect_error({engines = engine{max_num_batched_tokens = 64}},
+             "duet.run: engine 'llm': max_num_batched_tokens %(64%) must be at least max_num_seqs %(256%)")
+expect_error({engines = engine{max_num_batched_tokens = 64, max_num_seqs = 64, enable_chunked_prefill = false}},
              "duet.run: engine 'llm': without chunked prefill, max_num_batched_tokens %(64%) must be at least max_model_len")
 -- An override beyond the whole GPU (its bookkeeping alone once took gigabytes of host memory).
 expect_error({engines = engine{num_gpu_blocks_override = 10000000}},
