@@ -115,14 +115,18 @@ int cost(int argc, char** argv) {
       "profile:PROFILE.json, or a prior or profile JSON")("prefill-tokens", po::value(&a.prefill_tokens),
                                                           "new prompt tokens in the step")(
       "prefill-seqs", po::value(&a.prefill_seqs)->default_value(1),
-      "chunks the prefill tokens are split into")("prefill-context", po::value(&a.prefill_context),
+      "chunks the prefill tokens are split into")("prefill-context",
+                                                  po::value(&a.prefill_context)->default_value(0),
                                                   "cached tokens before each prefill chunk")(
       "decode-seqs", po::value(&a.decode_seqs), "sequences decoding one token each")(
       "decode-context", po::value(&a.decode_context), "tokens already in each decoding sequence")(
       "json", po::bool_switch(&json), "one JSON object instead of the table")("help,h", "this help");
-  return run_command({"cost", options}, argc, argv, [&](const po::variables_map&) {
+  return run_command({"cost", options}, argc, argv, [&](const po::variables_map& vm) {
     const ModelSpec model = model_from(model_arg);
     const GpuSpec gpu = gpu_from(gpu_arg);
+    // A decoding sequence holds at least its prompt: a context left out is a mistake, not zero.
+    if (a.decode_seqs > 0 && !vm.count("decode-context"))
+      throw UsageError("give --decode-context C, the tokens already in each decoding sequence");
     const BatchShape shape = batch_of(a);
     const ChosenCostModel chosen = choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu),
                                                      source_dir() + "/profiles");

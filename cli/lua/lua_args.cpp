@@ -32,9 +32,16 @@ int l_args(lua_State* L) {
       lua_settable(L, -4);
     }
     std::set<std::string> given;
+    std::string last_flag;  // the previous argument, when it was a flag given alone
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
-      if (a.rfind("--", 0) != 0) throw Error("script argument '" + a + "': expected --name [value]");
+      if (a.rfind("--", 0) != 0)
+        throw Error("script argument '" + a + "': expected --name [value]" +
+                    (last_flag.empty() ? ""
+                                       : " (--" + last_flag +
+                                             " is a flag: alone it is true; its value can only be "
+                                             "true or false)"));
+      last_flag.clear();
       std::string name = a.substr(2);
       std::string value;
       const auto eq = name.find('=');
@@ -65,6 +72,7 @@ int l_args(lua_State* L) {
                              !(i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false"));
       if (bare_flag) {
         lua_pushboolean(L, 1);
+        last_flag = spelled;
       } else {
         if (eq == std::string::npos) {
           if (i + 1 >= args.size()) throw Error("script argument '--" + name + "' needs a value");
