@@ -4,6 +4,11 @@
 
 namespace duet {
 
+// The CUDA engine replays a CUDA graph for decode-only batches of up to this many sequences (its
+// buckets end here) and runs larger ones kernel by kernel; the simulator's cost models price
+// decode steps the same way.
+inline constexpr int kMaxCudaGraphBatch = 256;
+
 class Executor {
  public:
   virtual ~Executor() = default;

@@ -192,7 +192,7 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
   const ModelSpec& m = model_;
   StepBreakdown b;
   b.layers = m.num_layers;
-  const bool eager = !(p_.cuda_graphs_for_decode && s.prefill_tokens == 0);
+  const bool eager = !replays_graph(p_, s);
   const double tokens = double(s.prefill_tokens + s.decode_tokens);
   const double h = m.hidden_size, hd = m.head_dim, heads = m.num_heads, kvh = m.num_kv_heads;
   const double q = heads * hd, kv = kvh * hd, inter = m.intermediate_size;

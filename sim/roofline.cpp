@@ -59,7 +59,7 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
   b.prefill_attention_s = op_time(attn_flops_per_key * s.prefill_attention_keys,
                                   kv_token_bytes * double(s.prefill_context_tokens + s.prefill_tokens));
   const double kernels = double(p_.kernels_per_layer) * m.num_layers + 4.0;  // + embed, norm, head, sample
-  const bool graph = p_.cuda_graphs_for_decode && s.prefill_tokens == 0;
+  const bool graph = replays_graph(p_, s);
   b.launch_s =
       graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
   b.launch_s += s.copies * gpu_.kernel_launch_s;

@@ -2,6 +2,7 @@
 // A roofline cost model: every op class takes max(FLOPs / peak compute, bytes / peak bandwidth),
 // plus kernel launches and a per-step CPU overhead. It needs no measurement and is optimistic by
 // construction (it assumes peak figures); the calibrated model corrects it with measured steps.
+#include "core/executor.hpp"
 #include "sim/cost_model.hpp"
 
 namespace duet {
@@ -16,14 +17,21 @@ struct RooflineParams {
   // Kernels per decoder layer in an eager forward pass: norm, QKV GEMM, RoPE, KV write,
   // attention, O GEMM, residual norm, gate/up GEMM, SiLU*mul, down GEMM.
   int kernels_per_layer = 10;
-  // Decode-only batches replay a CUDA graph: one launch, and a small device-side gap per kernel.
+  // Decode-only batches of up to max_graph_batch sequences replay a CUDA graph: one launch, and a
+  // small device-side gap per kernel. Larger ones run eagerly, as in the CUDA engine.
   bool cuda_graphs_for_decode = true;
+  int max_graph_batch = kMaxCudaGraphBatch;
   double graph_kernel_gap_s = 1.0e-6;
   // Host time per step: scheduling, batch preparation, sampling bookkeeping. Assumed values for a
   // C++ engine (vLLM's Python scheduler costs several times more); calibration replaces them.
   double cpu_step_s = 30e-6;
   double cpu_per_seq_s = 0.3e-6;
 };
+
+// Whether a step replays a CUDA graph (one launch) rather than launching kernel by kernel.
+inline bool replays_graph(const RooflineParams& p, const BatchShape& s) {
+  return p.cuda_graphs_for_decode && s.prefill_tokens == 0 && s.decode_seqs <= p.max_graph_batch;
+}
 
 struct RooflineBreakdown {
   std::array<double, 4> layer_gemm_s{};  // one layer's QKV, O, gate/up and down GEMMs

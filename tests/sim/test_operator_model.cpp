@@ -155,6 +155,23 @@ TEST(OperatorModel, EagerStepsPayAtLeastALaunchPerKernel) {
   for (double t : b.per_layer_s) EXPECT_GE(t, gpu.kernel_launch_s);
 }
 
+// Decode batches beyond the CUDA engine's largest graph bucket run eagerly: every kernel pays at
+// least a launch, and there is no graph launch.
+TEST(OperatorModel, DecodeBeyondTheLargestGraphRunsEagerly) {
+  const GpuSpec gpu = gpu_by_name("h100");
+  OperatorCostModel model(gpu, model_by_name("llama-3.2-1b"), flat_prior("h100-sxm"));
+  auto decode = [](int seqs) {
+    return BatchShape{.decode_tokens = seqs,
+                      .decode_seqs = seqs,
+                      .logit_rows = seqs,
+                      .decode_context_tokens = 100LL * seqs};
+  };
+  const StepBreakdown graph = model.by_operator(decode(kMaxCudaGraphBatch));
+  const StepBreakdown eager = model.by_operator(decode(kMaxCudaGraphBatch + 1));
+  EXPECT_LT(graph.per_layer_s[kRope], gpu.kernel_launch_s) << "a small kernel inside a graph";
+  for (double t : eager.per_layer_s) EXPECT_GE(t, gpu.kernel_launch_s);
+}
+
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
   const BatchShape in{

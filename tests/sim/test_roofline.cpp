@@ -72,6 +72,17 @@ TEST(Roofline, LaunchesAndCpuOverheadAreCounted) {
   EXPECT_NEAR(pf.launch_s, (10.0 * k8B.num_layers + 4) * kH100.kernel_launch_s, 1e-12);
 }
 
+// As the CUDA engine: decode-only batches up to its largest graph bucket replay a graph, larger
+// ones launch every kernel.
+TEST(Roofline, DecodeBeyondTheLargestGraphLaunchesEveryKernel) {
+  RooflineCostModel m(kH100, k8B);
+  const double kernels = 10.0 * k8B.num_layers + 4;
+  EXPECT_NEAR(m.breakdown(decode(kMaxCudaGraphBatch, 100)).launch_s,
+              kH100.kernel_launch_s + kernels * RooflineParams{}.graph_kernel_gap_s, 1e-12);
+  EXPECT_NEAR(m.breakdown(decode(kMaxCudaGraphBatch + 1, 100)).launch_s, kernels * kH100.kernel_launch_s,
+              1e-12);
+}
+
 TEST(Roofline, LogitsOnlyForRowsThatNeedThem) {
   RooflineCostModel m(kH100, k8B);
   BatchShape chunk = prefill(4096);
