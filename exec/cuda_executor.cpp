@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -622,11 +621,7 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan_shape(const Batch& batch) cons
     const int b = *bucket_it;
     f.T = f.S = f.R = b;
     f.W = next_pow2(std::max(W, 1));
-    // The split count is part of the graph key: rounded down to a power of two, a bucket's keys
-    // stay few as its contexts grow (the exact count could change every 256 tokens, each change a
-    // capture and its graph's memory).
-    f.splits = int(std::bit_floor(
-        unsigned(std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, max_ctx, sm_count)))));
+    f.splits = std::max(1, k::choose_decode_splits(b, spec.num_kv_heads, max_ctx, sm_count));
     f.identity_rows = true;
     f.Rs = b;
     f.score_row0 = 0;

@@ -41,6 +41,7 @@ struct AttentionBatch {
 // head, so K/V are read once per group. Long contexts are split (FlashDecoding) into
 // `num_splits` partitions reduced by a second kernel; workspace from decode_workspace_bytes.
 std::size_t decode_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
+// A power of two (it is part of a decode graph's key), 1 below 1,024 tokens of context.
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm_count);
 inline constexpr int kMaxDecodeSplits = 64;  // choose_decode_splits' ceiling; the kernels accept any count
 void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,

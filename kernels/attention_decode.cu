@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -313,11 +314,15 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context, int sm
   // Short contexts: one pass is cheap and a second kernel plus the workspace traffic would cost
   // more than it saves. Long ones: enough (sequence, KV head, split) blocks to give every SM
   // about two, but no split shorter than 256 tokens (below that the reduction dominates).
+  // A power of two: the count is part of a decode graph's key, and as a batch's contexts grow an
+  // exact count could change every 256 tokens, each change a capture and a graph's memory.
   if (max_context < 1024 || sm_count <= 0) return 1;
-  const long long blocks = std::max(1LL, static_cast<long long>(num_seqs) * std::max(1, num_kv_heads));
-  const long long want = (2LL * sm_count + blocks - 1) / blocks;
-  const long long cap = std::min<long long>(kMaxDecodeSplits, std::max(1, max_context / 256));
-  return int(std::clamp<long long>(want, 1, cap));
+  const unsigned long long blocks =
+      std::max(1ULL, static_cast<unsigned long long>(std::max(0, num_seqs)) * std::max(1, num_kv_heads));
+  const unsigned long long want = (2ULL * unsigned(sm_count) + blocks - 1) / blocks;
+  const unsigned long long cap =
+      std::min<unsigned long long>(kMaxDecodeSplits, std::max(1, max_context / 256));
+  return int(std::min(std::bit_ceil(std::max(1ULL, want)), std::bit_floor(cap)));
 }
 
 void paged_decode_attention(const bf16* pool, const KvLayout& shape, int layer, const AttentionBatch& batch,

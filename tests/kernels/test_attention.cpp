@@ -485,6 +485,12 @@ TEST(AttentionDecode, ChooseSplitsAndWorkspace) {
   EXPECT_GE(2 * 8 * s, 2 * 132);  // ~2 thread blocks per SM
   EXPECT_LE(s, 64);
   EXPECT_LE(choose_decode_splits(1, 1, 1100, 132), 1100 / 256);  // no split below 256 tokens
+  for (int seqs : {1, 3, 5, 7, 12}) {  // a power of two: few graph keys as contexts grow
+    for (int context = 1024; context <= 20000; context += 256) {
+      const int n = choose_decode_splits(seqs, 8, context, 132);
+      EXPECT_TRUE(n >= 1 && (n & (n - 1)) == 0) << seqs << " seqs at " << context << ": " << n;
+    }
+  }
   EXPECT_EQ(decode_workspace_bytes(4, 32, 128, 1), 0u);
   EXPECT_GE(decode_workspace_bytes(4, 32, 128, 5), std::size_t(4 * 32 * 5) * (128 + 1) * sizeof(float));
 }
