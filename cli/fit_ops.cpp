@@ -4,6 +4,7 @@
 // prior that is written.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -36,11 +37,17 @@ constexpr ClassTable kClassTables[] = {{"gemm", "_gemm_bf16.csv"},
                                        {"prefill-attention", "_context_attention_bf16.csv"}};
 static_assert(std::size(kClassTables) == kOperatorClasses.size());
 
-// Class `i`'s table for `gpu` in `dir`, by AIConfigurator's file names
-// ("h100_sxm_vllm0.19.0_gemm_bf16.csv.gz"): the device key's first word, then the class's ending.
-std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i) {
+// The first word of AIConfigurator's file names for `gpu` ("h100_sxm_vllm0.19.0_gemm_bf16.csv.gz"):
+// its device key's first word.
+std::string table_word(const GpuSpec& gpu) {
   const std::string key = gpu_device_key(gpu);
-  const std::string prefix = key.substr(0, key.find('-')) + "_";
+  return key.substr(0, key.find('-'));
+}
+
+// Class `i`'s table for `gpu` in `dir`, by AIConfigurator's file names: table_word, then the
+// class's ending.
+std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i) {
+  const std::string prefix = table_word(gpu) + "_";
   const ClassTable& c = kClassTables[i];
   std::vector<std::string> found;
   std::error_code ec;
@@ -62,14 +69,16 @@ std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i
 // efficiencies, which pricing then applies at `gpu`'s peaks (as --evaluate does). Priced at
 // `gpu`'s, a row bandwidth-bound there would carry its higher slowdown into compute-bound shapes,
 // and price the H200 slower than the H100 whose table it is.
+// A file name that names no built-in GPU is taken as measured on `gpu`, as --gpu's help says.
+// The A100 tables are the 80 GB part's, so --gpu a100-40gb takes them at its peaks.
 GpuSpec measured_on(const std::string& file, const GpuSpec& gpu) {
   const std::string name = std::filesystem::path(file).filename().string();
-  const std::string word = name.substr(0, name.find('_'));
-  const std::string key = gpu_device_key(gpu);
-  if (word == key.substr(0, key.find('-'))) return gpu;
+  std::string word = name.substr(0, name.find('_'));
+  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
   const std::vector<std::string> known = builtin_gpu_names();
   if (std::find(known.begin(), known.end(), word) == known.end()) return gpu;
   GpuSpec other = gpu_by_name(word);
+  if (gpu_device_key(other) == gpu_device_key(gpu)) return gpu;
   std::printf("%s: measured on %s (its file name): its rows' rooflines are at %s's peaks\n", file.c_str(),
               other.name.c_str(), other.name.c_str());
   return other;
@@ -132,7 +141,8 @@ OperatorCurve fit_class(const OperatorTable& t, const CurveFitOptions& options, 
 }
 
 // --evaluate: another prior's curves on this GPU's tables, at this GPU's peaks (each row's roofline
-// is this GPU's), beside this GPU's roofline: how well one GPU's efficiencies price another's.
+// is the GPU's its table was measured on: measured_on), beside that roofline: how well one GPU's
+// efficiencies price another's.
 void evaluate_class(const OperatorTable& t, const OperatorPrior& prior) {
   const OperatorCurve& curve = prior.curve(t.kind);
   const CurveErrors op =
@@ -171,22 +181,26 @@ int fit_ops(int argc, char** argv) {
       "out", po::value(&out), "the prior JSON to write (profiles/DEVICE/operator-prior.json)")(
       "evaluate", po::value(&evaluate),
       "instead of fitting, price every row of the tables with this prior's curves (another GPU's) at "
-      "--gpu's peak figures, beside the roofline")("help,h", "this help");
+      "the peak figures of the GPU each table was measured on (--gpu's, unless its file name names "
+      "another), beside the roofline")("help,h", "this help");
   return run_command({"fit-ops", options}, argc, argv, [&](const po::variables_map&) {
     const GpuSpec gpu = gpu_from(gpu_name);
+    std::string other_gpu[3];  // a table measured on another GPU (measured_on): that GPU's name
     auto table_of = [&](std::size_t i) {
       if (files[i].empty()) {
         if (tables.empty())
           throw Error("give --tables DIR, or each table (--gemm, --decode-attention, --prefill-attention)");
         files[i] = find_table(tables, gpu, i);
       }
-      return read_operator_table(kOperatorClasses[i], files[i], measured_on(files[i], gpu));
+      const GpuSpec on = measured_on(files[i], gpu);
+      if (on.name != gpu.name) other_gpu[i] = on.name;
+      return read_operator_table(kOperatorClasses[i], files[i], on);
     };
     if (!evaluate.empty()) {
       if (!out.empty()) throw UsageError("--evaluate writes nothing: leave out --out");
       const OperatorPrior other = load_prior(evaluate);
-      std::printf("%s's operator prior (%s) on %s's tables, at %s's peaks\n", other.device.c_str(),
-                  evaluate.c_str(), gpu.name.c_str(), gpu.name.c_str());
+      std::printf("%s's operator prior (%s) on %s's tables, at %s's peaks unless a table says otherwise\n",
+                  other.device.c_str(), evaluate.c_str(), gpu.name.c_str(), gpu.name.c_str());
       for (std::size_t i = 0; i < kOperatorClasses.size(); ++i) evaluate_class(table_of(i), other);
       return 0;
     }
@@ -208,6 +222,7 @@ int fit_ops(int argc, char** argv) {
         for (const std::string& g : t.groups) head_dims.insert(std::stoi(g.substr(g.rfind("d=") + 2)));
       prior.curve(c) = fit_class(t, fit, report);
       source += (source.empty() ? "" : ", ") + std::filesystem::path(files[i]).filename().string();
+      if (!other_gpu[i].empty()) source += " (measured on " + other_gpu[i] + ", at its peaks)";
     }
     prior.source = "NVIDIA AIConfigurator measured tables (" + source + ")";
     prior.covers.head_dims.assign(head_dims.begin(), head_dims.end());
