@@ -127,6 +127,13 @@ int cost(int argc, char** argv) {
     // A decoding sequence holds at least its prompt: a context left out is a mistake, not zero.
     if (a.decode_seqs > 0 && !vm.count("decode-context"))
       throw UsageError("give --decode-context C, the tokens already in each decoding sequence");
+    if (a.decode_seqs > 0) check_at_least("--decode-context", a.decode_context, 1);
+    // A shape flag without its batch would be ignored.
+    if (a.decode_seqs == 0 && vm.count("decode-context"))
+      throw UsageError("--decode-context needs --decode-seqs B (the sequences that decode)");
+    if (a.prefill_tokens == 0 && (!vm["prefill-context"].defaulted() || !vm["prefill-seqs"].defaulted()))
+      throw UsageError(
+          "--prefill-context and --prefill-seqs need --prefill-tokens T (the tokens to prefill)");
     const BatchShape shape = batch_of(a);
     const ChosenCostModel chosen = choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu),
                                                      source_dir() + "/profiles");

@@ -1,5 +1,6 @@
 #include "exec/experiment.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.hpp"
@@ -59,11 +60,13 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   if (shared_pool) link_pool_peers(built);
   out.metadata = run_metadata(spec.backend, spec.command_line, spec.gpu, out.plan, configs);
   out.metadata.text.emplace_back("arbiter", spec.arbiter_name);
-  if (!spec.arbiter.priority.empty()) {  // the order decides results as much as the arbiter does
-    std::string order;
-    for (int i : spec.arbiter.priority)
-      order += (order.empty() ? "" : ",") + spec.engines[std::size_t(i)].config.name;
-    out.metadata.text.emplace_back("arbiter_priority", order);
+  if (spec.arbiter.kind == ArbiterKind::Priority) {  // the order decides results as much as the kind
+    std::vector<int> order = spec.arbiter.priority;  // as the script gave it, then the rest as declared
+    for (int i = 0; i < int(spec.engines.size()); ++i)
+      if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+    std::string names;
+    for (int i : order) names += (names.empty() ? "" : ",") + spec.engines[std::size_t(i)].config.name;
+    out.metadata.text.emplace_back("arbiter_priority", names);
   }
   // The device that priced or ran the steps: what `duet fit` checks a profile against.
   out.metadata.text.emplace_back("device", spec.backend != "sim"       ? device_key(spec.backend, spec.gpu)

@@ -279,7 +279,10 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   EngineConfig c = config;
   c.block_size = limits.block_size;
   c.max_num_seqs = limits.max_num_seqs;
-  c.max_num_batched_tokens = limits.max_num_batched_tokens;
+  // The engine is built for its executor only: the grid's batches are made here, not scheduled,
+  // so the scheduler's rule that a step's budget holds every running decode does not bind the
+  // largest decode batch and the largest prefill chunk.
+  c.max_num_batched_tokens = std::max(limits.max_num_batched_tokens, limits.max_num_seqs);
   c.max_model_len = limits.max_model_len;
   check_model_len(c);
   EngineMemory memory;

@@ -30,19 +30,22 @@ with open(script, "w") as f:
   for k, v in pairs(extra) do cfg[k] = v end
   return cfg
 end
-duet.sweep{grid = {setup = {"defaults", "ordered"}}, run = function(p)
+duet.sweep{grid = {setup = {"defaults", "ordered", "partly"}}, run = function(p)
   if p.setup == "defaults" then return run{} end
+  if p.setup == "partly" then return run{arbiter = "priority", arbiter_priority = {"prm"}} end
   return run{arbiter = "priority", arbiter_priority = {"prm", "llm"}, batching = "fixed", min_batch = 1}
 end}
 """)
 subprocess.run([duet, "run", script, "--no-progress", "--out", h5], check=True, stdout=subprocess.DEVNULL)
 with h5py.File(h5, "r") as f:
     points = f["sweeps/0000/points"]
-    defaults, ordered = (points[name].attrs for name in sorted(points))
+    defaults, ordered, partly = (points[name].attrs for name in sorted(points))
     text = lambda a, k: a[k].decode() if isinstance(a[k], bytes) else a[k]
     assert text(defaults, "arbiter") == "alternate" and "arbiter_priority" not in defaults, dict(defaults)
     assert text(defaults, "batching") == "continuous" and defaults["min_batch"] == 2, dict(defaults)
     assert text(ordered, "arbiter") == "priority" and text(ordered, "arbiter_priority") == "prm,llm", dict(ordered)
     assert text(ordered, "batching") == "fixed" and ordered["min_batch"] == 1, dict(ordered)
     assert defaults["concurrency"] == ordered["concurrency"] == 2
+    # The effective order: the engines the list leaves out follow in their declared order.
+    assert text(partly, "arbiter_priority") == "prm,llm", dict(partly)
 print("run settings: ok")

@@ -32,10 +32,10 @@ foreach(gpu h100 h200)
     endforeach()
     list(GET steps 0 refit)
     list(GET steps 1 committed)
-    # The first eight characters (five or more significant digits): the re-fit must price every
-    # batch as the committed prior does.
-    string(SUBSTRING "${refit}" 0 8 a)
-    string(SUBSTRING "${committed}" 0 8 b)
+    # The first ten characters (six or more significant digits for steps of 1 to 100 ms): the
+    # re-fit must price every batch as the committed prior does.
+    string(SUBSTRING "${refit}" 0 10 a)
+    string(SUBSTRING "${committed}" 0 10 b)
     if(NOT a STREQUAL b)
       message(FATAL_ERROR "${gpu}: the re-fitted prior prices ${batch} at ${refit} s, the committed one at ${committed} s")
     endif()

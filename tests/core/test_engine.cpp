@@ -493,8 +493,8 @@ TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) 
 
 // Random trees on pools from one longest sequence to three, against a pool that never runs short:
 // every run finishes (kept and waiting-fork KV goes back instead of deadlocking), every block's
-// reference count matches the tables, the tokens are the large pool's, and nothing is computed
-// less often than there.
+// reference count matches the tables, the tokens are the large pool's, and, without a prefix
+// cache, nothing is computed less often than there.
 TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLongest) {
   std::int64_t releases = 0, runs_with_recompute = 0;
   for (std::uint64_t seed = 1; seed <= 300; ++seed) {

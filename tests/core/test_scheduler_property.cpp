@@ -533,6 +533,13 @@ TEST(SchedulerProperty, RandomConfigurations) {
             << " sequences, " << total.preemptions << " preemptions, " << total.hit_tokens << " hit tokens\n";
 }
 
+// A case's max_num_seqs, with the budget raised to hold it (the scheduler refuses a budget below
+// max_num_seqs, as vLLM does).
+void set_max_num_seqs(SchedCase& c, int n) {
+  c.config.max_num_seqs = n;
+  c.config.max_num_batched_tokens = std::max(c.config.max_num_batched_tokens, n);
+}
+
 // Paged pools of exactly one max_model_len sequence, with and without prefix caching, so that
 // preemption is frequent.
 TEST(SchedulerProperty, TightPagedPool) {
@@ -544,8 +551,7 @@ TEST(SchedulerProperty, TightPagedPool) {
     c.allocator = Allocator::Paged;
     c.num_blocks = (kMaxModelLen + c.block_size - 1) / c.block_size;
     c.prefix_caching = seed % 2 == 0;
-    c.config.max_num_seqs = 16;
-    c.config.max_num_batched_tokens = std::max(c.config.max_num_batched_tokens, 16);
+    set_max_num_seqs(c, 16);
     ASSERT_NO_FATAL_FAILURE(run_case(c, total));
   }
   EXPECT_GT(total.preemptions, 0);
@@ -559,7 +565,7 @@ TEST(SchedulerProperty, NaiveAllocatorSmallPool) {
     c.prefix_caching = false;
     c.num_blocks =
         2 * ((kMaxModelLen + c.block_size - 1) / c.block_size) + 1;  // two regions and a spare block
-    c.config.max_num_seqs = 8;
+    set_max_num_seqs(c, 8);
     ASSERT_NO_FATAL_FAILURE(run_case(c, total));
   }
 }
@@ -581,8 +587,7 @@ TEST(SchedulerProperty, FcfsWithAmpleMemory) {
     SchedCase c = random_case(seed);
     c.allocator = Allocator::Paged;
     c.num_seqs = 60;
-    c.config.max_num_seqs = c.num_seqs;
-    c.config.max_num_batched_tokens = std::max(c.config.max_num_batched_tokens, c.num_seqs);
+    set_max_num_seqs(c, c.num_seqs);
     c.num_blocks = c.num_seqs * ((kMaxModelLen + c.block_size - 1) / c.block_size);
     SchedulerRun run(c);
     const std::string err = run.run();
