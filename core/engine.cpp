@@ -84,7 +84,7 @@ StepOutcome Engine::step(double now) {
   if (outcome.batch.empty()) return outcome;
   outcome.kv_scheduled = kv_->usage();
   outcome.result = executor_.execute(outcome.batch);
-  postprocess(outcome, now + outcome.result.duration_s);
+  postprocess(outcome, now, now + outcome.result.duration_s);
   return outcome;
 }
 
@@ -98,13 +98,13 @@ bool Engine::should_stop(const Sequence& seq, TokenId token) const {
   return std::find(stops.begin(), stops.end(), token) != stops.end();
 }
 
-void Engine::postprocess(StepOutcome& outcome, double done) {
+void Engine::postprocess(StepOutcome& outcome, double start, double done) {
   const StepResult& r = outcome.result;
   std::size_t next_score = 0;
   for (std::size_t i = 0; i < outcome.batch.items.size(); ++i) {
     const BatchItem& item = outcome.batch.items[i];
     Sequence& seq = *item.seq;
-    if (std::isnan(seq.first_scheduled_time)) seq.first_scheduled_time = done - r.duration_s;
+    if (std::isnan(seq.first_scheduled_time)) seq.first_scheduled_time = start;
     seq.num_computed_tokens += item.num_new_tokens;
     FinishReason reason = FinishReason::None;
     if (item.want == Want::Sample) {

@@ -55,7 +55,7 @@ class Engine {
 
  private:
   void admit_or_forget(Sequence& seq);  // scheduler_.add, or no trace of the sequence
-  void postprocess(StepOutcome& outcome, double now);
+  void postprocess(StepOutcome& outcome, double start, double done);  // the step's start and end
   bool should_stop(const Sequence& seq, TokenId token) const;
 
   std::string name_;

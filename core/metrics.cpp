@@ -78,7 +78,7 @@ void SummaryAccumulator::add(const StepRecord& st) {
   s_.busy_s += st.duration_s + st.host_s;
   const double util = total_blocks_ ? double(st.kv_blocks_used) / total_blocks_ : 0.0;
   s_.peak_kv_utilisation = std::max(s_.peak_kv_utilisation, util);
-  weighted_util_ += util * st.duration_s;
+  weighted_util_ += util * (st.duration_s + st.host_s);  // busy_s's weights: the blocks are held throughout
 }
 
 void SummaryAccumulator::add(const RequestRecord& q) {

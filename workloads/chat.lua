@@ -19,7 +19,17 @@ function M.workload(opts)
   return {
     problems = requests,
     solve = function(ctx, r)
-      duet.sleep_until(r.arrival_s / scale)
+      local due = r.arrival_s / scale
+      -- An open-loop replay: each request starts at its arrival. One that starts later was held
+      -- back by duet.run's concurrency (problems in flight: here requests, sleeping ones too), and
+      -- its latencies would count from the late start. 1 ms leaves a real engine's clock its jitter.
+      if duet.now() > due + 1e-3 then
+        error(string.format("chat: request %d starts %.3f s after its arrival (%.3f s): duet.run's " ..
+                            "concurrency (problems in flight, each request one, waiting ones too) holds " ..
+                            "back this open-loop replay; give concurrency at least the requests in flight " ..
+                            "at once (max_requests always is)", ctx.index, duet.now() - due, due))
+      end
+      duet.sleep_until(due)
       local id = ctx.engines[engine]:submit{prompt = r.prompt, max_tokens = math.max(1, r.output_tokens),
                                             ignore_eos = true}
       local res = duet.await(id)[1]

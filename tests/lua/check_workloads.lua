@@ -60,6 +60,14 @@ local c = duet.run{gpu = "h100", engines = {{name = "llm", model = "llama-3.1-8b
 assert(c.problems == 50 and c.engines.llm.requests == 50)
 assert(c.makespan_s > 10, "arrivals follow the trace's timestamps")
 print(string.format("%-18s %8d requests over %.1f s", "chat", c.engines.llm.requests, c.makespan_s))
+-- Fewer problems in flight than requests that overlap: a request would start after its arrival,
+-- and its latencies would count from then. An error, not a replay slower than the trace.
+require("tests.lua.support").expect_error(function()
+  duet.run{gpu = "h100", engines = {{name = "llm", model = "llama-3.1-8b"}}, out = false, progress = false,
+           workload = chat.workload{trace = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+                                    max_requests = 5, rate_scale = 1000},
+           concurrency = 1}
+end, "chat: request 2 starts .* s after its arrival .*give concurrency at least the requests in flight")
 
 -- A bad option is an error at the line that built the workload, naming the option: never an empty
 -- search, a NaN score or an endless wait at the end of a run.
