@@ -70,7 +70,8 @@ std::string find_table(const std::string& dir, const GpuSpec& gpu, std::size_t i
 // `gpu`'s, a row bandwidth-bound there would carry its higher slowdown into compute-bound shapes,
 // and price the H200 slower than the H100 whose table it is.
 // A file name that names no built-in GPU is taken as measured on `gpu`, as --gpu's help says.
-// The A100 tables are the 80 GB part's, so --gpu a100-40gb takes them at its peaks.
+// "a100" is the A100-80GB, so --gpu a100-40gb takes AIConfigurator's A100 tables at the 80 GB
+// part's peaks.
 GpuSpec measured_on(const std::string& file, const GpuSpec& gpu) {
   const std::string name = std::filesystem::path(file).filename().string();
   std::string word = name.substr(0, name.find('_'));
