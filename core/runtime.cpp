@@ -14,7 +14,8 @@ ArbiterKind arbiter_kind_from_name(const std::string& name) {
   if (n == "priority") return ArbiterKind::Priority;
   if (n == "oldest" || n == "oldest-ready" || n == "oldest_ready") return ArbiterKind::OldestReady;
   if (n == "callback") return ArbiterKind::Callback;
-  throw Error("unknown arbiter '" + name + "' (valid: alternate, priority, oldest, callback)");
+  throw Error("unknown arbiter '" + name +
+              "' (valid: alternate, priority, oldest; a callback is given as a function)");
 }
 
 Runtime::Runtime(Clock& clock, Arbiter arbiter) : clock_(clock), arbiter_(std::move(arbiter)) {

@@ -37,7 +37,8 @@ struct Arbiter {
   std::function<int(const std::vector<EngineStatus>&)> pick;
 };
 
-ArbiterKind arbiter_kind_from_name(const std::string& name);  // alternate, priority, oldest, callback
+ArbiterKind arbiter_kind_from_name(
+    const std::string& name);  // alternate, priority, oldest (callback: internal)
 
 // Floors and ceilings of the engines on a shared KV pool, decided before each arbiter decision
 // (each device step) from every engine's status: one entry per engine, nullopt to leave one as it

@@ -8,13 +8,16 @@ local O = require("workloads.options")
 local M = {}
 
 local kinds = {trace = O.string, max_requests = O.integer(0), rate_scale = O.number(0, nil, true),
-               engine = O.string, vocab_size = O.integer(1)}
+               engine = O.string, vocab_size = O.integer(1), seed = O.integer(0)}
 
--- workload{trace = path, max_requests = N (0: all), rate_scale = 1, engine = "llm", vocab_size = V}
+-- workload{trace = path, max_requests = N (0: all), rate_scale = 1, engine = "llm", vocab_size = V,
+-- seed = 0}. The prompts are drawn when the workload is built, before any run: from its own seed
+-- (where the trace has no token ids to follow), not the run's.
 function M.workload(opts)
-  opts = O.merge("chat", kinds, {rate_scale = 1, engine = "llm"}, opts, 2)
+  opts = O.merge("chat", kinds, {rate_scale = 1, engine = "llm", seed = 0}, opts, 2)
   if opts.trace == nil then error("chat option trace: missing (a trace file's path)", 2) end
-  local requests = duet.trace(opts.trace, {max_requests = opts.max_requests, vocab_size = opts.vocab_size})
+  local requests = duet.trace(opts.trace, {max_requests = opts.max_requests, vocab_size = opts.vocab_size,
+                                           seed = opts.seed})
   local scale, engine = opts.rate_scale, opts.engine
   return {
     problems = requests,

@@ -493,10 +493,13 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
         returned = std::string("a ") + luaL_typename(L, -1);
       }
       lua_pop(L, 1);
-      // Runtime checks that the engine it names has work.
       if (pick < 0)
         throw Error(fn->where + "the arbiter returned " + returned +
                     ", not an engine's name or its index (1 to " + std::to_string(n) + ")");
+      // Runtime checks this too, without the line.
+      if (!statuses[std::size_t(pick)].has_work)
+        throw Error(fn->where + "the arbiter chose engine '" + names[std::size_t(pick)] + "' (" +
+                    std::to_string(pick + 1) + "), which has no work");
       return pick;
     };
   }

@@ -55,6 +55,10 @@ int ref_field(lua_State* L, int index, const char* key, int type, const char* wh
 int unknown_engine(lua_State* L) {
   const char* names = lua_tostring(L, lua_upvalueindex(1));
   luaL_where(L, 1);
+  if (lua_rawlen(L, -1) == 0) {  // reached from a C function (ipairs): the Lua line that called it
+    lua_pop(L, 1);
+    luaL_where(L, 2);
+  }
   if (lua_type(L, 2) == LUA_TSTRING)
     lua_pushfstring(L, "unknown engine '%s' (engines: %s)", lua_tostring(L, 2), names);
   else

@@ -111,6 +111,21 @@ expect_error(function() math500.load{levels = {6}} end, "math500.load option lev
 local ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
                                  workload = {problems = {{}}, solve = function(ctx) return ctx.engines.llm:submit{prompt = 4} end}})
 assert(not ok and tostring(err):find("check_workloads.lua:%d+: unknown engine 'llm' %(engines: gen%)"), tostring(err))
+-- ipairs reaches the engines through a C function: the error names the Lua line that called it.
+ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
+                           workload = {problems = {{}}, solve = function(ctx)
+                             for _ in ipairs(ctx.engines) do end
+                             return {score = 0}
+                           end}})
+assert(not ok and tostring(err):find("check_workloads.lua:%d+: engines are named by strings %(engines: gen%), not by a number"),
+       tostring(err))
+-- chat's prompts follow its own seed (drawn when it is built).
+local trace = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+local p0, p1 = chat.workload{trace = trace, max_requests = 1}.problems[1].prompt,
+               chat.workload{trace = trace, max_requests = 1, seed = 1}.problems[1].prompt
+local differ = 0
+for i = 1, #p0 do if p0:get(i) ~= p1:get(i) then differ = differ + 1 end end
+assert(#p0 == #p1 and differ > 0, "chat's seed draws other prompt tokens")
 ok, err = pcall(function()
   return duet.run{out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
                   workload = {problems = {{}}, solve = function() return {score = 0} end, concurrency = 4}}
