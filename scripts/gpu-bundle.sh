@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds the CUDA engine on this machine (nvcc is enough: no GPU is needed to compile) and packs a
 # self-contained bundle to copy to a GPU machine:
-#   bundle/duet             Release build, -static-libstdc++ -static-libgcc, static CUDA runtime,
-#                           RUNPATH $ORIGIN/lib:/usr/local/cuda/lib64
-#   bundle/test_kernels     the GPU tests (kernels and CudaExecutor against the CPU reference)
+#   bundle/bin/duet         Release build, -static-libstdc++ -static-libgcc, static CUDA runtime,
+#                           RUNPATH $ORIGIN/../lib:/usr/local/cuda/lib64
+#   bundle/bin/test_kernels the GPU tests (kernels and CudaExecutor against the CPU reference)
+#   bundle/duet, bundle/test_kernels   what to run: they start bin/'s with the machine's glibc, or
+#                           with the bundle's own (glibc/) where the machine's is older than the
+#                           bundle needs; DUET_HOME defaults to the bundle
 #   bundle/lib/             every shared library they need except glibc's, the driver's libcuda
 #                           and cuBLAS/cuBLASLt (those come from the GPU machine's CUDA 13 toolkit)
+#   bundle/glibc/           this machine's glibc (loader, libc, libm ...), used only where the GPU
+#                           machine's is older
 #   bundle/run-tests.sh     runs the GPU tests
 #   bundle/{workloads,scripts,models,traces,profiles,docs/examples}   the data duet reads at run time
 # On the GPU machine:  DUET_HOME=bundle bundle/duet run bundle/scripts/quickstart.lua --backend cuda
@@ -48,15 +53,15 @@ cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_CUDA_RUNTIME_LIBRARY=Static \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc -Wl,--enable-new-dtags" \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
-  -DCMAKE_INSTALL_RPATH='$ORIGIN/lib;/usr/local/cuda/lib64' \
+  -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib;/usr/local/cuda/lib64' \
   ${DUET_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$jobs" --target duet test_kernels
 
 bins=("$build_dir/cli/duet" "$build_dir/tests/kernels/test_kernels")
 for b in "${bins[@]}"; do
   runpath="$(readelf -d "$b" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')"
-  if [ "$runpath" != '$ORIGIN/lib:/usr/local/cuda/lib64' ]; then
-    echo "gpu-bundle: $b has RUNPATH '$runpath', expected \$ORIGIN/lib:/usr/local/cuda/lib64" >&2
+  if [ "$runpath" != '$ORIGIN/../lib:/usr/local/cuda/lib64' ]; then
+    echo "gpu-bundle: $b has RUNPATH '$runpath', expected \$ORIGIN/../lib:/usr/local/cuda/lib64" >&2
     exit 1
   fi
   if readelf -d "$b" | grep -q 'NEEDED.*libcudart'; then
@@ -67,10 +72,10 @@ done
 
 # --- Bundle --------------------------------------------------------------------------------------
 rm -rf "$bundle"
-mkdir -p "$bundle/lib"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/glibc"
 for b in "${bins[@]}"; do
-  cp "$b" "$bundle/"
-  strip --strip-unneeded "$bundle/$(basename "$b")"
+  cp "$b" "$bundle/bin/"
+  strip --strip-unneeded "$bundle/bin/$(basename "$b")"
 done
 
 # Shared libraries: what ldd resolves here, minus glibc (it must be the GPU machine's own, and its
@@ -102,19 +107,62 @@ for lib in "$bundle"/lib/*.so*; do
   patchelf --set-rpath '$ORIGIN' "$lib"
 done
 # Every dependency of the bundle must now resolve inside it, glibc and the CUDA libraries aside.
-leaks="$(for b in "$bundle/duet" "$bundle/test_kernels"; do ldd "$b"; done | awk '/=>/ {print $1, $3}' | sort -u |
+leaks="$(for b in "$bundle"/bin/*; do ldd "$b"; done | awk '/=>/ {print $1, $3}' | sort -u |
   while read -r name path; do
     is_system_lib "$name" && continue
     # libgcc_s is bundled for the bundled C++ libraries, but cuBLASLt (not bundled) asks for it
     # too and finds the machine's own, which every Linux has.
     case "$name" in libgcc_s.so*) continue ;; esac
-    case "$path" in "$(cd "$bundle" && pwd)"/lib/*) ;; *) echo "$name => $path" ;; esac
+    case "$(readlink -f "$path")" in "$(cd "$bundle" && pwd -P)"/lib/*) ;; *) echo "$name => $path" ;; esac
   done)"
 if [ -n "$leaks" ]; then
   echo "gpu-bundle: libraries resolved outside the bundle:" >&2
   echo "$leaks" >&2
   exit 1
 fi
+
+# glibc: the binaries and libraries above were linked against this machine's (Debian 12: 2.36; its
+# libstdc++ and libevent call arc4random, new in 2.36). A GPU machine with an older glibc cannot
+# load them, so the bundle carries this one's pieces too, and the wrappers below start the program
+# with glibc/'s loader there. The pieces must come from one build, so all are copied from here.
+glibc_needs="$(for f in "$bundle"/bin/* "$bundle"/lib/*.so*; do objdump -T "$f"; done |
+  grep -o 'GLIBC_2\.[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)"
+loader="$(readlink -f /lib64/ld-linux-x86-64.so.2)"
+cp -L "$loader" "$bundle/glibc/ld-linux-x86-64.so.2"
+for name in libc.so.6 libm.so.6 libmvec.so.1 libdl.so.2 librt.so.1 libpthread.so.0 libresolv.so.2 \
+  libutil.so.1 libanl.so.1; do
+  cp -L "$(dirname "$loader")/$name" "$bundle/glibc/$name"
+done
+
+# bundle/NAME runs bin/NAME. ld.so's --library-path replaces LD_LIBRARY_PATH (cuda-env.sh's
+# cuBLASLt), so that is appended; --argv0 keeps argv[0] the wrapper, which gtest's threadsafe
+# death tests re-run.
+for name in duet test_kernels; do
+  cat >"$bundle/$name" <<EOF
+#!/bin/sh
+# Runs bin/$name with this machine's glibc if it is $glibc_needs or newer, else with the bundle's
+# (glibc/). DUET_BUNDLED_GLIBC=1 or 0 forces the choice. Written by scripts/gpu-bundle.sh.
+here="\$(cd "\$(dirname "\$0")" && pwd)"
+: "\${DUET_HOME:=\$here}"
+export DUET_HOME
+use="\${DUET_BUNDLED_GLIBC:-}"
+if [ -z "\$use" ]; then
+  have="\$(getconf GNU_LIBC_VERSION 2>/dev/null | sed -n 's/^glibc //p')"
+  if [ -n "\$have" ] && [ "\$(printf '%s\\n%s\\n' "$glibc_needs" "\$have" | sort -V | head -1)" = "$glibc_needs" ]; then
+    use=0
+  else
+    use=1
+    echo "$name: this machine's glibc (\${have:-unknown}) is older than $glibc_needs: running with the bundle's" >&2
+  fi
+fi
+if [ "\$use" = 1 ]; then
+  exec "\$here/glibc/ld-linux-x86-64.so.2" --library-path "\$here/glibc\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" \\
+    --argv0 "\$here/$name" "\$here/bin/$name" "\$@"
+fi
+exec "\$here/bin/$name" "\$@"
+EOF
+  chmod +x "$bundle/$name"
+done
 
 # Run-time data: Lua workloads and their data, experiment scripts, model configs, the cost
 # profiles and operator priors (duet validate's simulator reads them; duet profile adds to them),
@@ -171,11 +219,11 @@ chmod +x "$bundle/run-tests.sh"
 
 cat >"$bundle/README.txt" <<EOF
 duet GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-for CUDA architectures $archs. Needs: x86-64 Linux, glibc >= $(ldd --version | head -1 | awk '{print $NF}'),
-an NVIDIA driver for CUDA 13, and CUDA 13's cuBLAS (in /usr/local/cuda/lib64, or where
-". $(basename "$bundle")/cuda-env.sh" finds it: the toolkit's other folders, pip's nvidia-cublas).
+for CUDA architectures $archs. Needs: x86-64 Linux (its glibc if $glibc_needs or newer, else the
+bundle's glibc/), an NVIDIA driver for CUDA 13, and CUDA 13's cuBLAS (in /usr/local/cuda/lib64, or
+where ". $(basename "$bundle")/cuda-env.sh" finds it: the toolkit's other folders, pip's nvidia-cublas).
   . $(basename "$bundle")/cuda-env.sh
-  DUET_HOME=\$PWD/$(basename "$bundle") $(basename "$bundle")/duet run $(basename "$bundle")/scripts/quickstart.lua --backend cuda
+  $(basename "$bundle")/duet run $(basename "$bundle")/scripts/quickstart.lua --backend cuda
   $(basename "$bundle")/run-tests.sh
   $(basename "$bundle")/duet bench decode --json decode.json     (also: attention, prefill, cpu-overhead)
 EOF

@@ -82,7 +82,8 @@ gpu_tests() {
 }
 
 phase_tests() {
-  nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+  # The machine: its GPU and driver, and its glibc (a bundle falls back to its own below 2.36).
+  { nvidia-smi; getconf GNU_LIBC_VERSION; uname -r; } >"$out/machine.txt" 2>&1
   step gpu-tests "$(gpu_tests)"
   step quickstart-cuda "$DUET" run "$DUET_HOME/scripts/quickstart.lua" --backend cuda \
     --out "$out/quickstart-cuda.h5" -- --problems 8 --gpu "$GPU"
