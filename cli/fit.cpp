@@ -48,7 +48,7 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
   const std::vector<std::string> groups = group.empty() ? list_runs(path) : std::vector<std::string>{group};
   if (groups.empty()) throw Error(path + ": holds no run");
   struct Engine {
-    std::string model, shape, device;
+    std::string model, shape, device, backend;
     std::vector<StepRecord> steps;
   };
   std::map<std::string, Engine> engines;
@@ -64,17 +64,18 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
     for (const EngineRecords& r : run.engines) {
       if (!engine.empty() && r.name != engine) continue;
       Engine& e = engines[r.name];
-      if (!e.device.empty() && (e.device != device || e.model != r.model))
-        throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device +
-                    ", another run " + e.model + " on " + e.device + "; fit them apart with --group");
-      e.model = r.model, e.device = device;
+      if (!e.device.empty() && (e.device != device || e.model != r.model || e.backend != backend))
+        throw Error(path + ":" + g + ": engine '" + r.name + "' ran " + r.model + " on " + device + " (" +
+                    backend + "), another run " + e.model + " on " + e.device + " (" + e.backend +
+                    "); fit them apart with --group");
+      e.model = r.model, e.device = device, e.backend = backend;
       e.shape = text_of(run.metadata, r.name + ".model_shape");
       e.steps.insert(e.steps.end(), r.steps.begin(), r.steps.end());
     }
   }
   if (engines.empty()) throw Error(path + ": no engine '" + engine + "'");
   for (const auto& [name, e] : engines) {
-    CalibrationProfile p = fit_profile_steps(e.steps);
+    CalibrationProfile p = fit_profile_steps(e.steps, e.backend == "cuda");
     // The file records each engine's model shape; --model is for files that do not, and is checked.
     if (e.shape.empty() || !model.empty()) {
       const ModelSpec spec = model_from(model.empty() ? e.model : model);

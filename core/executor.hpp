@@ -1,13 +1,34 @@
 #pragma once
 // Runs a batch: the simulator prices it with a cost model, the CPU and CUDA engines compute it.
+#include <algorithm>
+#include <array>
+
 #include "core/batch.hpp"
 
 namespace duet {
 
-// The CUDA engine replays a CUDA graph for decode-only batches of up to this many sequences (its
-// buckets end here) and runs larger ones kernel by kernel; the simulator's cost models price
-// decode steps the same way.
-inline constexpr int kMaxCudaGraphBatch = 256;
+// The CUDA engine's graph sizes: a decode-only batch of n sequences replays the CUDA graph of the
+// smallest size that holds n, its rows padded to that size, and a larger batch runs kernel by
+// kernel. The simulator's cost models price decode steps the same way.
+inline constexpr std::array<int, 9> kCudaGraphBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+inline constexpr int kMaxCudaGraphBatch = kCudaGraphBatchSizes.back();
+
+// The graph size the CUDA engine replays for a step of this shape; 0 where it runs the step eagerly
+// (a prefill, or more sequences than the largest graph).
+inline int cuda_graph_batch(const BatchShape& s) {
+  if (s.prefill_tokens > 0 || s.decode_seqs < 1) return 0;
+  const auto* it = std::lower_bound(kCudaGraphBatchSizes.begin(), kCudaGraphBatchSizes.end(), s.decode_seqs);
+  return it == kCudaGraphBatchSizes.end() ? 0 : *it;
+}
+
+// The shape a graph step's kernels run (exec/cuda_executor.cpp's write_graph_padding): the padding
+// rows are decodes of one token with no cached context, and every row's logits are computed.
+// The device time follows this shape; the host's follows the real one.
+inline BatchShape cuda_graph_shape(const BatchShape& s, int graph_batch) {
+  BatchShape padded = s;
+  padded.decode_seqs = padded.decode_tokens = padded.logit_rows = graph_batch;
+  return padded;
+}
 
 class Executor {
  public:

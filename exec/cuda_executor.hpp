@@ -55,7 +55,7 @@ struct CudaExecutorOptions {
   // Decode-only batches of up to max(graph_batch_sizes) sequences replay CUDA graphs, padded to
   // the smallest bucket that holds them.
   bool use_cuda_graphs = true;
-  std::vector<int> graph_batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, kMaxCudaGraphBatch};
+  std::vector<int> graph_batch_sizes{kCudaGraphBatchSizes.begin(), kCudaGraphBatchSizes.end()};
   // The engine's scheduler limits: device buffers are allocated for them up front (so that the
   // memory plan's activation figure is what is taken) and grow when a batch exceeds them.
   int max_num_batched_tokens = 8192;

@@ -332,9 +332,12 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
     if (progress) progress(k + 1, grid.size());
   }
   if (evict_sum == 1) std::fprintf(stderr, " ");  // keeps the eviction loop from being optimised away
-  out.profile = fit_profile(rows);
+  // The CUDA engine pads a decode-only step to its graph's size (the grid's decode batches are
+  // graph sizes already; a run's are not).
+  const bool cuda_graphs = backend.name == "cuda";
+  out.profile = fit_profile(rows, cuda_graphs);
   if (!alone_rows.empty()) {
-    const CalibrationProfile alone = fit_profile(alone_rows);
+    const CalibrationProfile alone = fit_profile(alone_rows, cuda_graphs);
     out.profile.alone_coefficients = alone.device_coefficients;
     out.profile.alone_fit = alone.device_fit;
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/executor.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -65,6 +66,11 @@ DeviceFeatures device_features(const BatchShape& s) {
 
 HostFeatures host_features(const BatchShape& s) {
   return {1.0, double(s.prefill_seqs + s.decode_seqs), double(s.prefill_tokens)};
+}
+
+BatchShape device_shape(const BatchShape& s, bool cuda_graphs) {
+  const int g = cuda_graphs ? cuda_graph_batch(s) : 0;
+  return g > 0 ? cuda_graph_shape(s, g) : s;
 }
 
 const char* regime_of(const BatchShape& s) {
@@ -205,12 +211,13 @@ std::array<double, N> to_array(const std::vector<double>& v) {
 
 }  // namespace
 
-CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps) {
+CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps, bool cuda_graphs) {
   CalibrationProfile p;
+  p.cuda_graphs = cuda_graphs;
   std::vector<std::vector<double>> xd, xh;
   std::vector<double> yd, yh;
   for (const MeasuredStep& s : steps) {
-    const DeviceFeatures d = device_features(s.shape);
+    const DeviceFeatures d = device_features(device_shape(s.shape, cuda_graphs));
     xd.emplace_back(d.begin(), d.end());
     yd.push_back(s.device_s);
     for (std::size_t j = 0; j < kNumDeviceFeatures; ++j) p.device_max[j] = std::max(p.device_max[j], d[j]);
@@ -229,7 +236,7 @@ CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps) {
   std::vector<double> pd, ph;
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_regime;
   for (const MeasuredStep& s : steps) {
-    const double d = dot(p.device_coefficients, device_features(s.shape));
+    const double d = dot(p.device_coefficients, device_features(device_shape(s.shape, cuda_graphs)));
     const double h = dot(p.host_coefficients, host_features(s.shape));
     pd.push_back(d);
     if (s.host_s > 0) ph.push_back(h);
@@ -314,11 +321,11 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
   return p;
 }
 
-CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps) {
+CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps, bool cuda_graphs) {
   std::vector<MeasuredStep> rows;
   for (const StepRecord& r : steps)
     rows.push_back({shape_of(r), r.duration_s, r.host_s > 0 ? r.host_s : -1.0});
-  CalibrationProfile p = fit_profile(rows);
+  CalibrationProfile p = fit_profile(rows, cuda_graphs);
   p.backend = "fit";
   return p;
 }
@@ -399,6 +406,7 @@ void save_profile(const CalibrationProfile& p, const std::string& path) {
   j["device"] = p.device;
   j["device_name"] = p.device_name;
   j["backend"] = p.backend;
+  if (p.cuda_graphs) j["cuda_graphs"] = true;
   j["created_utc"] = p.created_utc;
   j["git_revision"] = p.git_revision;
   j["source"] = p.source;
@@ -435,6 +443,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     p.device = j.value("device", "");
     p.device_name = j.value("device_name", "");
     p.backend = j.value("backend", "");
+    p.cuda_graphs = j.value("cuda_graphs", false);
     p.created_utc = j.value("created_utc", "");
     p.git_revision = j.value("git_revision", "");
     p.source = j.value("source", "");
@@ -483,7 +492,7 @@ StepCost CalibratedCostModel::step_cost(const BatchShape& shape) const {
 StepCost CalibratedCostModel::warm_step_cost(const BatchShape& shape) const { return price(shape, warm_); }
 
 StepCost CalibratedCostModel::price(const BatchShape& shape, const DeviceFeatures& device) const {
-  const DeviceFeatures d = device_features(shape);
+  const DeviceFeatures d = device_features(device_shape(shape, profile_.cuda_graphs));
   ++steps_;
   // Past the constant and the 0/1 switches. A term the profile never measured and prices at 0 (a
   // format-2 profile's distinct KV tokens, a table without the column) has no range to leave.

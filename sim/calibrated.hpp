@@ -66,6 +66,10 @@ const std::array<const char*, kNumHostFeatures>& host_feature_names();
 DeviceFeatures device_features(const BatchShape& shape);
 HostFeatures host_features(const BatchShape& shape);
 
+// The shape whose device time a step takes: a graph step's padded shape where the engine replays
+// CUDA graphs, else the shape itself.
+BatchShape device_shape(const BatchShape& shape, bool cuda_graphs);
+
 // "decode" (no prefill tokens), "prefill" (no decode tokens) or "mixed".
 const char* regime_of(const BatchShape& shape);
 
@@ -96,6 +100,10 @@ struct CalibrationProfile {
   std::string device;       // the device key: "h100-sxm", "cpu-<model>" (see sim/profiles.hpp)
   std::string device_name;  // as the driver or /proc/cpuinfo names it
   std::string backend;      // cpu, cuda; "fit" for a profile fitted from a run file
+  // Measured on an engine that replays CUDA graphs for decode-only steps (the CUDA engine): such a
+  // step's device time is fitted and priced at the graph's padded shape (core/executor.hpp's
+  // cuda_graph_shape), its host time at the real one. JSON "cuda_graphs", written when true.
+  bool cuda_graphs = false;
   std::string created_utc;
   std::string git_revision;
   std::string source;     // what was measured
@@ -125,12 +133,13 @@ struct MeasuredStep {
 };
 
 // Fits both linear models and the per-regime residuals; identity fields are left to the caller.
-CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps);
+// cuda_graphs: the steps ran on an engine that replays CUDA graphs (CalibrationProfile::cuda_graphs).
+CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps, bool cuda_graphs = false);
 // Measurements as CSV: a header naming feature columns (device feature names; missing ones are
 // zero, and a table needs at least one), "duration_s", and optionally "host_s".
 CalibrationProfile fit_profile_csv(const std::string& path);
 // From the steps of a run (the real engine's measured durations and host times).
-CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps);
+CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps, bool cuda_graphs = false);
 
 void save_profile(const CalibrationProfile& profile, const std::string& path);
 CalibrationProfile load_profile(const std::string& path);

@@ -188,11 +188,12 @@ double OperatorCostModel::elementwise(double bytes, bool eager) const {
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
 
-StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
+StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
   const ModelSpec& m = model_;
   StepBreakdown b;
   b.layers = m.num_layers;
-  const bool eager = !replays_graph(p_, s);
+  const bool eager = graph_batch(p_, logical) == 0;
+  const BatchShape s = executed_shape(p_, logical);
   const double tokens = double(s.prefill_tokens + s.decode_tokens);
   const double h = m.hidden_size, hd = m.head_dim, heads = m.num_heads, kvh = m.num_kv_heads;
   const double q = heads * hd, kv = kvh * hd, inter = m.intermediate_size;
@@ -230,7 +231,7 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& s) const {
   }
   b.other_s += s.copies * elementwise(0, true);
   if (!eager) b.other_s += gpu_.kernel_launch_s;  // the graph's one launch
-  b.host_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
+  b.host_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(logical.prefill_seqs + logical.decode_seqs);
   return b;
 }
 

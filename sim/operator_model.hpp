@@ -23,8 +23,8 @@
 // of a large matrix-vector product (m = 1, n = k = 4096), both from the same fit: an assumption,
 // stated in every prior. A step that is not decode-only runs eagerly, so each kernel takes at
 // least the host's launch time; a decode-only step of up to kMaxCudaGraphBatch sequences replays a
-// CUDA graph (one launch), as in the roofline and the CUDA engine. Host time per step and per sequence is the
-// roofline's (sim/roofline.hpp).
+// CUDA graph (one launch) and its kernels run the graph's padded rows, as in the roofline and the
+// CUDA engine. Host time per step and per sequence is the roofline's (sim/roofline.hpp).
 #include <cstdint>
 #include <string>
 #include <string_view>

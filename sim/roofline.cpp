@@ -37,8 +37,9 @@ std::array<double, 4> RooflineCostModel::layer_gemms(double tokens) const {
   return t;
 }
 
-RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
+RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& logical) const {
   RooflineBreakdown b;
+  const BatchShape s = executed_shape(p_, logical);
   const ModelSpec& m = model_;
   const double w = dtype_bytes(m.dtype);
   const double tokens = double(s.prefill_tokens + s.decode_tokens);
@@ -59,11 +60,11 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& s) const {
   b.prefill_attention_s = op_time(attn_flops_per_key * s.prefill_attention_keys,
                                   kv_token_bytes * double(s.prefill_context_tokens + s.prefill_tokens));
   const double kernels = double(p_.kernels_per_layer) * m.num_layers + 4.0;  // + embed, norm, head, sample
-  const bool graph = replays_graph(p_, s);
+  const bool graph = graph_batch(p_, s) > 0;
   b.launch_s =
       graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
   b.launch_s += s.copies * gpu_.kernel_launch_s;
-  b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(s.prefill_seqs + s.decode_seqs);
+  b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(logical.prefill_seqs + logical.decode_seqs);
   return b;
 }
 

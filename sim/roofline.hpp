@@ -17,10 +17,10 @@ struct RooflineParams {
   // Kernels per decoder layer in an eager forward pass: norm, QKV GEMM, RoPE, KV write,
   // attention, O GEMM, residual norm, gate/up GEMM, SiLU*mul, down GEMM.
   int kernels_per_layer = 10;
-  // Decode-only batches of up to max_graph_batch sequences replay a CUDA graph: one launch, and a
-  // small device-side gap per kernel. Larger ones run eagerly, as in the CUDA engine.
+  // Decode-only batches of up to kMaxCudaGraphBatch sequences replay a CUDA graph, padded to its
+  // size (cuda_graph_batch): one launch, and a small device-side gap per kernel. Larger ones run
+  // eagerly, as in the CUDA engine.
   bool cuda_graphs_for_decode = true;
-  int max_graph_batch = kMaxCudaGraphBatch;
   double graph_kernel_gap_s = 1.0e-6;
   // Host time per step: scheduling, batch preparation, sampling bookkeeping. Assumed values for a
   // C++ engine (vLLM's Python scheduler costs several times more); calibration replaces them.
@@ -28,9 +28,14 @@ struct RooflineParams {
   double cpu_per_seq_s = 0.3e-6;
 };
 
-// Whether a step replays a CUDA graph (one launch) rather than launching kernel by kernel.
-inline bool replays_graph(const RooflineParams& p, const BatchShape& s) {
-  return p.cuda_graphs_for_decode && s.prefill_tokens == 0 && s.decode_seqs <= p.max_graph_batch;
+// The graph size a step replays (one launch), or 0 where it launches kernel by kernel.
+inline int graph_batch(const RooflineParams& p, const BatchShape& s) {
+  return p.cuda_graphs_for_decode ? cuda_graph_batch(s) : 0;
+}
+// The shape whose kernels run: a graph step's, padded to the graph's size.
+inline BatchShape executed_shape(const RooflineParams& p, const BatchShape& s) {
+  const int g = graph_batch(p, s);
+  return g > 0 ? cuda_graph_shape(s, g) : s;
 }
 
 struct RooflineBreakdown {

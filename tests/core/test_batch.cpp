@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/batch.hpp"
+#include "core/executor.hpp"
 
 namespace duet {
 namespace {
@@ -73,6 +74,29 @@ TEST(BatchShape, AStepRecordKeepsEveryFeatureOfTheShape) {
   EXPECT_EQ(back.prefill_context_tokens, s.prefill_context_tokens);
   EXPECT_EQ(back.prefill_attention_keys, s.prefill_attention_keys);
   EXPECT_EQ(back.prefill_tokens_squared, s.prefill_tokens_squared);
+}
+
+// The CUDA engine's graph for a step: the smallest size that holds its sequences, for decode-only
+// steps up to the largest; its padded shape has a row (and logits) per slot.
+TEST(BatchShape, ADecodeStepReplaysTheSmallestGraphThatHoldsIt) {
+  auto decode = [](int seqs) {
+    return BatchShape{
+        .decode_tokens = seqs, .decode_seqs = seqs, .logit_rows = seqs, .decode_context_tokens = 7};
+  };
+  EXPECT_EQ(cuda_graph_batch(decode(1)), 1);
+  EXPECT_EQ(cuda_graph_batch(decode(3)), 4);
+  EXPECT_EQ(cuda_graph_batch(decode(129)), 256);
+  EXPECT_EQ(cuda_graph_batch(decode(kMaxCudaGraphBatch)), kMaxCudaGraphBatch);
+  EXPECT_EQ(cuda_graph_batch(decode(kMaxCudaGraphBatch + 1)), 0);
+  EXPECT_EQ(cuda_graph_batch(BatchShape{}), 0);
+  BatchShape mixed = decode(3);
+  mixed.prefill_tokens = mixed.prefill_seqs = 1;
+  EXPECT_EQ(cuda_graph_batch(mixed), 0);
+  const BatchShape padded = cuda_graph_shape(decode(3), 4);
+  EXPECT_EQ(padded.decode_seqs, 4);
+  EXPECT_EQ(padded.decode_tokens, 4);
+  EXPECT_EQ(padded.logit_rows, 4);
+  EXPECT_EQ(padded.decode_context_tokens, 7) << "padding rows have no cached context";
 }
 
 }  // namespace

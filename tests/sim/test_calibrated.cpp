@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/executor.hpp"
+#include "io/file_bytes.hpp"
 #include "sim/profiles.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -222,6 +224,50 @@ TEST(Calibrated, AWarmStepUsesTheAloneTerms) {
   const CalibratedCostModel streams(gpu);
   EXPECT_NEAR(streams.warm_step_cost(s).device_s, cold, 1e-12) << "no alone terms: the others";
   EXPECT_FALSE(contains(streams.describe(), "warm caches"));
+}
+
+// The CUDA engine pads a decode-only step to its graph's size: a profile measured there fits and
+// prices the padded rows' device time (at the graph sizes the profiler measures, the two agree),
+// and the real rows' host time.
+TEST(Calibrated, ACudaProfilePricesDecodesAtTheirGraphsSize) {
+  TempDir dir;
+  auto decode = [](int seqs) {
+    BatchShape s;
+    s.decode_seqs = s.decode_tokens = s.logit_rows = seqs;
+    s.decode_context_tokens = s.decode_distinct_context_tokens = 300LL * seqs;
+    return s;
+  };
+  std::vector<MeasuredStep> rows;
+  for (int b : kCudaGraphBatchSizes)
+    for (int ctx : {100, 300, 900}) {
+      BatchShape s = decode(b);
+      s.decode_context_tokens = s.decode_distinct_context_tokens = std::int64_t(ctx) * b;
+      rows.push_back({s, dot(kDevice, device_features(s)), dot(kHost, host_features(s))});
+    }
+  CalibrationProfile p = fit_profile(rows, true);
+  EXPECT_TRUE(p.cuda_graphs);
+  p.model = "m", p.backend = "cuda";
+  save_profile(p, dir.file("p.json"));
+  const CalibrationProfile back = load_profile(dir.file("p.json"));
+  ASSERT_TRUE(back.cuda_graphs);
+  const CalibratedCostModel cuda(back);
+  BatchShape n129 = decode(129);
+  n129.decode_context_tokens = n129.decode_distinct_context_tokens = 300LL * 256;  // the same KV read
+  const StepCost padded = cuda.step_cost(n129);
+  EXPECT_NEAR(padded.device_s, cuda.step_cost(cuda_graph_shape(n129, 256)).device_s, 1e-12);
+  EXPECT_GT(padded.device_s, cuda.step_cost(decode(128)).device_s);
+  EXPECT_NEAR(padded.host_s, dot(back.host_coefficients, host_features(n129)), 1e-12)
+      << "129 items' host work";
+  const StepCost eager = cuda.step_cost(decode(kMaxCudaGraphBatch + 1));
+  EXPECT_NEAR(eager.device_s, dot(back.device_coefficients, device_features(decode(kMaxCudaGraphBatch + 1))),
+              1e-12)
+      << "beyond the largest graph: the real rows";
+  CalibrationProfile cpu = back;
+  cpu.cuda_graphs = false;
+  EXPECT_LT(CalibratedCostModel(cpu).step_cost(n129).device_s, padded.device_s)
+      << "a CPU engine pads nothing";
+  save_profile(cpu, dir.file("cpu.json"));
+  EXPECT_FALSE(contains(read_file_bytes(dir.file("cpu.json")), "cuda_graphs"));
 }
 
 // A profile's terms are named when they are wrong in type or absurd in value: a corrupted or

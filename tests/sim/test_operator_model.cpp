@@ -172,6 +172,21 @@ TEST(OperatorModel, DecodeBeyondTheLargestGraphRunsEagerly) {
   for (double t : eager.per_layer_s) EXPECT_GE(t, gpu.kernel_launch_s);
 }
 
+// As the CUDA engine, a graph step's kernels run the graph's padded rows.
+TEST(OperatorModel, AGraphStepPricesItsPaddedRows) {
+  OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.2-1b"), flat_prior("h100-sxm"));
+  auto decode = [](int seqs, std::int64_t context) {
+    return BatchShape{
+        .decode_tokens = seqs, .decode_seqs = seqs, .logit_rows = seqs, .decode_context_tokens = context};
+  };
+  const StepBreakdown n129 = model.by_operator(decode(129, 129 * 100));
+  const StepBreakdown n256 = model.by_operator(decode(256, 129 * 100));
+  EXPECT_DOUBLE_EQ(n129.per_layer_s[kQkvProj], n256.per_layer_s[kQkvProj]);
+  EXPECT_DOUBLE_EQ(n129.lm_head_s, n256.lm_head_s);
+  EXPECT_DOUBLE_EQ(n129.sampling_s, n256.sampling_s);
+  EXPECT_LT(n129.host_s, n256.host_s) << "the host works on the 129 items";
+}
+
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
   const BatchShape in{

@@ -83,6 +83,23 @@ TEST(Roofline, DecodeBeyondTheLargestGraphLaunchesEveryKernel) {
               1e-12);
 }
 
+// A graph step's kernels run its padded rows (the CUDA engine's write_graph_padding): 129
+// sequences cost 256 rows of GEMMs and logits; the host's work is the 129 items'.
+TEST(Roofline, AGraphStepPricesItsPaddedRows) {
+  RooflineCostModel m(kH100, k8B);
+  BatchShape n129 = decode(129, 100);
+  const RooflineBreakdown b = m.breakdown(n129);
+  BatchShape n256 = decode(256, 0);
+  n256.decode_context_tokens = n129.decode_context_tokens;
+  const RooflineBreakdown full = m.breakdown(n256);
+  EXPECT_DOUBLE_EQ(b.gemm_s, full.gemm_s);
+  EXPECT_DOUBLE_EQ(b.lm_head_s, full.lm_head_s);
+  EXPECT_LT(b.cpu_s, full.cpu_s);
+  EXPECT_GT(b.lm_head_s, m.breakdown(decode(128, 100)).lm_head_s);
+  RooflineCostModel eager(kH100, k8B, RooflineParams{.cuda_graphs_for_decode = false});
+  EXPECT_LT(eager.breakdown(n129).lm_head_s, b.lm_head_s) << "without graphs, nothing is padded";
+}
+
 TEST(Roofline, LogitsOnlyForRowsThatNeedThem) {
   RooflineCostModel m(kH100, k8B);
   BatchShape chunk = prefill(4096);
