@@ -59,7 +59,11 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   child.arrival_time = now;
   child.kv = KvState{};
   auto dst = std::make_unique<Sequence>(std::move(child));
-  if (!kv_->fork(*src, *dst)) dst->num_computed_tokens = 0;  // no memory to copy into: recompute
+  // A child that needs logits its parent has computed past (it appends nothing, so its last
+  // token's; or it scores a position inside its parent) cannot take the parent's table: it starts
+  // afresh, and the prefix cache serves what it may. Likewise with no memory to copy into.
+  const bool recomputes = dst->num_computed_tokens > dst->max_prefix_hit_tokens();
+  if (recomputes || !kv_->fork(*src, *dst)) dst->num_computed_tokens = 0;
   Sequence& ref = *dst;
   seqs_.emplace(ref.id, std::move(dst));
   admit_or_forget(ref);

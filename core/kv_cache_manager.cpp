@@ -25,6 +25,7 @@ KvCacheManager::KvCacheManager(std::shared_ptr<BlockPool> pool, int tenant, bool
   if (!pool_ || tenant < 0 || tenant >= pool_->num_tenants())
     throw std::logic_error("KvCacheManager: tenant " + std::to_string(tenant) + " is not one of the pool's");
   fill_.assign(std::size_t(pool_->num_blocks()), 0);
+  copy_source_.assign(std::size_t(pool_->num_blocks()), 0);
 }
 
 void KvCacheManager::extend_hashes(Sequence& seq, int num_full_blocks) const {
@@ -57,6 +58,10 @@ void KvCacheManager::take_block(BlockId b) {
 }
 
 void KvCacheManager::release_block(BlockId b) {
+  if (copy_source_[std::size_t(b)] && pool_->block(b).ref_count == 1) {
+    held_.push_back(b);  // released by take_copies
+    return;
+  }
   pool_->free(b);
   if (pool_->block(b).ref_count == 0) filled_tokens_ -= fill_[b];
 }
@@ -102,6 +107,8 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
     fill_[copy] = fill_[old];
     filled_tokens_ += fill_[copy];
     release_block(old);
+    if (!copy_source_[std::size_t(old)]) copy_sources_.push_back(old);
+    copy_source_[std::size_t(old)] = 1;
     kv.blocks[write_block] = copy;
     copies_.push_back({old, copy});
     ++counters_.cow_copies;
@@ -164,6 +171,10 @@ void KvCacheManager::set_priority(Sequence& seq, int priority, bool shared) {
 std::vector<BlockCopy> KvCacheManager::take_copies() {
   std::vector<BlockCopy> out;
   out.swap(copies_);
+  for (BlockId b : copy_sources_) copy_source_[std::size_t(b)] = 0;
+  copy_sources_.clear();
+  for (BlockId b : held_) release_block(b);
+  held_.clear();
   return out;
 }
 

@@ -54,6 +54,12 @@ class KvCacheManager final : public KvAllocator {
   std::vector<std::int32_t> fill_;  // tokens written into each block
   std::int64_t filled_tokens_ = 0;  // sum of fill_ over used blocks
   std::vector<BlockCopy> copies_;
+  // The pending copies' sources, flagged per block. The last holder's release of one waits in
+  // held_ until take_copies: freed at once, it could become another copy's destination in the
+  // same step (a GPU runs a step's copies at once).
+  std::vector<char> copy_source_;
+  std::vector<BlockId> copy_sources_;
+  std::vector<BlockId> held_;
   std::vector<BlockId> hit_;  // blocks found by the last lookup_prefix
   SeqId hit_seq_ = 0;
   KvCounters counters_;

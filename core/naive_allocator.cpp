@@ -1,5 +1,6 @@
 #include "core/naive_allocator.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,11 +77,13 @@ void NaiveAllocator::free(Sequence& seq) {
   KvState& kv = seq.kv;
   if (kv.naive_region >= 0) {
     region_free_[kv.naive_region] = 1;
-    free_regions_.push_back(kv.naive_region);
     const BlockId first = kv.naive_region * blocks_per_region_, last = first + blocks_per_region_;
-    counters_.cow_copies -=
-        std::erase_if(copies_, [&](const BlockCopy& c) { return c.dst >= first && c.dst < last; });
+    auto inside = [&](BlockId b) { return b >= first && b < last; };
+    counters_.cow_copies -= std::erase_if(copies_, [&](const BlockCopy& c) { return inside(c.dst); });
     for (BlockId b = first; b < last; ++b) pending_src_.erase(b);
+    const bool read =
+        std::any_of(copies_.begin(), copies_.end(), [&](const BlockCopy& c) { return inside(c.src); });
+    (read ? held_regions_ : free_regions_).push_back(kv.naive_region);
   }
   filled_tokens_ -= kv.num_slots;
   kv = KvState{};
@@ -88,6 +91,8 @@ void NaiveAllocator::free(Sequence& seq) {
 
 std::vector<BlockCopy> NaiveAllocator::take_copies() {
   pending_src_.clear();
+  free_regions_.insert(free_regions_.end(), held_regions_.begin(), held_regions_.end());
+  held_regions_.clear();
   std::vector<BlockCopy> out;
   out.swap(copies_);
   return out;

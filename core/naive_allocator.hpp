@@ -45,6 +45,9 @@ class NaiveAllocator final : public KvAllocator {
   std::int64_t filled_tokens_ = 0;
   std::vector<BlockCopy> copies_;
   std::unordered_map<BlockId, BlockId> pending_src_;  // copies_ by destination
+  // Freed regions that pending copies still read: they return to free_regions_ in take_copies,
+  // so that no copy of the same step writes into them.
+  std::vector<std::int32_t> held_regions_;
   KvCounters counters_;
 };
 

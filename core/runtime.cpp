@@ -180,7 +180,10 @@ bool Runtime::try_step(int e) {
   EngineSlot& slot = engines_[std::size_t(e)];
   const double start = now();
   StepOutcome outcome = slot.engine->step(start);
-  if (outcome.batch.empty()) return false;
+  if (outcome.batch.empty()) {
+    slot.unrecorded_preemptions += static_cast<std::int32_t>(outcome.batch.preempted.size());
+    return false;
+  }
   last_ran_ = e;
   device_busy_ = true;
   ++steps_;
@@ -253,6 +256,8 @@ void Runtime::handle(const Event& ev, Workload& workload) {
 void Runtime::run(Workload& workload) {
   workload.start(*this);
   for (;;) {
+    if (stop && stop->load(std::memory_order_relaxed) != 0)
+      throw Error("stopped by signal " + std::to_string(stop->load()));
     if (!device_busy_) start_step();
     if (events_.empty()) {
       check_stuck();
@@ -291,7 +296,8 @@ void Runtime::record_step(int e, const StepOutcome& o, double start, double host
   r.prefix_query_tokens = c.query_tokens - slot.last_counters.query_tokens;
   r.prefix_hit_tokens = c.hit_tokens - slot.last_counters.hit_tokens;
   r.evictions = static_cast<std::int32_t>(c.evictions - slot.last_counters.evictions);
-  r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size());
+  r.preemptions = static_cast<std::int32_t>(o.batch.preempted.size()) + slot.unrecorded_preemptions;
+  slot.unrecorded_preemptions = 0;
   slot.last_counters = c;
   tallies_[std::size_t(e)].add(r);
   if (!keeps_steps(record_level_)) return;

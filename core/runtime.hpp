@@ -3,6 +3,7 @@
 // (trace replay), engine step completions and workload wake-ups. The engines share one device
 // timeline: an arbiter picks whose batch runs next when several have work. The clock is a
 // parameter, so the same loop simulates (virtual time) or executes (wall time).
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -96,6 +97,9 @@ class Runtime {
   // Consulted before each arbiter decision while an engine has work; set before run().
   void set_memory_policy(MemoryPolicy policy) { memory_policy_ = std::move(policy); }
 
+  // Non-zero asks the run to end (a signal handler sets it: SIGINT, SIGTERM): run() then throws
+  // duet::Error at its next event, and what was recorded so far stays recorded.
+  const std::atomic<int>* stop = nullptr;
   // Called every `progress_every` steps (for progress bars).
   std::function<void(const Runtime&)> on_progress;
   std::int64_t progress_every = 4096;
@@ -116,7 +120,9 @@ class Runtime {
     Engine* engine;
     double ready_since = 0.0;
     KvCounters last_counters;
-    std::int64_t last_preemptions = 0;
+    // Preempted by a pass that then scheduled nothing (the only running sequence gave its own KV
+    // up): no step records them, so the engine's next step does.
+    std::int32_t unrecorded_preemptions = 0;
     std::vector<SeqId> finished;  // the step in flight's finished sequences
   };
 

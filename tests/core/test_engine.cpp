@@ -140,6 +140,41 @@ TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
 }
 
+// A fork that needs logits its parent computed past (it appends nothing, or it scores a position
+// inside its parent) starts afresh, and the prefix cache gives back what it may: it never runs as
+// an item of no tokens, and every position it asks for is scored.
+TEST(Engine, AForkNeedingLogitsItsParentComputedPastRecomputesThem) {
+  EngineRig r;
+  Sequence scored = prompt(1, 10, 1);
+  scored.kind = SeqKind::Score;
+  scored.score_positions = {9};
+  Sequence& parent = r.engine.add(scored, 0);
+  parent.keep_kv = true;
+  while (r.engine.has_work()) r.engine.step(0);
+  ASSERT_EQ(parent.num_computed_tokens, 10);
+  Sequence gen;  // appends nothing: its first sample needs the last token's logits
+  gen.id = 10;
+  gen.sampling.max_tokens = 2;
+  Sequence& g = r.engine.fork(1, gen, 0);
+  Sequence score;
+  score.id = 11;
+  score.kind = SeqKind::Score;
+  score.tokens = {50};
+  score.score_positions = {3, 10};
+  Sequence& sc = r.engine.fork(1, score, 0);
+  EXPECT_EQ(g.num_computed_tokens, 0);
+  EXPECT_EQ(sc.num_computed_tokens, 0);
+  EXPECT_TRUE(g.kv.blocks.empty());
+  while (r.engine.has_work()) {
+    const StepOutcome o = r.engine.step(0);
+    for (const BatchItem& it : o.batch.items) EXPECT_GE(it.num_new_tokens, 1) << "sequence " << it.seq->id;
+  }
+  EXPECT_EQ(g.num_output_tokens(), 2);
+  EXPECT_EQ(g.num_cached_prompt_tokens, 8) << "two full blocks of the parent hit; the last token is computed";
+  EXPECT_EQ(sc.scores, (std::vector<float>{0.75f, 2.5f}));
+  EXPECT_EQ(sc.num_cached_prompt_tokens, 0) << "position 3 is in the first block";
+}
+
 // A fork the scheduler refuses (here: longer than max_model_len) leaves no trace: no sequence, and
 // the parent's blocks are shared by no one else (they once stayed held for the rest of the run).
 TEST(Engine, ARefusedForkHoldsNoBlocks) {
@@ -441,6 +476,19 @@ TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) 
     const StepOutcome o = engine.step(0);
     if (o.batch.empty()) return out.error = "stuck after " + std::to_string(steps) + " steps", out;
     for (const BatchItem& it : o.batch.items) out.computed += it.num_new_tokens;
+    // A step's copies run at once (kv_allocator.hpp): no two write one block, none reads one that
+    // another writes.
+    std::set<BlockId> written;
+    for (const BlockCopy& cp : o.batch.copies)
+      if (!written.insert(cp.dst).second)
+        return out.error =
+                   "two copies write block " + std::to_string(cp.dst) + " in step " + std::to_string(steps),
+               out;
+    for (const BlockCopy& cp : o.batch.copies)
+      if (written.count(cp.src))
+        return out.error = "block " + std::to_string(cp.src) + " is read and written by copies of step " +
+                           std::to_string(steps),
+               out;
     for (Sequence* s : o.finished) {
       const SeqId id = s->id;
       out.tokens[path[id]] = s->tokens;

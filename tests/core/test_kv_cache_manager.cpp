@@ -143,6 +143,31 @@ TEST(KvCacheManager, ForkSharesEveryBlockAndCopiesAPartialBlockOnWrite) {
   EXPECT_EQ(kv.usage().filled_tokens, 4 + 4 + 3 + 3);
 }
 
+// A step's copies run at once (a GPU kernel copies them in parallel): a copy's source stays held
+// until the copies are taken, so that it is no other copy's destination in the same step, even
+// when its last holder lets it go in between (once, it went back to the free list's front).
+TEST(KvCacheManager, ACopysSourceIsNoOtherCopysDestinationInOneStep) {
+  auto kv = make_kv(6, 4);
+  Sequence x = make_seq(1, 6), z = make_seq(2, 6, 100);  // blocks: 4 + 2 each
+  ASSERT_TRUE(admit(kv, x));
+  ASSERT_TRUE(admit(kv, z));
+  Sequence f = make_seq(3, 0), z2 = make_seq(4, 0);
+  f.tokens = x.tokens, f.num_computed_tokens = 6;
+  z2.tokens = z.tokens, z2.num_computed_tokens = 6;
+  kv.fork(x, f);
+  kv.fork(z, z2);
+  decode(kv, f, 7);   // copies x's half-full block
+  kv.free(x);         // its last holder lets it go
+  decode(kv, z2, 8);  // copies z's half-full block into the one block that is free
+  const std::vector<BlockCopy> copies = kv.take_copies();
+  ASSERT_EQ(copies.size(), 2u);
+  for (const BlockCopy& a : copies)
+    for (const BlockCopy& b : copies)
+      EXPECT_NE(a.src, b.dst) << a.src << " -> " << a.dst << ", " << b.src << " -> " << b.dst;
+  EXPECT_EQ(kv.usage().used_blocks, 5) << "x's copied block went back once the copies were taken";
+  kv.pool().check_consistency();
+}
+
 TEST(KvCacheManager, ForkAtABlockBoundaryNeedsNoCopy) {
   auto kv = make_kv(10, 4);
   Sequence a = make_seq(1, 8);

@@ -210,6 +210,26 @@ TEST(NaiveAllocator, PendingCopiesNeverReadOrRewriteAnotherCopysDestination) {
   EXPECT_EQ(a.counters().cow_copies, 9);
 }
 
+// Fork, then release the parent, before a step: the parent's region is still read by the fork's
+// pending copies, so it is not handed out (once, the next fork copied into it in the same step).
+TEST(NaiveAllocator, ARegionThatPendingCopiesReadIsHeldUntilTheyAreTaken) {
+  NaiveAllocator a(48, 16, 256);  // 3 regions of 16 blocks
+  Sequence p = make_seq(1, 40), q = make_seq(2, 40);
+  ASSERT_TRUE(a.allocate_slots(p, 40));  // region 0
+  ASSERT_TRUE(a.allocate_slots(q, 40));  // region 1
+  a.take_copies();
+  Sequence c = make_seq(3, 40), d = make_seq(4, 40);
+  ASSERT_TRUE(a.fork(p, c));  // region 2, from region 0
+  a.free(p);
+  EXPECT_EQ(a.free_regions(), 0) << "region 0 is read by pending copies";
+  EXPECT_FALSE(a.fork(q, d)) << "no region free this step";
+  const std::vector<BlockCopy> copies = {{0, 32}, {1, 33}, {2, 34}};
+  EXPECT_EQ(a.take_copies(), copies);
+  EXPECT_EQ(a.free_regions(), 1);
+  ASSERT_TRUE(a.fork(q, d));
+  EXPECT_EQ(d.kv.blocks, range(0, 3));
+}
+
 TEST(NaiveAllocator, ForkWithoutAFreeRegionLeavesTheCopyToRecompute) {
   NaiveAllocator a(16, 16, 256);  // a single region
   Sequence src = make_seq(1, 8);
