@@ -36,26 +36,50 @@ def _attrs(obj):
     return {name: _plain(value) for name, value in obj.attrs.items()}
 
 
-def list_runs(path):
-    """Every group of the file that holds a run, depth first in name order ("/" for one run)."""
-    runs = []
+def _open(path):
+    """h5py.File(path, "r"), naming the path when the file cannot be read (h5py's message does not)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise OSError(f"{path}: cannot be read as HDF5 ({e})") from e
+
+
+def _groups_with(path, attr):
+    """(name, group attribute value) of every group with `attr`, depth first in name order."""
+    found = []
 
     def visit(group, name):
-        if VERSION_ATTR in group.attrs:
-            runs.append(name)
+        if attr in group.attrs:
+            found.append((name, _plain(group.attrs[attr])))
         for child in sorted(group):
             if isinstance(group.get(child), h5py.Group):
                 visit(group[child], name.rstrip("/") + "/" + child)
 
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         visit(f, "/")
-    return runs
+    return found
 
 
-def _engine(engine, tables):
+def list_runs(path):
+    """Every group of the file that holds a run, depth first in name order ("/" for one run)."""
+    return [name for name, _ in _groups_with(path, VERSION_ATTR)]
+
+
+def incomplete_runs(path):
+    """{group: why} for every run of the file that stopped before it finished (an error or a
+    signal): its tables hold the rows recorded until then, and it has no summary."""
+    return dict(_groups_with(path, "incomplete"))
+
+
+def _engine(engine, tables, where, record_level):
     # A run recorded below "steps" (its record_level attribute) lacks the tables it left out: they
-    # come back as None.
+    # come back as None. A run that recorded them always has them, if only empty.
     present = [table for table in ("steps", "requests") if table in engine]
+    expected = {"steps": ["steps", "requests"], "requests": ["requests"]}.get(record_level, [])
+    missing = [table for table in expected if table not in present]
+    if missing:
+        raise ValueError(f"{where}: no '{missing[0]}' table, which a run recorded at level "
+                         f"'{record_level}' always has (a damaged file)")
     out = {"attrs": _attrs(engine), "steps": None, "requests": None}
     out["units"] = {table: json.loads(engine[table].attrs["units"]) for table in present}
     if tables:
@@ -81,25 +105,39 @@ def load_run(path, group=None, tables=True):
     """
     if group is None:
         runs = list_runs(path)
+        stopped = incomplete_runs(path)
+        if not runs and stopped:
+            name, why = next(iter(stopped.items()))
+            raise ValueError(f"{path}: holds no finished run: {name} stopped before it finished ({why}); "
+                             f"its tables hold what was recorded until then (read them with h5py)")
         if len(runs) != 1:
             shown = ", ".join(runs[:4]) + (", ..." if len(runs) > 4 else "")
             raise KeyError(f"{path}: holds {len(runs)} runs ({shown or 'none'}): pass group= (list_runs, "
                            f"find_run or sweep_table find them)")
         group = runs[0]
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         if group not in f or not isinstance(f[group], h5py.Group):
             raise KeyError(f"{path}: {group}: no such group")
         run = f[group]
         version = run.attrs.get(VERSION_ATTR)
+        if "incomplete" in run.attrs:
+            raise ValueError(f"{path}: {group}: the run stopped before it finished "
+                             f"({_plain(run.attrs['incomplete'])}); its tables hold what was recorded until then")
         if version != SCHEMA_VERSION:
             raise ValueError(f"{path}: {group}: not a duet run of schema version {SCHEMA_VERSION} "
                              f"({VERSION_ATTR} = {version})")
+        for part in ("summary", "engines"):
+            if part not in run:
+                raise KeyError(f"{path}: {group}: no '{part}' group, which every finished run has (a damaged file)")
+        level = _plain(run.attrs.get("record_level", "steps"))
+        engines = {name: _engine(engine, tables, f"{path}: {group.rstrip('/')}/engines/{name}", level)
+                   for name, engine in run["engines"].items()}
         return {
             "path": path,
             "group": group,
             "attrs": _attrs(run),
             "summary": _attrs(run["summary"]),
-            "engines": {name: _engine(engine, tables) for name, engine in run["engines"].items()},
+            "engines": engines,
             # Search workloads (duet run) add one row per problem.
             "problems": pd.DataFrame(run["problems"][()]) if tables and "problems" in run else None,
         }
@@ -149,7 +187,7 @@ def sweep_table(path, sweep=None):
 def find_run(path, label):
     """The group of the run labelled `label` (a duet.run{label = ...}); KeyError when none is."""
     groups = list_runs(path)
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         for group in groups:
             if _plain(f[group].attrs.get("label", "")) == label:
                 return group
@@ -160,7 +198,7 @@ def validation_table(path):
     """Every point of a `duet validate` file, one row each: its validation.* attributes (without
     the prefix) and the groups of its predicted and measured runs."""
     rows = []
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         if "validate/points" not in f:
             raise KeyError(f"{path}: no /validate/points (not a duet validate file)")
         for name in sorted(f["validate/points"]):
@@ -191,13 +229,16 @@ def main(argv):
         return 2
     try:
         runs = list_runs(argv[1])
+        for group, why in incomplete_runs(argv[1]).items():
+            print(f"{argv[1]}: {group}: stopped before it finished: {why}", file=sys.stderr)
         if not runs:
-            print(f"{argv[1]}: holds no duet run", file=sys.stderr)
+            print(f"{argv[1]}: holds no finished duet run", file=sys.stderr)
             return 1
         for group in runs:
             _print_run(load_run(argv[1], group, tables=False))
     except (OSError, KeyError, ValueError) as error:
-        print(f"{argv[1]}: {error}", file=sys.stderr)
+        # The messages name the file already (KeyError's repr quotes it: print its argument).
+        print(error.args[0] if error.args else error, file=sys.stderr)
         return 1
     return 0
 

@@ -36,10 +36,15 @@ int run_body(lua::ScriptOptions& opt) {
   } catch (const Error& e) {
     const int signal = g_stop_signal.load();
     if (signal == 0) throw;
-    if (opt.ranks.rank == 0)
-      std::fprintf(stderr,
-                   "duet run: stopped by signal %d: %s\nrun the same command with --resume to finish\n",
-                   signal, e.what());
+    if (opt.ranks.rank == 0) {
+      // The error's first line: where it stopped (a Lua traceback follows it), unless that says
+      // no more than the signal.
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      const std::string stopped = "stopped by signal " + std::to_string(signal);
+      if (what.find(stopped) == std::string::npos) what = stopped + ": " + what;
+      std::fprintf(stderr, "duet run: %s\nrun the same command with --resume to finish\n", what.c_str());
+    }
     return stopped_exit_status(signal);
   }
 }

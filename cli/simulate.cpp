@@ -9,6 +9,7 @@
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/source_dir.hpp"
+#include "cli/stop_signal.hpp"
 #include "cli/trace_experiment.hpp"
 #include "core/error.hpp"
 
@@ -41,8 +42,11 @@ int simulate(int argc, char** argv) {
     std::optional<RunStream> stream;
     if (!out.empty()) file.emplace(out);
     x.spec.keep_records = false;
+    // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
+    install_stop_handlers();
     ExperimentHooks hooks;
     hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
+      rt.stop = &g_stop_signal;
       if (file) {
         stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
         rt.set_recording(x.spec.record, false, &*stream);
@@ -58,12 +62,20 @@ int simulate(int argc, char** argv) {
     try {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
-      if (!stream) throw;
+      const int signal = g_stop_signal.load();
+      if (!stream && signal == 0) throw;
       // What was recorded stays in the file, which says why the run stopped; a file that the
       // failure left unreadable (a full disk) is removed rather than left behind.
-      stream->abandon(e.what());
-      stream.reset();
-      rethrow_after_write_failure(*file, out, e.what());
+      if (stream) {
+        stream->abandon(e.what());
+        stream.reset();
+      }
+      if (signal == 0) rethrow_after_write_failure(*file, out, e.what());
+      bar.finish();
+      const FailedRunFile kept = file ? close_after_failure(*file, out, e.what()) : FailedRunFile{e.what()};
+      if (!kept.closed) throw FailedCloseError(kept.message);
+      std::fprintf(stderr, "duet simulate: %s\n", kept.message.c_str());
+      return stopped_exit_status(signal);
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];

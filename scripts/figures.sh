@@ -53,24 +53,28 @@ else
   validation=bench/results/validation-cpu/small-llama.beam.h5
 fi
 
-notebook() {  # notebook NAME [VAR=FILE ...]
-  local name=$1
+notebook() {  # notebook NAME[:COPY] [VAR=FILE ...]: COPY names the executed copy (default NAME)
+  local name=${1%%:*} copy=${1#*:}
   shift
   env DUET_FIGURES="$figures" "$@" jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
-    --output-dir "$data/notebooks" "analysis/notebooks/$name.ipynb" 2>"$data/$name.log" ||
+    --output-dir "$data/notebooks" --output "$copy" "analysis/notebooks/$name.ipynb" 2>"$data/$name.log" ||
     { cat "$data/$name.log" >&2; echo "figures: notebook $name failed" >&2; exit 1; }
   # A notebook shows its figures inline too (a backend forced to Agg once left every one blank).
-  /usr/bin/python3 - "$data/notebooks/$name.ipynb" <<'PY' || exit 1
+  /usr/bin/python3 - "$data/notebooks/$copy.ipynb" <<'PY' || exit 1
 import json, sys
 cells = json.load(open(sys.argv[1]))["cells"]
 if not any("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", [])):
     sys.exit(f"figures: {sys.argv[1]} shows no figure")
 PY
-  echo "executed $name.ipynb"
+  echo "executed $name.ipynb$([ "$copy" = "$name" ] || echo " as $copy")"
 }
 notebook thesis_figures DUET_MEMORY_SPLIT="$data/memory_split.h5" DUET_KV_BLOCKS="$data/kv_blocks.h5" \
   DUET_BATCH_PARAMS="$data/batch_params.h5"
 notebook validation DUET_RUN="$PWD/$validation"
+# A trace's validation has no step-by-step point: the notebook shows its requests' errors instead.
+if [ "$small" = 1 ]; then
+  notebook validation:validation_trace DUET_FIGURES= DUET_RUN="$PWD/bench/results/validation-cpu/tiny-llama.azure.h5"
+fi
 notebook trace_replay DUET_RUN="$data/azure.h5"
 notebook paged_vs_naive DUET_RUN="$data/paged_vs_naive.h5"
 notebook search DUET_RUN="$data/quickstart.h5" DUET_RUN_FULL="$data/quickstart_full.h5"

@@ -73,6 +73,7 @@ ExperimentDefaults defaults_of(const ScriptContext& ctx) {
   }
   d.progress = d.progress && ctx.opt.progress;
   d.record = ctx.opt.record;
+  d.stop = ctx.opt.stop;
   d.validate = ctx.opt.validate;
   return d;
 }

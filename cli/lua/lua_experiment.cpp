@@ -564,7 +564,8 @@ struct LuaRun {
   std::vector<ProblemRecord> problems;
 };
 
-LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec) {
+LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec,
+                const ExperimentDefaults& d) {
   std::vector<EngineVocab> vocabs;
   const std::vector<Vocabulary> v = vocabularies(spec);
   for (std::size_t i = 0; i < v.size(); ++i)
@@ -578,6 +579,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   bool started = false;
   hooks.before_run = [&](Runtime& rt, const ExperimentOutcome&) {
     started = true;
+    rt.stop = d.stop;
     if (!ex.progress || !bar.enabled()) return;
     rt.progress_every = 256;
     rt.on_progress = [&, what](const Runtime& r) {
@@ -650,8 +652,8 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
     e.cost_model = "profile:" + path;
   }
   std::optional<LuaRun> predicted;
-  if (v.predict) predicted = run_once(L, index, ex, sim);
-  LuaRun measured = run_once(L, index, ex, real);
+  if (v.predict) predicted = run_once(L, index, ex, sim, d);
+  LuaRun measured = run_once(L, index, ex, real, d);
   ValidationRun run{ex.label, predicted ? &predicted->outcome : nullptr, &measured.outcome,
                     predicted ? &predicted->problems : nullptr, &measured.problems};
   v.record(run);
@@ -665,7 +667,7 @@ ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefault
   Experiment ex = read_experiment(L, index, d);
   apply_memory_split(L, ex);
   if (d.validate) return validate_experiment(L, index, ex, d);
-  return result_of(ex, d, run_once(L, index, ex, spec_of(L, ex, d)));
+  return result_of(ex, d, run_once(L, index, ex, spec_of(L, ex, d), d));
 }
 
 }  // namespace duet::lua

@@ -1,6 +1,7 @@
 #pragma once
 // duet.run: a Lua configuration table turned into engines, a runtime and a Lua workload, run to
 // completion. Shared by duet.run and duet.sweep.
+#include <atomic>
 #include <lua.hpp>
 
 #include <functional>
@@ -53,6 +54,7 @@ struct ExperimentDefaults {
   bool progress = true;
   RecordLevel record = RecordLevel::Steps;
   const ValidateMode* validate = nullptr;
+  const std::atomic<int>* stop = nullptr;  // Runtime::stop: SIGINT/SIGTERM end a run between events
 };
 
 // Runs the duet.run configuration at `index` of L's stack. Lua errors inside callbacks and the

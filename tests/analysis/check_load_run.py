@@ -42,4 +42,27 @@ except KeyError as error:
     assert "pass group=" in str(error) and "/sweeps/0000/points/0000" in str(error), error
 groups = duet_h5.list_runs(sweep)
 assert duet_h5.load_run(sweep, groups[1], tables=False)["group"] == groups[1]
+
+# A run that stopped before it finished: the error gives the reason it recorded.
+stopped = os.path.join(out, "stopped.h5")
+subprocess.run([duet, "simulate", "--trace", "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+                "--max-model-len", "2048", "--on-too-long", "error", "--out", stopped],
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=source)
+assert list(duet_h5.incomplete_runs(stopped)) == ["/"], duet_h5.incomplete_runs(stopped)
+for group in (None, "/"):
+    try:
+        duet_h5.load_run(stopped, group)
+        sys.exit("load_run read a run that stopped before it finished")
+    except ValueError as error:
+        assert stopped in str(error) and "stopped before it finished" in str(error) and "2048" in str(error), error
+# A truncated file: the error names it.
+truncated = os.path.join(out, "truncated.h5")
+with open(one, "rb") as src, open(truncated, "wb") as dst:
+    dst.write(src.read()[:6000])
+for read in (duet_h5.load_run, duet_h5.list_runs, duet_h5.validation_table):
+    try:
+        read(truncated)
+        sys.exit(f"{read.__name__} read a truncated file")
+    except OSError as error:
+        assert str(error).startswith(truncated + ": cannot be read as HDF5"), error
 print("load_run: ok")
