@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -214,8 +215,17 @@ int bench(int argc, char** argv) {
     if (!vm["gpu"].defaulted()) g.gpu = gpu;
     check_at_least("--iters", g.iters, 1);
     check_at_least("--block-size", g.block_size, 1);
-    if (which == "sim-trace") return bench_sim_trace(trace, model, gpu, target_s);
-    if (which == "cpu") return bench_cpu(cpu_model, batch, prompt, decode);
+    if (which == "sim-trace") {
+      if (!(target_s > 0) || !std::isfinite(target_s))
+        throw Error("--target-s must be a positive number of seconds, got " + std::to_string(target_s));
+      return bench_sim_trace(trace, model, gpu, target_s);
+    }
+    if (which == "cpu") {
+      check_at_least("--batch", batch, 1);
+      check_at_least("--prompt", prompt, 1);
+      check_at_least("--decode", decode, 1);
+      return bench_cpu(cpu_model, batch, prompt, decode);
+    }
     if (which == "hdf5") return bench_hdf5(trace, model, gpu);
     if (which == "decode") return gpu_bench::bench_decode(g);
     if (which == "attention") return gpu_bench::bench_attention(g);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,9 @@ int run_command(const Command& c, int argc, char** argv,
     po::variables_map vm;
     po::command_line_parser parser(argc, argv);
     parser.options(c.options).style(kStyle);
-    if (c.positional) parser.positional(*c.positional);
+    // A command without positional arguments refuses one (Boost's parser drops them silently).
+    const po::positional_options_description none;
+    parser.positional(c.positional ? *c.positional : none);
     po::store(parser.run(), vm);
     if (vm.count("help") || (c.required && !vm.count(c.required))) {
       std::cout << c.options << "\n";
@@ -94,6 +97,16 @@ int run_command(const Command& c, int argc, char** argv,
     std::_Exit(c.error_status);
   } catch (const Error& e) {
     std::fprintf(stderr, "duet %s: error: %s\n", c.name, e.what());
+    return c.error_status;
+  } catch (const std::bad_alloc&) {
+    // A flag or an input that asks for more memory than there is (--evict-mib, a batch, a file
+    // that never ends): an error, not an abort.
+    std::fprintf(stderr,
+                 "duet %s: error: out of memory: an option or input asks for more than this machine gives\n",
+                 c.name);
+    return c.error_status;
+  } catch (const std::exception& e) {  // a library's exception that no layer turned into an Error
+    std::fprintf(stderr, "duet %s: internal error: %s\n", c.name, e.what());
     return c.error_status;
   }
 }
@@ -129,7 +142,8 @@ void check_script(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such script file");
   if (fs::is_directory(path, ec)) throw Error(path + ": is a directory, not a script");
-  if (!std::ifstream(path)) throw Error(path + ": cannot open script");
+  // Not opened here: a script from a pipe can be read once only (by the run).
+  if (::access(path.c_str(), R_OK) != 0) throw Error(path + ": cannot open script");
 }
 
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {

@@ -160,7 +160,8 @@ int merge(int argc, char** argv) {
   std::vector<std::string> inputs;
   po::options_description options(
       "duet merge OUT.h5 PART.h5...: merge the files of a sharded sweep (duet run --shard I/N) into one");
-  options.add_options()("out", po::value(&out), "the merged file (replaced if it exists)")(
+  options.add_options()("out", po::value(&out),
+                        "the merged file (replaced if it exists, once the merge succeeds)")(
       "parts", po::value(&inputs)->multitoken(), "every shard's file")("help,h", "this help");
   po::positional_options_description positional;
   positional.add("out", 1).add("parts", -1);
@@ -173,12 +174,16 @@ int merge(int argc, char** argv) {
       RunMetadata meta;
       plan_sweep(parts, name, meta);
     }
+    // Written beside OUT and renamed over it when complete: a merge that fails (a damaged part found
+    // while copying) leaves an earlier OUT as it was.
+    const std::string partial = out + ".merging";
     try {
-      write_merged(out, parts);
-    } catch (const Error& e) {
+      write_merged(partial, parts);
+      std::filesystem::rename(partial, out);
+    } catch (const std::exception& e) {
       std::error_code ec;
-      std::filesystem::remove(out, ec);
-      throw Error(std::string(e.what()) + "; removed " + out);
+      std::filesystem::remove(partial, ec);
+      throw Error(std::string(e.what()) + "; " + out + " is unchanged");
     }
     std::printf("merged %zu shards into %s\n", parts.size(), out.c_str());
     return 0;

@@ -2,6 +2,7 @@
 // simulator by default, or a real engine on the wall clock (--backend cpu|cuda).
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "cli/command.hpp"
@@ -17,6 +18,29 @@ namespace po = boost::program_options;
 
 namespace duet::cli {
 
+namespace {
+
+// After a run failed with `error` while writing `writing`: what was recorded stays in a file that
+// says why the run stopped (its `incomplete` attribute), at `out` where no file was there, else at
+// OUT.incomplete beside the earlier file, which is kept. A file that the failure left unreadable
+// (a full disk) is removed. Returns the error, saying which.
+std::string keep_what_was_recorded(RunFileWriter& file, const std::string& writing, const std::string& out,
+                                   const std::string& error) {
+  const FailedRunFile closed = close_after_failure(file, writing, error);
+  if (!closed.closed) throw FailedCloseError(closed.message);
+  std::error_code ec;
+  const bool earlier = std::filesystem::exists(out, ec);
+  if (!std::filesystem::exists(writing, ec))
+    return error + "; the file it left unreadable was removed" +
+           (earlier ? " (" + out + " is unchanged)" : "");
+  const std::string kept = earlier ? out + ".incomplete" : out;
+  std::filesystem::rename(writing, kept);
+  return error + "; " + kept + " holds what was recorded before it" +
+         (earlier ? " (" + out + " is unchanged)" : "");
+}
+
+}  // namespace
+
 int simulate(int argc, char** argv) {
   TraceArgs args;
   std::string out;
@@ -24,7 +48,9 @@ int simulate(int argc, char** argv) {
   po::options_description options("duet simulate: replay a trace or a synthetic workload through one engine");
   options.add(trace_options(args, BackendChoice::Any));
   po::options_description output("Output");
-  output.add_options()("out", po::value(&out), "HDF5 file to write as the run goes (see analysis/README.md)")(
+  output.add_options()("out", po::value(&out),
+                       "HDF5 file to write as the run goes (see analysis/README.md); an earlier one is "
+                       "replaced when the run ends")(
       "record", po::value(&record)->default_value("steps"),
       "what the file holds: steps (the timeline, requests and summary), requests (no timeline) or summary")(
       "help,h", "this help");
@@ -37,10 +63,13 @@ int simulate(int argc, char** argv) {
     x.spec.record = level;
     TraceReplay replay(x.trace, x.replay);
     ProgressBar bar("simulate");
-    // The records go to the file as the run makes them; memory holds a chunk per table.
+    // The records go to the file as the run makes them; memory holds a chunk per table. The file is
+    // written beside --out and renamed to it when the run ends, so that a run that fails or is
+    // stopped leaves an earlier file of that name as it was.
+    const std::string writing = out + ".running";
     std::optional<RunFileWriter> file;
     std::optional<RunStream> stream;
-    if (!out.empty()) file.emplace(out);
+    if (!out.empty()) file.emplace(writing);
     x.spec.keep_records = false;
     // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
     install_stop_handlers();
@@ -63,18 +92,14 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (!stream && signal == 0) throw;
-      // What was recorded stays in the file, which says why the run stopped; a file that the
-      // failure left unreadable (a full disk) is removed rather than left behind.
       if (stream) {
         stream->abandon(e.what());
         stream.reset();
       }
-      if (signal == 0) rethrow_after_write_failure(*file, out, e.what());
+      const std::string message = file ? keep_what_was_recorded(*file, writing, out, e.what()) : e.what();
+      if (signal == 0) throw Error(message);
       bar.finish();
-      const FailedRunFile kept = file ? close_after_failure(*file, out, e.what()) : FailedRunFile{e.what()};
-      if (!kept.closed) throw FailedCloseError(kept.message);
-      std::fprintf(stderr, "duet simulate: %s\n", kept.message.c_str());
+      std::fprintf(stderr, "duet simulate: %s\n", message.c_str());
       return stopped_exit_status(signal);
     }
     bar.finish();
@@ -94,6 +119,7 @@ int simulate(int argc, char** argv) {
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       stream->finish(o.summary, extra);
       file->close();
+      std::filesystem::rename(writing, out);
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
                   absolute_path(out).c_str());
     }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
 #include "cli/command.hpp"
 #include "cli/source_dir.hpp"
@@ -77,6 +78,12 @@ Trace synthetic_trace(const TraceArgs& a) {
   double time = 0;
   for (int i = 0; i < a.synthetic; ++i) {
     if (a.request_rate > 0) time += -std::log((double(rng() >> 11) + 0.5) * 0x1.0p-53) / a.request_rate;
+    if (time > kMaxRunTime_s) {
+      std::ostringstream shown;
+      shown << "--request-rate " << a.request_rate << " puts request " << i + 1 << " at " << time
+            << " s, past 1e8 s (3.2 years) of run time";
+      throw Error(shown.str());
+    }
     t.requests.push_back({time, a.input_tokens, a.output_tokens, {}});
   }
   return t;
@@ -120,6 +127,19 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   // NaN compares false with everything: an unchecked one hangs the replay's clock.
   if (!(a.rate_scale > 0) || !std::isfinite(a.rate_scale))
     throw Error("--rate-scale must be a finite number > 0, got " + std::to_string(a.rate_scale));
+  // The other workload's options would be ignored: they are errors (compared with their defaults).
+  const TraceArgs defaults;
+  if (a.synthetic > 0 && (a.rate_scale != defaults.rate_scale || a.trace_format != defaults.trace_format ||
+                          a.max_requests != defaults.max_requests))
+    throw Error(
+        "--rate-scale, --trace-format and --max-requests are for --trace; --synthetic takes "
+        "--request-rate and --synthetic N");
+  if (!a.trace.empty() &&
+      (a.input_tokens != defaults.input_tokens || a.output_tokens != defaults.output_tokens ||
+       a.request_rate != defaults.request_rate))
+    throw Error(
+        "--input-tokens, --output-tokens and --request-rate are for --synthetic; a trace gives its own "
+        "(--rate-scale replays it faster)");
   x.trace =
       a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
   x.spec.gpu = gpu_from(a.gpu, source_dir);

@@ -76,6 +76,11 @@ int validate_trace(const TraceArgs& args, const std::string& profile, int repeat
   ExperimentSpec sim;
   std::string path;
   check_usage([&] {
+    // The prediction is the device profile's (the point of validating it): another cost model
+    // asked for would be ignored.
+    if (args.cost_model != "auto")
+      throw Error("--cost-model " + args.cost_model +
+                  ": validate predicts with the device's measured profile (--profile P.json gives another)");
     x = trace_experiment(args, source_dir(), command_line);
     sim = x.spec;
     sim.backend = "sim";

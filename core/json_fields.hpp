@@ -28,6 +28,9 @@ inline bool names_a_file(const std::string& name_or_path) {
 inline std::string read_file(const std::string& path, const std::string& what, const std::string& expected) {
   if (std::filesystem::is_directory(path))
     throw Error(path + ": is a directory, not a " + expected + " file");
+  // A device such as /dev/zero never ends: refused, not read until memory runs out (a pipe is read once).
+  if (std::filesystem::is_character_file(path) || std::filesystem::is_block_file(path))
+    throw Error(path + ": a device, not a " + expected + " file");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open " + what);
   std::stringstream buffer;

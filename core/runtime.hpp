@@ -18,6 +18,11 @@
 
 namespace duet {
 
+// The latest time a run's events may be set for: 1e8 s, 3.2 years from its start. A later one is a
+// date (Unix seconds are past 1.7e9), a unit error or a vanishing rate, and would have the wall
+// clock sleep for years or the virtual one report nonsense rates.
+inline constexpr double kMaxRunTime_s = 1e8;
+
 struct EngineStatus {
   int index = 0;
   bool has_work = false;

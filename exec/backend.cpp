@@ -70,7 +70,11 @@ int checked_cpu_blocks(const EngineConfig& c, const EngineMemory& m) {
     char gib[32];
     std::snprintf(gib, sizeof gib, "%.1f", double(bytes) / double(1LL << 30));
     throw Error("engine '" + c.name + "': the CPU backend's KV pool of " + std::to_string(m.num_blocks) +
-                " blocks would take " + gib + " GiB of host memory; give the engine num_gpu_blocks_override");
+                " blocks would take " + gib + " GiB of host memory, over the " +
+                std::to_string(kCpuPoolLimitBytes >> 30) + " GiB it allows" +
+                (c.num_gpu_blocks_override
+                     ? std::string(": give num_gpu_blocks_override fewer blocks, or blocks of fewer tokens")
+                     : std::string(": give the engine num_gpu_blocks_override")));
   }
   return m.num_blocks;
 }

@@ -1,5 +1,6 @@
 #include "io/file_bytes.hpp"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -71,6 +72,11 @@ std::string read_plain(const std::string& path, std::FILE* f) {
 }  // namespace
 
 std::string read_file_bytes(const std::string& path) {
+  // A pipe cannot be read from its start again (for the gzip test below), and a device such as
+  // /dev/zero never ends: both are refused, not read until memory runs out.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    fail_file(path, "not a regular file (a pipe or a device): give a file");
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
   if (!f) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
   unsigned char magic[2] = {0, 0};

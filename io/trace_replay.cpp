@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "core/mix.hpp"
@@ -12,6 +13,14 @@ TraceReplay::TraceReplay(const Trace& trace, TraceReplayOptions options) : trace
   if (!(opt_.rate_scale > 0) || !std::isfinite(opt_.rate_scale))
     throw Error("rate scale must be a finite number > 0, got " + std::to_string(opt_.rate_scale));
   total_ = opt_.max_requests ? std::min(opt_.max_requests, trace.requests.size()) : trace.requests.size();
+  for (std::size_t i = 0; i < total_; ++i)  // arrivals need not be sorted here: check each
+    if (const double t = trace.requests[i].arrival_s / opt_.rate_scale; t > kMaxRunTime_s) {
+      std::ostringstream m;
+      m << trace.source << ": request " << i + 1 << " arrives at " << t << " s (rate scale "
+        << opt_.rate_scale
+        << "), past 1e8 s (3.2 years) of run time: a date, a unit error or a vanishing rate";
+      throw Error(m.str());
+    }
 }
 
 void TraceReplay::start(Runtime& rt) {

@@ -300,6 +300,15 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
   std::vector<std::pair<std::size_t, void (*)(BatchShape&, double)>> used;
   for (const auto& [name, set] : setters)
     if (col.count(name)) used.emplace_back(col[name], set);
+  // A misspelt column would be a feature left at 0, silently.
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    const std::string& name = header[i];
+    if (col[name] != i) throw Error(path + ":1: column '" + name + "' appears twice");
+    if (setters.count(name) || name == "duration_s" || name == "host_s") continue;
+    std::string valid = "duration_s, host_s";
+    for (const auto& [known, set] : setters) valid += ", " + known;
+    throw Error(path + ":1: unknown column '" + name + "' (valid: " + valid + ")");
+  }
   if (used.empty()) throw Error(path + ":1: no feature column (e.g. prefill_tokens, decode_seqs)");
   std::vector<MeasuredStep> steps;
   for (int lineno = 2; std::getline(in, line); ++lineno) {
@@ -310,8 +319,14 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
       throw Error(where + ": " + std::to_string(f.size()) + " fields, header has " +
                   std::to_string(header.size()));
     MeasuredStep m;
-    for (const auto& [i, set] : used) set(m.shape, parse_number(f[i], where));
+    for (const auto& [i, set] : used) {
+      const double v = parse_number(f[i], where);
+      if (v < 0) throw Error(where + ": " + header[i] + " is " + f[i] + ", a count that cannot be negative");
+      set(m.shape, v);
+    }
     m.device_s = parse_number(f[col["duration_s"]], where);
+    if (!(m.device_s > 0))
+      throw Error(where + ": duration_s is " + f[col["duration_s"]] + ", not a positive time");
     if (col.count("host_s")) m.host_s = parse_number(f[col["host_s"]], where);
     steps.push_back(m);
   }
@@ -432,21 +447,33 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   try {
-    const std::string format = j.is_object() ? j.value("format", "") : "";
+    const std::string format = j.is_object() && j.contains("format") && j["format"].is_string()
+                                   ? j["format"].get<std::string>()
+                                   : "";
     if (format != kFormat && format != kFormatWithoutDistinct)
       throw Error(origin + ": field 'format' must be \"" + kFormat +
                   "\" (a profile from `duet profile` or `duet fit`)");
     const std::size_t device_terms = kNumDeviceFeatures - (format == kFormatWithoutDistinct);
     CalibrationProfile p;
-    p.model = j.value("model", "");
-    p.model_shape = j.value("model_shape", "");
-    p.device = j.value("device", "");
-    p.device_name = j.value("device_name", "");
-    p.backend = j.value("backend", "");
+    // Optional texts, each named when it is not one (nlohmann's type error names no field).
+    auto text = [&](const char* field) {
+      const auto it = j.find(field);
+      if (it == j.end() || it->is_null()) return std::string();
+      if (!it->is_string())
+        throw Error(origin + ": field '" + field + "' must be a string, got " + it->dump());
+      return it->get<std::string>();
+    };
+    p.model = text("model");
+    p.model_shape = text("model_shape");
+    p.device = text("device");
+    p.device_name = text("device_name");
+    p.backend = text("backend");
+    if (j.contains("cuda_graphs") && !j["cuda_graphs"].is_boolean())
+      throw Error(origin + ": field 'cuda_graphs' must be true or false, got " + j["cuda_graphs"].dump());
     p.cuda_graphs = j.value("cuda_graphs", false);
-    p.created_utc = j.value("created_utc", "");
-    p.git_revision = j.value("git_revision", "");
-    p.source = j.value("source", "");
+    p.created_utc = text("created_utc");
+    p.git_revision = text("git_revision");
+    p.source = text("source");
     if (j.contains("grid")) p.grid_json = j["grid"].dump();
     for (const char* field : {"device_terms", "host_terms"})
       if (!j.contains(field)) throw Error(origin + ": missing field '" + field + "'");

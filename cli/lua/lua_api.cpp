@@ -1,5 +1,9 @@
 #include "cli/lua/lua_api.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -149,7 +153,7 @@ DUET_YIELDS_FROM_C int l_sleep_until(lua_State* L) {  // duet.sleep_until(t): yi
                   std::to_string(t));
     // Run time starts at 0: a date (Unix seconds are past 1.7e9) or milliseconds would have the
     // wall clock sleep for years, and the virtual one end the run there.
-    if (t > 1e8) {
+    if (t > kMaxRunTime_s) {
       std::ostringstream shown;
       shown << t;
       throw Error(where(L) + "duet.sleep_until(t): t = " + shown.str() +
@@ -652,6 +656,14 @@ void open_duet(lua_State* L, ScriptContext& ctx) {
 namespace {
 
 std::string read_text(const std::string& path) {
+  // A pipe is a script (/dev/stdin), and so is a terminal; a device that never ends (/dev/zero) is not.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY);
+    const bool terminal = fd >= 0 && ::isatty(fd);
+    if (fd >= 0) ::close(fd);
+    if (!terminal) throw Error(path + ": a device, not a script");
+  }
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open script");
   std::stringstream text;
@@ -667,7 +679,7 @@ void execute(ScriptContext& ctx) {
     lua_pushcfunction(L, [](lua_State*) { return 0; });
     lua_setglobal(L, "print");
   }
-  load_file(L, ctx.opt.script);
+  load_script(L, ctx.script_text, ctx.opt.script);
   pcall(L, 0, 0);
 }
 
@@ -676,7 +688,7 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
     ScriptContext ctx;
     ctx.opt = opt;
     ctx.opt.progress = false;
-    ctx.script_text = read_text(opt.script);
+    ctx.script_text = opt.script_text;
     ctx.worker = &job;
     execute(ctx);
     error =
@@ -720,7 +732,7 @@ ScriptOutcome run_script(const ScriptOptions& options) {
   ScriptContext ctx;
   ctx.opt = options;
   if (ctx.opt.ranks.rank != 0) ctx.opt.progress = false;
-  ctx.script_text = read_text(options.script);
+  ctx.script_text = ctx.opt.script_text = read_text(options.script);
   ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
   ctx.identity = cli::identity_of(ctx.script_text, cli::library_hash(options.source_dir), options.backend,
                                   record_level_name(options.record), options.args, options.shard);

@@ -23,7 +23,10 @@ namespace duet::lua {
 struct ValidateMode;
 
 struct ScriptOptions {
-  std::string script;             // path of the Lua script
+  std::string script;  // path of the Lua script
+  // Its text, read once by run_script for every state that runs it (sweep threads too): a script
+  // from a pipe (/dev/stdin, <(...)) cannot be read twice.
+  std::string script_text;
   std::string backend = "sim";    // sim or cpu
   std::string out;                // HDF5 file; empty: <script stem>.h5
   std::string command_line;       // as typed, for the run file; empty: rebuilt from the above

@@ -1,7 +1,9 @@
 #include "cli/lua/lua_util.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "core/error.hpp"
 
@@ -77,8 +79,17 @@ void pcall(lua_State* L, int nargs, int nresults) {
   }
 }
 
-void load_file(lua_State* L, const std::string& path) {
-  if (luaL_loadfile(L, path.c_str()) != LUA_OK) {
+void load_script(lua_State* L, const std::string& text, const std::string& path) {
+  // As luaL_loadfile: a first line starting with '#' (#!/usr/bin/env duet) is skipped; its newline
+  // stays, so that line numbers are the file's.
+  std::string_view chunk = text;
+  std::string blanked;
+  if (chunk.starts_with('#')) {
+    blanked = text.substr(std::min(text.find('\n'), text.size()));
+    chunk = blanked;
+  }
+  const std::string name = "@" + path;
+  if (luaL_loadbufferx(L, chunk.data(), chunk.size(), name.c_str(), nullptr) != LUA_OK) {
     std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load";
     lua_pop(L, 1);
     throw Error(msg);

@@ -51,8 +51,9 @@ void reset_instruction_budget(lua_State* L);
 // Calls the function below nargs arguments; on error throws duet::Error with "file:line: message"
 // and a traceback.
 void pcall(lua_State* L, int nargs, int nresults);
-// Loads a script file as a function on the stack; a syntax error throws duet::Error (file:line).
-void load_file(lua_State* L, const std::string& path);
+// Loads a script (the text of the file at `path`) as a function on the stack; a syntax error throws
+// duet::Error (path:line).
+void load_script(lua_State* L, const std::string& text, const std::string& path);
 
 // Table reads that may run a script's metamethods (__index, __len). Lua raises an error in a
 // metamethod with longjmp, which would skip the destructors of the C++ frames between here and

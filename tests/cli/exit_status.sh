@@ -35,6 +35,7 @@ expect 2 simulate --synthetic 4 --model gpt-5
 # A trace the command cannot read is its input's fault, the same status from both commands.
 expect 2 simulate --trace "$source/tests/cli/data/bad.csv"
 expect 2 validate --trace "$source/tests/cli/data/bad.csv" --backend cpu --model "$source/models/tiny-llama/config.json"
+expect 2 validate --synthetic 2 --backend cpu --model "$source/models/tiny-llama/config.json" --cost-model foo
 expect 2 validate --trace "$out/no-such.csv" --backend cpu --model "$source/models/tiny-llama/config.json"
 expect 2 cost --model llama-3.1-8b --gpu h100 --cost-model nope
 expect 1 run "$source/tests/lua/bad_runtime.lua" --no-progress --out "$out/runtime.h5"
@@ -43,7 +44,25 @@ expect 0 run "$quick" --no-progress --out "$out/quick.h5" -- --problems 2
 expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems nan
 expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --problems 3
 expect 0 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --llm-util 0.25
-# A script read from a pipe is a script too.
+# A script read from a pipe is a script too: it runs (it was once read twice, the second time empty).
 echo 'print("from a pipe")' | "$duet" run /dev/stdin --no-progress --out "$out/pipe.h5" >log.txt 2>&1 ||
   { echo "FAIL: duet run /dev/stdin exited $?:"; cat log.txt; failed=1; }
+grep -q "^from a pipe$" log.txt || { echo "FAIL: duet run /dev/stdin did not run the script:"; cat log.txt; failed=1; }
+expect 1 run <(echo 'error("from a pipe")') --no-progress --out "$out/pipe_error.h5"
+grep -q "from a pipe" log.txt || { echo "FAIL: the piped script's error is missing:"; cat log.txt; failed=1; }
+# A device that never ends is refused, not read until memory runs out; a pipe cannot be re-read for
+# a trace's format test.
+expect 2 simulate --trace /dev/zero --model llama-3.2-1b
+expect 2 simulate --synthetic 2 --model /dev/zero
+expect 1 run /dev/zero
+expect 2 simulate --trace <(head -3 "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv") --model llama-3.2-1b
+# Arrivals past 1e8 s of run time (a vanishing rate) are refused, not simulated as nonsense rates.
+expect 2 simulate --synthetic 10 --model llama-3.2-1b --request-rate 1e-300
+expect 2 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --model llama-3.2-1b --rate-scale 1e-300
+grep -q "AzureLLMInferenceTrace_conv.csv: request 2 arrives at .* past 1e8 s" log.txt || { echo "FAIL: no request named:"; cat log.txt; failed=1; }
+# The other workload's options would be ignored: errors.
+expect 2 simulate --synthetic 4 --model llama-3.2-1b --rate-scale 2
+expect 2 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --model llama-3.2-1b --request-rate 3
+# A command without positional arguments refuses a stray one (Boost's parser dropped it).
+expect 2 simulate --synthetic 2 --model llama-3.2-1b stray
 exit $failed

@@ -395,7 +395,24 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   EXPECT_TRUE(
       contains(error_of([&] { fit_profile_csv(write("ragged.csv", "prefill_tokens,duration_s\n1,2,3\n")); }),
                "ragged.csv:2: 3 fields"));
+  // A misspelt or repeated column, a negative count or a duration that is no time: named, with the line.
+  EXPECT_TRUE(contains(error_of([&] { fit_profile_csv(write("typo.csv", "decode_seq,duration_s\n1,2\n")); }),
+                       "typo.csv:1: unknown column 'decode_seq' (valid: duration_s, host_s, copies"));
+  EXPECT_TRUE(contains(
+      error_of([&] { fit_profile_csv(write("twice.csv", "decode_seqs,decode_seqs,duration_s\n1,1,2\n")); }),
+      "twice.csv:1: column 'decode_seqs' appears twice"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("neg.csv", "prefill_tokens,duration_s\n1,2\n-5,2\n")); }),
+               "neg.csv:3: prefill_tokens is -5, a count that cannot be negative"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("zero.csv", "prefill_tokens,duration_s\n1,0\n")); }),
+               "zero.csv:2: duration_s is 0, not a positive time"));
   EXPECT_TRUE(contains(error_of([&] { load_profile(dir.file("nope.json")); }), "nope.json: cannot open"));
+  EXPECT_TRUE(
+      contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/3","model":5})", "p.json"); }),
+               "p.json: field 'model' must be a string, got 5"));
+  EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":3})", "p.json"); }),
+                       "p.json: field 'format' must be \"duet-cost-profile/3\""));
   EXPECT_TRUE(contains(error_of([] { parse_profile("{", "p.json"); }), "p.json: not valid JSON"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/1"})", "p.json"); }),
                        "p.json: field 'format' must be \"duet-cost-profile/3\""));
