@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the figures: runs the experiment scripts, then executes every notebook in
 # analysis/notebooks headless on their files, which write their figures as PNG.
-#   scripts/figures.sh              full sizes (a few minutes on 2 cores); PNGs to docs/figures/
+#   scripts/figures.sh              full sizes (about a minute on 2 cores); PNGs to docs/figures/
 #   scripts/figures.sh --small DIR  the scripts at --problems 8 (the tests' size); files and PNGs in DIR
 # Needs python3-matplotlib, jupyter-nbconvert and python3-ipykernel (scripts/setup.sh installs them).
 set -euo pipefail
