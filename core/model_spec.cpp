@@ -276,6 +276,11 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     m.vocab_size = require_int(j, "vocab_size", origin);
     m.max_position_embeddings = require_int(j, "max_position_embeddings", origin);
     if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
+    // Without a head_dim field, HF's Llama derives it: the heads must split hidden_size evenly.
+    if ((!j.contains("head_dim") || j["head_dim"].is_null()) && m.hidden_size % m.num_heads != 0)
+      throw Error(origin + ": field 'hidden_size' (" + std::to_string(m.hidden_size) +
+                  ") is not a multiple of 'num_attention_heads' (" + std::to_string(m.num_heads) +
+                  "), and there is no 'head_dim' field");
     m.head_dim = optional_field<int>(j, "head_dim", m.hidden_size / m.num_heads,
                                      [&](const json&) { return require_int(j, "head_dim", origin); });
     m.rope_theta = optional_field<double>(

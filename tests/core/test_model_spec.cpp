@@ -337,6 +337,18 @@ TEST_F(ModelSpecHfConfig, HeadDimFallsBackToHiddenOverHeads) {
   EXPECT_EQ(m.kv_bytes_per_token(), 2 * 16 * 8 * 128 * 2);
 }
 
+// Without head_dim the heads split hidden_size: a remainder is named as such (it once read
+// "head_dim must be even", of a field the file does not have).
+TEST_F(ModelSpecHfConfig, HiddenSizeNotAMultipleOfTheHeadsNamesBothFields) {
+  const std::string path = write_edited([](json& j) {
+    j.erase("head_dim");
+    j["hidden_size"] = 4095;
+  });
+  const std::string msg = error_of([&] { from_hf_config(path); });
+  EXPECT_TRUE(contains(msg, path + ": field 'hidden_size' (4095) is not a multiple of 'num_attention_heads' (32)"))
+      << msg;
+}
+
 TEST_F(ModelSpecHfConfig, OptionalFieldsTakeHuggingFaceDefaults) {
   const std::string path = write_edited([](json& j) {
     for (const char* f : {"num_key_value_heads", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
