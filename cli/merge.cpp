@@ -33,7 +33,8 @@ std::vector<Part> read_parts(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
-      throw Error(path + (std::filesystem::exists(path, ec) ? ": not a regular file (a shard's .h5)" : ": no such file"));
+      throw Error(path + (std::filesystem::exists(path, ec) ? ": not a regular file (a shard's .h5)"
+                                                            : ": no such file"));
     Part p{path, read_identity(path), {}, {}};
     const std::vector<std::string> runs = list_runs(path);  // a truncated file fails here, named
     p.runs.insert(runs.begin(), runs.end());

@@ -345,7 +345,8 @@ TEST_F(ModelSpecHfConfig, HiddenSizeNotAMultipleOfTheHeadsNamesBothFields) {
     j["hidden_size"] = 4095;
   });
   const std::string msg = error_of([&] { from_hf_config(path); });
-  EXPECT_TRUE(contains(msg, path + ": field 'hidden_size' (4095) is not a multiple of 'num_attention_heads' (32)"))
+  EXPECT_TRUE(
+      contains(msg, path + ": field 'hidden_size' (4095) is not a multiple of 'num_attention_heads' (32)"))
       << msg;
 }
 
