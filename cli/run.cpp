@@ -98,6 +98,8 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
           check_script(opt.script);
           if (vm.count("shard")) opt.shard = parse_shard(shard);
           check_backend(opt.backend);
+          // Before the script: a sweep would otherwise fail every point on its own.
+          if (opt.backend == "cuda") device_name(opt.backend);
           opt.record = parse_record_level("--record", record);
           check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
           if (opt.threads < 0)

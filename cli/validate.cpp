@@ -13,6 +13,7 @@
 #include "cli/source_dir.hpp"
 #include "cli/trace_experiment.hpp"
 #include "core/error.hpp"
+#include "exec/backend.hpp"
 #include "exec/validation.hpp"
 #include "sim/profiles.hpp"
 
@@ -237,6 +238,7 @@ int validate(int argc, char** argv) {
             throw Error("give a script or --trace FILE (or --synthetic N)");
           if (!is_real_backend(trace.backend))
             throw Error("--backend must be a real engine (cpu or cuda) to validate against");
+          if (trace.backend == "cuda") device_name(trace.backend);  // before any point runs
           if (!opt.script.empty()) check_script(opt.script);
           if (out.empty())
             out = std::filesystem::path(opt.script.empty() ? (trace.trace.empty() ? "synthetic" : trace.trace)
