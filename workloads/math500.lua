@@ -30,8 +30,17 @@ function M.load(opts)
     wanted = {}
     for _, l in ipairs(opts.levels) do wanted[l] = true end
   end
+  local path = opts.path or "workloads/data/math500.jsonl"
   local out = {}
-  for _, row in ipairs(rows) do
+  for i, row in ipairs(rows) do
+    -- A row without a problem text, or with a level outside MATH's 1 to 5, is the file's error.
+    if type(row.problem) ~= "string" then
+      error(string.format("math500.load: %s, row %d: no 'problem' text", path, i), 2)
+    end
+    if math.type(row.level) ~= "integer" or row.level < 1 or row.level > 5 then
+      error(string.format("math500.load: %s, row %d: 'level' must be 1 to 5, got %s", path, i,
+                          tostring(row.level)), 2)
+    end
     if not wanted or wanted[row.level] then
       local prompt = duet.tokens(M.system_prompt .. row.problem .. "\n\n", true)
       out[#out + 1] = {
@@ -43,7 +52,7 @@ function M.load(opts)
   end
   if #out == 0 then
     error("math500.load: no problem" .. (opts.levels and " of levels " .. table.concat(opts.levels, ", ") or "") ..
-          " in " .. (opts.path or "workloads/data/math500.jsonl"), 2)
+          " in " .. path, 2)
   end
   return out
 end

@@ -107,6 +107,17 @@ expect_error(function() require("workloads.dvts").workload{problems = problems, 
 expect_error(function() math500.load{limit = 0} end, "math500.load option limit: expected an integer >= 1, got 0")
 expect_error(function() math500.load{limt = 3} end, "unknown math500.load option 'limt'")
 expect_error(function() math500.load{levels = {6}} end, "math500.load option levels: expected a non%-empty list of levels 1 to 5")
+-- A row without its problem text, or with a level MATH does not have, names the file and the row.
+local bad_rows = os.tmpname()
+local f = assert(io.open(bad_rows, "w"))
+f:write('{"problem": "a", "level": 1, "answer": "1"}\n{"level": 2, "answer": "2"}\n')
+f:close()
+expect_error(function() math500.load{path = bad_rows} end, "math500.load: " .. bad_rows:gsub("%p", "%%%0") .. ", row 2: no 'problem' text")
+f = assert(io.open(bad_rows, "w"))
+f:write('{"problem": "a", "level": 9, "answer": "1"}\n')
+f:close()
+expect_error(function() math500.load{path = bad_rows} end, "row 1: 'level' must be 1 to 5, got 9")
+os.remove(bad_rows)
 -- A run's ctx.engines knows its engines: another name is an error at the line that used it.
 local ok, err = pcall(duet.run, {out = false, progress = false, engines = {{name = "gen", model = "llama-3.2-1b"}},
                                  workload = {problems = {{}}, solve = function(ctx) return ctx.engines.llm:submit{prompt = 4} end}})
