@@ -42,12 +42,14 @@ InstructionBudget* budget_of(lua_State* L) { return *static_cast<InstructionBudg
 void count_hook(lua_State* L, lua_Debug* ar) {
   InstructionBudget* b = budget_of(L);
   if (b && b->stop && b->stop->load() != 0) luaL_error(L, "stopped by signal %d", b->stop->load());
-  if (!b || (b->used += kHookEvery) < b->limit) return;
+  if (!b || (b->used += b->every) < b->limit) return;
   lua_getinfo(L, "nSl", ar);
   // The message is built on the Lua stack, not in a std::string: luaL_error longjmps past C++
   // destructors (LeakSanitizer caught the string this used to leak).
   const char* what = ar->name ? lua_pushfstring(L, "function '%s'", ar->name)
-                              : lua_pushfstring(L, "the function defined at line %d", ar->linedefined);
+                     : std::string_view(ar->what) == "main"
+                         ? lua_pushliteral(L, "the script's main chunk")
+                         : lua_pushfstring(L, "the function defined at line %d", ar->linedefined);
   luaL_error(L,
              "%s:%d: %s ran %I Lua instructions without returning to duet (an endless loop?); "
              "raise the limit with --lua-instruction-limit",
@@ -58,7 +60,8 @@ void count_hook(lua_State* L, lua_Debug* ar) {
 
 void install_instruction_budget(lua_State* L, InstructionBudget* budget) {
   *static_cast<InstructionBudget**>(lua_getextraspace(L)) = budget;
-  lua_sethook(L, count_hook, LUA_MASKCOUNT, kHookEvery);
+  if (budget) budget->every = int(std::clamp<std::int64_t>(budget->limit, 1, kHookEvery));
+  lua_sethook(L, count_hook, LUA_MASKCOUNT, budget ? budget->every : kHookEvery);
 }
 
 void reset_instruction_budget(lua_State* L) {

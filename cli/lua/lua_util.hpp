@@ -32,12 +32,14 @@ class State {
 
 // A limit on the Lua instructions one call from duet into Lua may run (a policy, the arbiter, a
 // solve() between two waits, the script's main chunk): an endless loop becomes an error naming the
-// function and the line, not a run that hangs forever. Counted by a hook every 2^20 instructions.
+// function and the line, not a run that hangs forever. Counted by a hook every 2^20 instructions
+// (every `limit` where that is fewer).
 // A few seconds of Lua (a spinning policy stops after 3.7 s): far beyond any sane call.
 inline constexpr std::int64_t kDefaultInstructionLimit = 1'000'000'000;
 struct InstructionBudget {
   std::int64_t limit = kDefaultInstructionLimit;
   std::int64_t used = 0;
+  int every = 1 << 20;  // instructions between two hook calls: 2^20, or the limit if smaller
   // Non-zero once SIGINT/SIGTERM asked to stop: the hook then ends the running call with an error,
   // so that a long sweep point stops within ~2^20 instructions instead of running to its end.
   const std::atomic<int>* stop = nullptr;
