@@ -128,7 +128,7 @@ def load_run(path, group=None, tables=True):
                              f"({VERSION_ATTR} = {version})")
         for part in ("summary", "engines"):
             if part not in run:
-                raise KeyError(f"{path}: {group}: no '{part}' group, which every finished run has (a damaged file)")
+                raise ValueError(f"{path}: {group}: no '{part}' group, which every finished run has (a damaged file)")
         level = _plain(run.attrs.get("record_level", "steps"))
         engines = {name: _engine(engine, tables, f"{path}: {group.rstrip('/')}/engines/{name}", level)
                    for name, engine in run["engines"].items()}

@@ -1,5 +1,6 @@
 #include "cli/command.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,14 @@ namespace po = boost::program_options;
 namespace duet::cli {
 
 namespace {
+
+// Whether the file at `path` is a terminal (a script typed at /dev/stdin), opened without reading.
+bool isatty_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY);
+  const bool terminal = fd >= 0 && ::isatty(fd);
+  if (fd >= 0) ::close(fd);
+  return terminal;
+}
 
 // Boost's default style guesses an option from a prefix ("--max-num-seq" for "--max-num-seqs");
 // a typo must be an error, not a silent choice.
@@ -144,6 +153,21 @@ void check_script(const std::string& path) {
   if (fs::is_directory(path, ec)) throw Error(path + ": is a directory, not a script");
   // Not opened here: a script from a pipe can be read once only (by the run).
   if (::access(path.c_str(), R_OK) != 0) throw Error(path + ": cannot open script");
+  if ((fs::is_character_file(path, ec) || fs::is_block_file(path, ec)) && !isatty_path(path))
+    throw Error(path + ": a device, not a script");
+}
+
+std::string output_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = path;
+  for (int links = 0; links < 40 && fs::is_symlink(p, ec); ++links) {  // 40: Linux's own limit
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  const fs::path resolved = fs::weakly_canonical(p, ec);
+  return ec ? p.string() : resolved.string();
 }
 
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {

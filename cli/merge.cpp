@@ -179,11 +179,13 @@ int merge(int argc, char** argv) {
       plan_sweep(parts, name, meta);
     }
     // Written beside OUT and renamed over it when complete: a merge that fails (a damaged part found
-    // while copying) leaves an earlier OUT as it was.
-    const std::string partial = out + ".merging";
+    // while copying) leaves an earlier OUT as it was. A symbolic link stays one: the file it names is
+    // replaced.
+    const std::string target = output_target(out);
+    const std::string partial = target + ".merging";
     try {
       write_merged(partial, parts);
-      std::filesystem::rename(partial, out);
+      std::filesystem::rename(partial, target);
     } catch (const std::exception& e) {
       std::error_code ec;
       std::filesystem::remove(partial, ec);

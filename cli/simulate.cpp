@@ -20,23 +20,50 @@ namespace duet::cli {
 
 namespace {
 
-// After a run failed with `error` while writing `writing`: what was recorded stays in a file that
-// says why the run stopped (its `incomplete` attribute), at `out` where no file was there, else at
+// Where --out's file goes: the file a symbolic link names (the link stays a link), and the file the
+// run is written to until it ends, beside it.
+struct OutputFile {
+  std::string shown;    // --out as given, for messages
+  std::string target;   // the file to replace when the run ends
+  std::string writing;  // target + ".running"
+};
+
+OutputFile output_file(const std::string& out) {
+  const std::string target = output_target(out);
+  return {out, target, target + ".running"};
+}
+
+// After a run failed with `error` while writing: what was recorded stays in a file that says why
+// the run stopped (its `incomplete` attribute), at --out where no file was there, else at
 // OUT.incomplete beside the earlier file, which is kept. A file that the failure left unreadable
 // (a full disk) is removed. Returns the error, saying which.
-std::string keep_what_was_recorded(RunFileWriter& file, const std::string& writing, const std::string& out,
-                                   const std::string& error) {
-  const FailedRunFile closed = close_after_failure(file, writing, error);
+std::string keep_what_was_recorded(RunFileWriter& file, const OutputFile& out, const std::string& error) {
+  const bool closed = close_after_failure(file, out.writing, error).closed;
+  std::error_code ec;
+  const bool earlier = std::filesystem::exists(out.target, ec);
+  const std::string unchanged = earlier ? " (" + out.shown + " is unchanged)" : "";
+  std::string message;
+  if (!std::filesystem::exists(out.writing, ec)) {
+    message = error + "; the file it left unreadable was removed" + unchanged;
+  } else {
+    const std::string kept = earlier ? out.target + ".incomplete" : out.target;
+    std::filesystem::rename(out.writing, kept, ec);
+    message = error + "; " +
+              (ec        ? out.writing
+               : earlier ? out.shown + ".incomplete"
+                         : out.shown) +
+              " holds what was recorded before it" + unchanged;
+  }
+  if (!closed) throw FailedCloseError(message);  // HDF5 must not close it again at exit
+  return message;
+}
+
+// A run that failed before it recorded anything: its file goes, and an earlier one stays.
+void discard(RunFileWriter& file, const OutputFile& out) {
+  const FailedRunFile closed = close_after_failure(file, out.writing, "");
   if (!closed.closed) throw FailedCloseError(closed.message);
   std::error_code ec;
-  const bool earlier = std::filesystem::exists(out, ec);
-  if (!std::filesystem::exists(writing, ec))
-    return error + "; the file it left unreadable was removed" +
-           (earlier ? " (" + out + " is unchanged)" : "");
-  const std::string kept = earlier ? out + ".incomplete" : out;
-  std::filesystem::rename(writing, kept);
-  return error + "; " + kept + " holds what was recorded before it" +
-         (earlier ? " (" + out + " is unchanged)" : "");
+  std::filesystem::remove(out.writing, ec);
 }
 
 }  // namespace
@@ -66,10 +93,10 @@ int simulate(int argc, char** argv) {
     // The records go to the file as the run makes them; memory holds a chunk per table. The file is
     // written beside --out and renamed to it when the run ends, so that a run that fails or is
     // stopped leaves an earlier file of that name as it was.
-    const std::string writing = out + ".running";
+    const OutputFile output = output_file(out);
     std::optional<RunFileWriter> file;
     std::optional<RunStream> stream;
-    if (!out.empty()) file.emplace(writing);
+    if (!out.empty()) file.emplace(output.writing);
     x.spec.keep_records = false;
     // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
     install_stop_handlers();
@@ -92,11 +119,15 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (stream) {
-        stream->abandon(e.what());
-        stream.reset();
+      if (!stream) {  // nothing recorded (the configuration failed, or memory ran out first)
+        if (file) discard(*file, output);
+        if (signal == 0) throw;  // as it was: run_command reports each kind of error its way
+        std::fprintf(stderr, "duet simulate: %s\n", e.what());
+        return stopped_exit_status(signal);
       }
-      const std::string message = file ? keep_what_was_recorded(*file, writing, out, e.what()) : e.what();
+      stream->abandon(e.what());
+      stream.reset();
+      const std::string message = keep_what_was_recorded(*file, output, e.what());
       if (signal == 0) throw Error(message);
       bar.finish();
       std::fprintf(stderr, "duet simulate: %s\n", message.c_str());
@@ -117,9 +148,24 @@ int simulate(int argc, char** argv) {
       extra.text.emplace_back("cost_model", o.cost_models[0]);
       extra.numbers.emplace_back("rate_scale", args.rate_scale);
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
-      stream->finish(o.summary, extra);
-      file->close();
-      std::filesystem::rename(writing, out);
+      try {  // a full disk may fail the last chunks too
+        stream->finish(o.summary, extra);
+      } catch (const std::exception& e) {
+        stream->abandon(e.what());
+        stream.reset();
+        throw Error(keep_what_was_recorded(*file, output, e.what()));
+      }
+      stream.reset();
+      try {
+        file->close();
+      } catch (const Error& e) {  // HDF5 must not close it again (FailedCloseError): drop the file
+        std::error_code ec;
+        std::filesystem::remove(output.writing, ec);
+        throw FailedCloseError(
+            std::string(e.what()) + "; removed the unfinished file" +
+            (std::filesystem::exists(output.target, ec) ? " (" + out + " is unchanged)" : ""));
+      }
+      std::filesystem::rename(output.writing, output.target);
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
                   absolute_path(out).c_str());
     }

@@ -11,7 +11,8 @@ namespace duet::cli {
 // handler can reach nothing else. A lock-free atomic, which a handler may store to.
 extern std::atomic<int> g_stop_signal;
 
-// Installs the handlers for SIGINT and SIGTERM (for duet run; other commands keep the defaults).
+// Installs the handlers for SIGINT and SIGTERM (duet run and duet simulate; other commands keep the
+// defaults).
 void install_stop_handlers();
 
 // The exit status of a process ended by `signal`, as a shell reports it: 128 + the signal.

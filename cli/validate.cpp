@@ -165,6 +165,7 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
   opt.progress = progress;
   opt.source_dir = source_dir();
   opt.out = out + ".script.h5";  // the script's own writes are off in validation; never created
+  opt.script_text = lua::read_script(opt.script);  // once for every pass: a pipe is read once
   for (int pass = 0; pass < repeats; ++pass) {
     mode.predict = pass == 0;
     next = 0;
@@ -234,8 +235,24 @@ int validate(int argc, char** argv) {
           if (!(max_error >= 0))
             throw Error("--max-error must be at least 0, got " + std::to_string(max_error));
           check_at_least("--repeats", repeats, 1);
-          if (opt.script.empty() == trace.trace.empty() && trace.synthetic <= 0)
-            throw Error("give a script or --trace FILE (or --synthetic N)");
+          const bool replay = !trace.trace.empty() || trace.synthetic > 0;
+          if (opt.script.empty() && !replay) throw Error("give a script or --trace FILE (or --synthetic N)");
+          if (!opt.script.empty() && replay)
+            throw Error("give a script or --trace FILE (or --synthetic N), not both: the script is " +
+                        opt.script);
+          // A script configures its own engines and cost models: the replay's options would be ignored.
+          const TraceArgs defaults;
+          if (!opt.script.empty())
+            for (const auto& [flag, given] :
+                 {std::pair{"--model", trace.model != defaults.model},
+                  {"--gpu", trace.gpu != defaults.gpu},
+                  {"--cost-model", trace.cost_model != defaults.cost_model},
+                  {"--rate-scale", trace.rate_scale != defaults.rate_scale},
+                  {"--max-requests", trace.max_requests != defaults.max_requests}})
+              if (given)
+                throw Error(std::string(flag) +
+                            " is for --trace or --synthetic; a script sets its own (give "
+                            "its arguments after --)");
           if (!is_real_backend(trace.backend))
             throw Error("--backend must be a real engine (cpu or cuda) to validate against");
           if (trace.backend == "cuda") device_name(trace.backend);  // before any point runs

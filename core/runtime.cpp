@@ -266,7 +266,8 @@ void Runtime::run(Workload& workload) {
     // Handle every event due at the next instant before the device picks its next batch, so that
     // simultaneous arrivals share a step.
     const double t = events_.top().time;
-    clock_.wait_until(t);
+    clock_.wait_until(t, stop);
+    if (stop && stop->load(std::memory_order_relaxed) != 0) continue;  // woken early: ends above
     while (!events_.empty() && events_.top().time <= t) {
       const Event ev = events_.top();
       events_.pop();

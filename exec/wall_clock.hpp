@@ -1,5 +1,7 @@
 #pragma once
 // The real engines' clock: sleeps until an event is due and measures steps as they happen.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -13,9 +15,12 @@ class WallClock final : public Clock {
   double now() const override {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
-  void wait_until(double t) override {
-    const double dt = t - now();
-    if (dt > 0) std::this_thread::sleep_for(std::chrono::duration<double>(dt));
+  // In slices of at most 50 ms when a stop may come: a signal ends a long wait within one.
+  void wait_until(double t, const std::atomic<int>* stop) override {
+    for (double dt = t - now(); dt > 0; dt = t - now()) {
+      if (stop && stop->load(std::memory_order_relaxed) != 0) return;
+      std::this_thread::sleep_for(std::chrono::duration<double>(stop ? std::min(dt, 0.05) : dt));
+    }
   }
   // A real step has already happened when the executor returns: it ends now.
   double step_end(double, double) const override { return now(); }

@@ -142,12 +142,13 @@ for name in duet test_kernels; do
 #!/bin/sh
 # Runs bin/$name with this machine's glibc if it is $glibc_needs or newer, else with the bundle's
 # (glibc/). DUET_BUNDLED_GLIBC=1 or 0 forces the choice. Written by scripts/gpu-bundle.sh.
-here="\$(cd "\$(dirname "\$0")" && pwd)"
+here="\$(cd "\$(dirname "\$(readlink -f "\$0")")" && pwd)"
 : "\${DUET_HOME:=\$here}"
 export DUET_HOME
 use="\${DUET_BUNDLED_GLIBC:-}"
 if [ -z "\$use" ]; then
   have="\$(getconf GNU_LIBC_VERSION 2>/dev/null | sed -n 's/^glibc //p')"
+  [ -n "\$have" ] || have="\$(ldd --version 2>/dev/null | sed -n '1s/.* \\([0-9][0-9.]*\\)\$/\\1/p')"
   if [ -n "\$have" ] && [ "\$(printf '%s\\n%s\\n' "$glibc_needs" "\$have" | sort -V | head -1)" = "$glibc_needs" ]; then
     use=0
   else
@@ -207,7 +208,7 @@ cat >"$bundle/run-tests.sh" <<'EOF'
 # The GPU tests of this bundle: kernels and the CUDA executor against the CPU reference
 # (test_kernels; gtest arguments pass through, e.g. --gtest_filter='CudaExecutor*').
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
+here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 export DUET_HOME="$here"
 # This runs on a GPU machine: a device that does not start fails the tests, not skips them.
 export DUET_REQUIRE_GPU=1

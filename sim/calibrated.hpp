@@ -135,8 +135,10 @@ struct MeasuredStep {
 // Fits both linear models and the per-regime residuals; identity fields are left to the caller.
 // cuda_graphs: the steps ran on an engine that replays CUDA graphs (CalibrationProfile::cuda_graphs).
 CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps, bool cuda_graphs = false);
-// Measurements as CSV: a header naming feature columns (device feature names; missing ones are
-// zero, and a table needs at least one), "duration_s", and optionally "host_s".
+// Measurements as CSV: a header naming the shape's members by their feature names (prefill_tokens,
+// decode_seqs, ...: not the derived constant and 0/1 switches; missing ones are zero, and a table
+// needs at least one), "duration_s", and optionally "host_s". Any other column, a repeated one, a
+// negative count or a duration that is not positive is an error naming the file and line.
 CalibrationProfile fit_profile_csv(const std::string& path);
 // From the steps of a run (the real engine's measured durations and host times).
 CalibrationProfile fit_profile_steps(const std::vector<StepRecord>& steps, bool cuda_graphs = false);

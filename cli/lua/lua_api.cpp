@@ -1,9 +1,5 @@
 #include "cli/lua/lua_api.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -655,22 +651,6 @@ void open_duet(lua_State* L, ScriptContext& ctx) {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  // A pipe is a script (/dev/stdin), and so is a terminal; a device that never ends (/dev/zero) is not.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY);
-    const bool terminal = fd >= 0 && ::isatty(fd);
-    if (fd >= 0) ::close(fd);
-    if (!terminal) throw Error(path + ": a device, not a script");
-  }
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open script");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void execute(ScriptContext& ctx) {
   State state;
   lua_State* L = state.get();
@@ -728,11 +708,21 @@ void open_to_resume(ScriptContext& ctx) {
 
 }  // namespace
 
+std::string read_script(const std::string& path) {
+  cli::check_script(path);  // a pipe is a script (/dev/stdin), and so is a terminal; /dev/zero is not
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open script");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 ScriptOutcome run_script(const ScriptOptions& options) {
   ScriptContext ctx;
   ctx.opt = options;
   if (ctx.opt.ranks.rank != 0) ctx.opt.progress = false;
-  ctx.script_text = ctx.opt.script_text = read_text(options.script);
+  ctx.script_text = ctx.opt.script_text =
+      options.script_text.empty() ? read_script(options.script) : options.script_text;
   ctx.out_path = options.out.empty() ? default_run_file(options.script) : options.out;
   ctx.identity = cli::identity_of(ctx.script_text, cli::library_hash(options.source_dir), options.backend,
                                   record_level_name(options.record), options.args, options.shard);

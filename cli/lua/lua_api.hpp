@@ -24,8 +24,8 @@ struct ValidateMode;
 
 struct ScriptOptions {
   std::string script;  // path of the Lua script
-  // Its text, read once by run_script for every state that runs it (sweep threads too): a script
-  // from a pipe (/dev/stdin, <(...)) cannot be read twice.
+  // Its text, read once for every state that runs it (sweep threads, validate's passes): a script
+  // from a pipe (/dev/stdin, <(...)) cannot be read twice. Empty: run_script reads `script`.
   std::string script_text;
   std::string backend = "sim";    // sim or cpu
   std::string out;                // HDF5 file; empty: <script stem>.h5
@@ -52,6 +52,9 @@ struct ScriptOutcome {
 
 // The run file of a script when --out is not given: its name with .h5, in the current directory.
 std::string default_run_file(const std::string& script);
+
+// The text of a script file (a pipe is read to its end; a device other than a terminal is refused).
+std::string read_script(const std::string& path);
 
 // Runs a script to completion; errors (Lua or duet) throw duet::Error with file:line and a
 // traceback. A stop (options.stop) ends it with an error after the finished points are written.

@@ -83,14 +83,11 @@ void pcall(lua_State* L, int nargs, int nresults) {
 }
 
 void load_script(lua_State* L, const std::string& text, const std::string& path) {
-  // As luaL_loadfile: a first line starting with '#' (#!/usr/bin/env duet) is skipped; its newline
-  // stays, so that line numbers are the file's.
+  // As luaL_loadfile: a UTF-8 byte-order mark is skipped, then a first line starting with '#'
+  // (#!/usr/bin/env duet), whose newline stays, so that line numbers are the file's.
   std::string_view chunk = text;
-  std::string blanked;
-  if (chunk.starts_with('#')) {
-    blanked = text.substr(std::min(text.find('\n'), text.size()));
-    chunk = blanked;
-  }
+  if (chunk.starts_with("\xEF\xBB\xBF")) chunk.remove_prefix(3);
+  if (chunk.starts_with('#')) chunk.remove_prefix(std::min(chunk.find('\n'), chunk.size()));
   const std::string name = "@" + path;
   if (luaL_loadbufferx(L, chunk.data(), chunk.size(), name.c_str(), nullptr) != LUA_OK) {
     std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load";

@@ -54,7 +54,7 @@ grep -q "from a pipe" log.txt || { echo "FAIL: the piped script's error is missi
 # a trace's format test.
 expect 2 simulate --trace /dev/zero --model llama-3.2-1b
 expect 2 simulate --synthetic 2 --model /dev/zero
-expect 1 run /dev/zero
+expect 2 run /dev/zero
 expect 2 simulate --trace <(head -3 "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv") --model llama-3.2-1b
 # Arrivals past 1e8 s of run time (a vanishing rate) are refused, not simulated as nonsense rates.
 expect 2 simulate --synthetic 10 --model llama-3.2-1b --request-rate 1e-300
@@ -63,6 +63,18 @@ grep -q "AzureLLMInferenceTrace_conv.csv: request 2 arrives at .* past 1e8 s" lo
 # The other workload's options would be ignored: errors.
 expect 2 simulate --synthetic 4 --model llama-3.2-1b --rate-scale 2
 expect 2 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --model llama-3.2-1b --request-rate 3
+# A script with a UTF-8 byte-order mark and a #! line runs, as luaL_loadfile ran it.
+printf '\xef\xbb\xbf#!/usr/bin/env duet\nprint("bom ok")\n' >"$out/bom.lua"
+expect 0 run "$out/bom.lua" --no-progress --out "$out/bom.h5"
+grep -q "^bom ok$" log.txt || { echo "FAIL: the BOM script did not run:"; cat log.txt; failed=1; }
+# validate: a script sets its own engines, so the replay's options are errors, as is a script and a trace.
+printf 'print("v")\n' >"$out/v.lua"
+expect 2 validate "$out/v.lua" --backend cpu --cost-model roofline
+expect 2 validate "$out/v.lua" --backend cpu --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+# --out through a symbolic link: the link stays, the file it names is written.
+mkdir -p "$out/store" && ln -sf "$out/store/r.h5" "$out/link.h5"
+expect 0 simulate --synthetic 2 --model llama-3.2-1b --out "$out/link.h5"
+{ [ -L "$out/link.h5" ] && [ -f "$out/store/r.h5" ]; } || { echo "FAIL: --out through a link replaced the link"; failed=1; }
 # A command without positional arguments refuses a stray one (Boost's parser dropped it).
 expect 2 simulate --synthetic 2 --model llama-3.2-1b stray
 exit $failed

@@ -109,7 +109,7 @@ TEST(Runtime, ArrivalsWaitForTheirTimestamps) {
 class BlockingClock final : public Clock {
  public:
   double now() const override { return now_; }
-  void wait_until(double t) override { now_ = std::max(now_, t); }
+  void wait_until(double t, const std::atomic<int>*) override { now_ = std::max(now_, t); }
   double step_end(double start, double device_s) const override { return now_ = start + device_s; }
 
  private:
