@@ -142,6 +142,20 @@ int simulate(int argc, char** argv) {
     std::printf("%s\n", x.max_model_len_choice.c_str());
     for (const std::string& w : o.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     print_summary(o.summary, stdout);
+    // Every request skipped: a failed run, which does not replace an earlier file.
+    if (replay.finished() == 0 && replay.skipped() > 0) {
+      const std::string why = "every request (" + std::to_string(replay.skipped()) +
+                              ") is longer than max_model_len " + std::to_string(e.config.max_model_len) +
+                              ": nothing was simulated";
+      std::string message = why;
+      if (stream) {
+        stream->abandon(why);
+        stream.reset();
+        message = keep_what_was_recorded(*file, output, why);
+      }
+      std::fprintf(stderr, "duet simulate: error: %s\n", message.c_str());
+      return 1;
+    }
     if (stream) {
       RunMetadata extra;
       extra.text.emplace_back("trace", x.trace.source);
@@ -168,13 +182,6 @@ int simulate(int argc, char** argv) {
       std::filesystem::rename(output.writing, output.target);
       std::printf("wrote %s\nopen analysis/notebooks/trace_replay.ipynb with DUET_RUN=%s\n", out.c_str(),
                   absolute_path(out).c_str());
-    }
-    if (replay.finished() == 0 && replay.skipped() > 0) {
-      std::fprintf(stderr,
-                   "duet simulate: error: every request (%zu) is longer than max_model_len %d: nothing was "
-                   "simulated\n",
-                   replay.skipped(), e.config.max_model_len);
-      return 1;
     }
     return 0;
   });

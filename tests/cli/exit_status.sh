@@ -71,6 +71,12 @@ grep -q "^bom ok$" log.txt || { echo "FAIL: the BOM script did not run:"; cat lo
 printf 'print("v")\n' >"$out/v.lua"
 expect 2 validate "$out/v.lua" --backend cpu --cost-model roofline
 expect 2 validate "$out/v.lua" --backend cpu --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+# A run whose every request is too long fails, and leaves an earlier file of its name as it was.
+cp "$out/quick.h5" "$out/earlier_quick.h5" && cp "$out/quick.h5" "$out/kept_quick.h5"
+expect 1 simulate --synthetic 5 --model llama-3.2-1b --max-model-len 10 --out "$out/kept_quick.h5"
+grep -q "nothing was simulated; $out/kept_quick.h5.incomplete holds what was recorded before it ($out/kept_quick.h5 is unchanged)" log.txt ||
+  { echo "FAIL: simulate's message for a run of no request:"; cat log.txt; failed=1; }
+cmp -s "$out/kept_quick.h5" "$out/earlier_quick.h5" || { echo "FAIL: a run of no request replaced kept_quick.h5"; failed=1; }
 # --out through a symbolic link: the link stays, the file it names is written.
 mkdir -p "$out/store" && ln -sf "$out/store/r.h5" "$out/link.h5"
 expect 0 simulate --synthetic 2 --model llama-3.2-1b --out "$out/link.h5"
