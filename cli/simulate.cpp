@@ -114,6 +114,12 @@ int simulate(int argc, char** argv) {
         bar.update(double(replay.finished()), double(replay.total()), detail);
       };
     };
+    // Ends a run cut short (`why`): what was recorded is kept as keep_what_was_recorded says.
+    auto cut_short = [&](const std::string& why) {
+      stream->abandon(why);
+      stream.reset();
+      return keep_what_was_recorded(*file, output, why);
+    };
     ExperimentOutcome o;
     try {
       o = run_experiment(x.spec, replay, hooks);
@@ -125,9 +131,7 @@ int simulate(int argc, char** argv) {
         std::fprintf(stderr, "duet simulate: %s\n", e.what());
         return stopped_exit_status(signal);
       }
-      stream->abandon(e.what());
-      stream.reset();
-      const std::string message = keep_what_was_recorded(*file, output, e.what());
+      const std::string message = cut_short(e.what());
       if (signal == 0) throw Error(message);
       bar.finish();
       std::fprintf(stderr, "duet simulate: %s\n", message.c_str());
@@ -147,13 +151,7 @@ int simulate(int argc, char** argv) {
       const std::string why = "every request (" + std::to_string(replay.skipped()) +
                               ") is longer than max_model_len " + std::to_string(e.config.max_model_len) +
                               ": nothing was simulated";
-      std::string message = why;
-      if (stream) {
-        stream->abandon(why);
-        stream.reset();
-        message = keep_what_was_recorded(*file, output, why);
-      }
-      std::fprintf(stderr, "duet simulate: error: %s\n", message.c_str());
+      std::fprintf(stderr, "duet simulate: error: %s\n", (stream ? cut_short(why) : why).c_str());
       return 1;
     }
     if (stream) {
@@ -165,9 +163,7 @@ int simulate(int argc, char** argv) {
       try {  // a full disk may fail the last chunks too
         stream->finish(o.summary, extra);
       } catch (const std::exception& e) {
-        stream->abandon(e.what());
-        stream.reset();
-        throw Error(keep_what_was_recorded(*file, output, e.what()));
+        throw Error(cut_short(e.what()));
       }
       stream.reset();
       try {

@@ -1,8 +1,10 @@
 #include "cli/trace_experiment.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "cli/command.hpp"
 #include "cli/source_dir.hpp"
@@ -106,6 +108,26 @@ std::string choose_max_model_len(EngineConfig& cfg, const GpuSpec& gpu) {
 
 }  // namespace
 
+std::string first_given(const TraceArgs& a, std::initializer_list<std::string_view> flags) {
+  const TraceArgs d;
+  const std::pair<std::string_view, bool> given[] = {{"--model", a.model != d.model},
+                                                     {"--gpu", a.gpu != d.gpu},
+                                                     {"--cost-model", a.cost_model != d.cost_model},
+                                                     {"--trace-format", a.trace_format != d.trace_format},
+                                                     {"--rate-scale", a.rate_scale != d.rate_scale},
+                                                     {"--max-requests", a.max_requests != d.max_requests},
+                                                     {"--input-tokens", a.input_tokens != d.input_tokens},
+                                                     {"--output-tokens", a.output_tokens != d.output_tokens},
+                                                     {"--request-rate", a.request_rate != d.request_rate}};
+  for (std::string_view flag : flags) {
+    const auto* it =
+        std::find_if(std::begin(given), std::end(given), [&](const auto& g) { return g.first == flag; });
+    if (it == std::end(given)) throw std::logic_error("first_given: no option " + std::string(flag));
+    if (it->second) return std::string(flag);
+  }
+  return {};
+}
+
 TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir,
                                  const std::string& command_line) {
   TraceExperiment x;
@@ -127,19 +149,17 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   // NaN compares false with everything: an unchecked one hangs the replay's clock.
   if (!(a.rate_scale > 0) || !std::isfinite(a.rate_scale))
     throw Error("--rate-scale must be a finite number > 0, got " + std::to_string(a.rate_scale));
-  // The other workload's options would be ignored: they are errors (compared with their defaults).
-  const TraceArgs defaults;
-  if (a.synthetic > 0 && (a.rate_scale != defaults.rate_scale || a.trace_format != defaults.trace_format ||
-                          a.max_requests != defaults.max_requests))
-    throw Error(
-        "--rate-scale, --trace-format and --max-requests are for --trace; --synthetic takes "
-        "--request-rate and --synthetic N");
-  if (!a.trace.empty() &&
-      (a.input_tokens != defaults.input_tokens || a.output_tokens != defaults.output_tokens ||
-       a.request_rate != defaults.request_rate))
-    throw Error(
-        "--input-tokens, --output-tokens and --request-rate are for --synthetic; a trace gives its own "
-        "(--rate-scale replays it faster)");
+  // The other workload's options would be ignored: they are errors.
+  if (const std::string f = a.synthetic > 0
+                                ? first_given(a, {"--rate-scale", "--trace-format", "--max-requests"})
+                                : std::string();
+      !f.empty())
+    throw Error(f + " is for --trace; --synthetic takes --request-rate and --synthetic N");
+  if (const std::string f = !a.trace.empty()
+                                ? first_given(a, {"--input-tokens", "--output-tokens", "--request-rate"})
+                                : std::string();
+      !f.empty())
+    throw Error(f + " is for --synthetic; a trace gives its own (--rate-scale replays it faster)");
   x.trace =
       a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
   x.spec.gpu = gpu_from(a.gpu, source_dir);

@@ -3,8 +3,10 @@
 // `duet validate --trace` share, and the experiment they describe.
 #include <boost/program_options.hpp>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "exec/experiment.hpp"
 #include "io/trace_replay.hpp"
@@ -39,6 +41,11 @@ struct TraceExperiment {
   ExperimentSpec spec;
   TraceReplayOptions replay;
 };
+// The first of `flags` (trace_options' names: --model, --gpu, --cost-model, --trace-format,
+// --rate-scale, --max-requests, --input-tokens, --output-tokens, --request-rate) whose value is not
+// its default; empty when none is. An option another mode would ignore is an error, found so.
+std::string first_given(const TraceArgs& a, std::initializer_list<std::string_view> flags);
+
 TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_dir,
                                  const std::string& command_line);
 

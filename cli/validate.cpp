@@ -79,7 +79,7 @@ int validate_trace(const TraceArgs& args, const std::string& profile, int repeat
   check_usage([&] {
     // The prediction is the device profile's (the point of validating it): another cost model
     // asked for would be ignored.
-    if (args.cost_model != "auto")
+    if (!first_given(args, {"--cost-model"}).empty())
       throw Error("--cost-model " + args.cost_model +
                   ": validate predicts with the device's measured profile (--profile P.json gives another)");
     x = trace_experiment(args, source_dir(), command_line);
@@ -241,18 +241,13 @@ int validate(int argc, char** argv) {
             throw Error("give a script or --trace FILE (or --synthetic N), not both: the script is " +
                         opt.script);
           // A script configures its own engines and cost models: the replay's options would be ignored.
-          const TraceArgs defaults;
-          if (!opt.script.empty())
-            for (const auto& [flag, given] :
-                 {std::pair{"--model", trace.model != defaults.model},
-                  {"--gpu", trace.gpu != defaults.gpu},
-                  {"--cost-model", trace.cost_model != defaults.cost_model},
-                  {"--rate-scale", trace.rate_scale != defaults.rate_scale},
-                  {"--max-requests", trace.max_requests != defaults.max_requests}})
-              if (given)
-                throw Error(std::string(flag) +
-                            " is for --trace or --synthetic; a script sets its own (give "
-                            "its arguments after --)");
+          if (const std::string f = opt.script.empty()
+                                        ? std::string()
+                                        : first_given(trace, {"--model", "--gpu", "--cost-model",
+                                                              "--rate-scale", "--max-requests"});
+              !f.empty())
+            throw Error(
+                f + " is for --trace or --synthetic; a script sets its own (give its arguments after --)");
           if (!is_real_backend(trace.backend))
             throw Error("--backend must be a real engine (cpu or cuda) to validate against");
           if (trace.backend == "cuda") device_name(trace.backend);  // before any point runs

@@ -21,10 +21,13 @@ inline int cuda_graph_batch(const BatchShape& s) {
   return it == kCudaGraphBatchSizes.end() ? 0 : *it;
 }
 
-// The shape a graph step's kernels run (exec/cuda_executor.cpp's write_graph_padding): the padding
-// rows are decodes of one token with no cached context, and every row's logits are computed.
-// The device time follows this shape; the host's follows the real one.
-inline BatchShape cuda_graph_shape(const BatchShape& s, int graph_batch) {
+// The shape the CUDA engine's kernels run for a step: a graph step's is padded to the graph's size
+// (exec/cuda_executor.cpp's write_graph_padding: the padding rows are decodes of one token with no
+// cached context, and every row's logits are computed); any other step's is its own. The device
+// time follows this shape; the host's follows the real one.
+inline BatchShape cuda_graph_shape(const BatchShape& s) {
+  const int graph_batch = cuda_graph_batch(s);
+  if (graph_batch == 0) return s;
   BatchShape padded = s;
   padded.decode_seqs = padded.decode_tokens = padded.logit_rows = graph_batch;
   return padded;

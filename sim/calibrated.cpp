@@ -69,8 +69,7 @@ HostFeatures host_features(const BatchShape& s) {
 }
 
 BatchShape device_shape(const BatchShape& s, bool cuda_graphs) {
-  const int g = cuda_graphs ? cuda_graph_batch(s) : 0;
-  return g > 0 ? cuda_graph_shape(s, g) : s;
+  return cuda_graphs ? cuda_graph_shape(s) : s;
 }
 
 const char* regime_of(const BatchShape& s) {

@@ -34,8 +34,7 @@ inline int graph_batch(const RooflineParams& p, const BatchShape& s) {
 }
 // The shape whose kernels run: a graph step's, padded to the graph's size.
 inline BatchShape executed_shape(const RooflineParams& p, const BatchShape& s) {
-  const int g = graph_batch(p, s);
-  return g > 0 ? cuda_graph_shape(s, g) : s;
+  return p.cuda_graphs_for_decode ? cuda_graph_shape(s) : s;
 }
 
 struct RooflineBreakdown {

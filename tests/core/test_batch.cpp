@@ -92,7 +92,9 @@ TEST(BatchShape, ADecodeStepReplaysTheSmallestGraphThatHoldsIt) {
   BatchShape mixed = decode(3);
   mixed.prefill_tokens = mixed.prefill_seqs = 1;
   EXPECT_EQ(cuda_graph_batch(mixed), 0);
-  const BatchShape padded = cuda_graph_shape(decode(3), 4);
+  const BatchShape padded = cuda_graph_shape(decode(3));
+  EXPECT_EQ(cuda_graph_shape(decode(kMaxCudaGraphBatch + 1)).decode_seqs, kMaxCudaGraphBatch + 1)
+      << "eager: as is";
   EXPECT_EQ(padded.decode_seqs, 4);
   EXPECT_EQ(padded.decode_tokens, 4);
   EXPECT_EQ(padded.logit_rows, 4);
