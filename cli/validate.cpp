@@ -30,16 +30,24 @@ std::string point_group(std::size_t i) {
 }
 
 void print_latencies(const ValidationPoint& p) {
+  const bool repeated = !p.repeat_throughputs.empty();
   for (const EngineComparison& c : p.engines) {
-    std::printf("%s latencies (predicted / measured, error):\n", c.name.c_str());
-    auto row = [](const char* name, const Percentiles& a, const Percentiles& b) {
-      std::printf("  %-5s p50 %9.4f / %9.4f s (%+6.1f%%)   p90 %9.4f / %9.4f s (%+6.1f%%)\n", name, a.p50,
-                  b.p50, 100 * relative_error(a.p50, b.p50), a.p90, b.p90,
-                  100 * relative_error(a.p90, b.p90));
+    std::printf("%s latencies (predicted / measured, error%s):\n", c.name.c_str(),
+                repeated ? "; noise: the real engine's other runs against the measured one" : "");
+    auto row = [repeated](const char* name, const Percentiles& a, const Percentiles& b,
+                          const LatencyNoise& n) {
+      char noise50[32] = "", noise90[32] = "";
+      if (repeated) {
+        std::snprintf(noise50, sizeof noise50, ", noise %4.1f%%", 100 * n.p50);
+        std::snprintf(noise90, sizeof noise90, ", noise %4.1f%%", 100 * n.p90);
+      }
+      std::printf("  %-5s p50 %9.4f / %9.4f s (%+6.1f%%%s)   p90 %9.4f / %9.4f s (%+6.1f%%%s)\n", name, a.p50,
+                  b.p50, 100 * relative_error(a.p50, b.p50), noise50, a.p90, b.p90,
+                  100 * relative_error(a.p90, b.p90), noise90);
     };
-    row("TTFT", c.predicted_ttft, c.measured_ttft);
-    row("TPOT", c.predicted_tpot, c.measured_tpot);
-    row("E2E", c.predicted_e2e, c.measured_e2e);
+    row("TTFT", c.predicted_ttft, c.measured_ttft, c.ttft_noise);
+    row("TPOT", c.predicted_tpot, c.measured_tpot, c.tpot_noise);
+    row("E2E", c.predicted_e2e, c.measured_e2e, c.e2e_noise);
     std::printf(
         "  each request against itself (%zu paired, %zu unpaired): median error, median |error|, p90 "
         "|error|\n",

@@ -154,10 +154,30 @@ std::size_t fastest_run(const std::vector<ExperimentOutcome*>& runs) {
   return best;
 }
 
+namespace {
+
+void widen(LatencyNoise& noise, const Percentiles& other, const Percentiles& compared) {
+  // A latency no request has (TPOT of one-token outputs) is NaN in both runs: no noise.
+  auto dev = [](double a, double b) {
+    return std::isnan(a) || std::isnan(b) ? 0.0 : std::abs(relative_error(a, b));
+  };
+  noise.p50 = std::max(noise.p50, dev(other.p50, compared.p50));
+  noise.p90 = std::max(noise.p90, dev(other.p90, compared.p90));
+}
+
+}  // namespace
+
 void add_repeat(ValidationPoint& p, const ExperimentOutcome& repeat) {
   const double t = repeat.summary.makespan_s > 0 ? p.items / repeat.summary.makespan_s : 0;
   p.repeat_throughputs.push_back(t);
   p.noise = std::max(p.noise, std::abs(relative_error(t, p.measured_throughput)));
+  for (std::size_t e = 0; e < p.engines.size(); ++e) {
+    EngineComparison& c = p.engines[e];
+    const EngineSummary& r = repeat.summary.engines.at(e);
+    widen(c.ttft_noise, r.ttft_s, c.measured_ttft);
+    widen(c.tpot_noise, r.tpot_s, c.measured_tpot);
+    widen(c.e2e_noise, r.e2e_s, c.measured_e2e);
+  }
 }
 
 void write_validation(RunFileWriter& file, const std::string& group, const ValidationPoint& p,
@@ -191,8 +211,16 @@ void write_validation(RunFileWriter& file, const std::string& group, const Valid
     a.numbers.emplace_back(k + "ttft_p50_error", relative_error(c.predicted_ttft.p50, c.measured_ttft.p50));
     a.numbers.emplace_back(k + "ttft_p90_error", relative_error(c.predicted_ttft.p90, c.measured_ttft.p90));
     a.numbers.emplace_back(k + "tpot_p50_error", relative_error(c.predicted_tpot.p50, c.measured_tpot.p50));
+    a.numbers.emplace_back(k + "tpot_p90_error", relative_error(c.predicted_tpot.p90, c.measured_tpot.p90));
     a.numbers.emplace_back(k + "e2e_p50_error", relative_error(c.predicted_e2e.p50, c.measured_e2e.p50));
+    a.numbers.emplace_back(k + "e2e_p90_error", relative_error(c.predicted_e2e.p90, c.measured_e2e.p90));
     a.numbers.emplace_back(k + "requests_unpaired", double(c.requests.unpaired));
+    if (!p.repeat_throughputs.empty())
+      for (const auto& [name, n] : {std::pair{"ttft", &c.ttft_noise}, std::pair{"tpot", &c.tpot_noise},
+                                    std::pair{"e2e", &c.e2e_noise}}) {
+        a.numbers.emplace_back(k + name + "_p50_noise", n->p50);
+        a.numbers.emplace_back(k + name + "_p90_noise", n->p90);
+      }
     for (const auto& [name, e] : {std::pair{"ttft", &c.requests.ttft}, std::pair{"tpot", &c.requests.tpot},
                                   std::pair{"e2e", &c.requests.e2e}}) {
       const std::string r = k + name + "_request_error_";

@@ -40,6 +40,14 @@ struct RequestComparison {
 RequestComparison compare_requests(const std::vector<RequestRecord>& predicted,
                                    const std::vector<RequestRecord>& measured);
 
+// The real engine against itself for one latency: the largest |other run / compared run - 1| of
+// its p50 and of its p90 over a point's other measured runs (0 with one run). A trace served near
+// saturation queues its requests, and queueing multiplies a small change in step time into a
+// large one in TTFT: this says how far the real engine's own percentiles move between runs.
+struct LatencyNoise {
+  double p50 = 0, p90 = 0;
+};
+
 struct EngineComparison {
   std::string name;
   double predicted_busy_s = 0, measured_busy_s = 0;  // sum of step spans (device + host)
@@ -48,6 +56,7 @@ struct EngineComparison {
   std::size_t steps = 0;
   Percentiles predicted_ttft, measured_ttft, predicted_tpot, measured_tpot, predicted_e2e, measured_e2e;
   RequestComparison requests;
+  LatencyNoise ttft_noise, tpot_noise, e2e_noise;
 };
 
 struct ValidationPoint {
@@ -74,7 +83,8 @@ struct ValidationPoint {
 // profile is fitted on each point's fastest repeat for the same reason).
 std::size_t fastest_run(const std::vector<ExperimentOutcome*>& runs);
 
-// Adds a further measured run of the same point to `point` (its throughput and the noise).
+// Adds a further measured run of the same point to `point`: its throughput and the noise, and each
+// engine's latency noise.
 void add_repeat(ValidationPoint& point, const ExperimentOutcome& repeat);
 
 ValidationPoint compare_runs(const std::string& label, const std::string& unit, double items,

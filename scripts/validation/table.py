@@ -68,16 +68,20 @@ def trace_table(path, point):
     a = point.attrs
     requests = f"{a['validation.items']:.0f} requests"
     print(f"\n### {title(path, requests)}\n")
-    print("| figure | predicted | measured | error |")
-    print("|---|---|---|---|")
-    print(f"| requests/s | {a['validation.predicted_throughput']:.4g} | "
-          f"{a['validation.measured_throughput']:.4g} | {pct(a['validation.throughput_error'])} |")
     engine = sorted(point["measured/engines"])[0]
+    # The real engine's own latency noise: written by duet validate with --repeats 2 or more.
+    noisy = f"validation.{engine}.ttft_p50_noise" in a
+    print("| figure | predicted | measured | error |" + (" noise |" if noisy else ""))
+    print("|---|---|---|---|" + ("---|" if noisy else ""))
+    print(f"| requests/s | {a['validation.predicted_throughput']:.4g} | "
+          f"{a['validation.measured_throughput']:.4g} | {pct(a['validation.throughput_error'])} |"
+          + (f" {noise_text(noise_of(a))} |" if noisy else ""))
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         for q in ("p50", "p90"):
             p = point[f"predicted/engines/{engine}"].attrs[f"{key}_{q}"]
             m = point[f"measured/engines/{engine}"].attrs[f"{key}_{q}"]
-            print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |")
+            noise = (f" {100 * a[f'validation.{engine}.{key[:-2]}_{q}_noise']:.1f}% |" if noisy else "")
+            print(f"| {label} {q} (s) | {p:.4f} | {m:.4f} | {pct(p / m - 1)} |{noise}")
     pairs = f"validation.{engine}.ttft_request_error_pairs"
     if pairs in a:
         unpaired = a[f"validation.{engine}.requests_unpaired"]

@@ -9,7 +9,10 @@ KEYS = ["validation.label", "validation.predicted_throughput", "validation.measu
         "validation.batches_identical", "validation.measured_outside_steps_s"]
 
 
-def check(path, points, identical):
+NOISE = [f"validation.llm.{latency}_{q}_noise" for latency in ("ttft", "tpot", "e2e") for q in ("p50", "p90")]
+
+
+def check(path, points, identical, repeats):
     with h5py.File(path, "r") as f:
         names = sorted(f["validate/points"].keys())
         assert len(names) == points, f"{path}: {len(names)} points, expected {points}"
@@ -24,6 +27,12 @@ def check(path, points, identical):
             err = g.attrs["validation.throughput_error"]
             assert abs((p / m - 1) - err) < 1e-12, f"{path}:{name}: error {err} is not {p}/{m} - 1"
             assert g.attrs["validation.batches_identical"] == identical
+            # The real engine's latency noise: only from two or more measured runs.
+            for key in NOISE:
+                if repeats > 1:
+                    assert key in g.attrs and g.attrs[key] >= 0, f"{path}:{name}: no {key} of {repeats} runs"
+                else:
+                    assert key not in g.attrs, f"{path}:{name}: {key} from a single run"
             assert g["predicted"].attrs["backend"] == "sim" and g["measured"].attrs["backend"] == "cpu"
             # The command that made the file, as typed: validate's own, not a `duet run` one.
             command = g["measured"].attrs["command_line"]
@@ -32,5 +41,5 @@ def check(path, points, identical):
     print(f"{path}: {points} point(s) ok")
 
 
-check(sys.argv[1], int(sys.argv[2]), 1.0)
-check(sys.argv[3], 1, 0.0)
+check(sys.argv[1], int(sys.argv[2]), 1.0, 1)
+check(sys.argv[3], 1, 0.0, 2)

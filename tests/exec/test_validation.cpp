@@ -120,6 +120,34 @@ TEST(Validation, DifferentBatchesAreAClearError) {
                        "ran 3 steps predicted, 2 measured"));
 }
 
+TEST(Validation, RepeatsGiveTheRealEnginesOwnLatencyNoise) {
+  // Compared run: TTFTs 1, 2, 3 s (p50 2, p90 2.8, interpolated). Other runs: 1, 2.5, 3.5
+  // (p50 2.5, p90 3.3) and 1, 1.5, 3 (p50 1.5, p90 2.7): the largest deviations are 0.25 at p50
+  // and 0.5 / 2.8 at p90.
+  const ExperimentOutcome predicted = outcome({1, 1, 1}, 3), measured = outcome({1, 1, 1}, 3);
+  ValidationPoint p = compare_runs("point", "requests/s", 3, predicted, measured, false);
+  EXPECT_DOUBLE_EQ(p.engines[0].ttft_noise.p50, 0.0) << "one run: no noise";
+  add_repeat(p, outcome({1, 1.5, 1}, 3.5));
+  add_repeat(p, outcome({1, 0.5, 1.5}, 3));
+  const EngineComparison& c = p.engines[0];
+  EXPECT_NEAR(c.ttft_noise.p50, 0.25, 1e-12);
+  EXPECT_NEAR(c.ttft_noise.p90, 0.5 / 2.8, 1e-12);
+  EXPECT_NEAR(c.e2e_noise.p50, 0.25, 1e-12) << "one token each: E2E is TTFT";
+  EXPECT_DOUBLE_EQ(c.tpot_noise.p50, 0.0) << "no request has a second token: TPOT is NaN in every run";
+  EXPECT_NEAR(p.noise, 1 - 3.0 / 3.5, 1e-12) << "throughput: 3 requests in 3.5 s against 3 s";
+
+  TempDir dir;
+  {
+    RunFileWriter file(dir.file("v.h5"));
+    write_validation(file, "/validate/points/0000", p, predicted, measured);
+    file.close();
+  }
+  const RunMetadata a = read_attributes(dir.file("v.h5"), "/validate/points/0000");
+  ASSERT_NE(a.find_number("validation.llm.ttft_p90_noise"), nullptr);
+  EXPECT_NEAR(*a.find_number("validation.llm.ttft_p90_noise"), 0.5 / 2.8, 1e-12);
+  ASSERT_NE(a.find_number("validation.llm.e2e_p50_noise"), nullptr);
+}
+
 TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
   TempDir dir;
   const ExperimentOutcome predicted = outcome({1, 2, 3}, 6), measured = outcome({1.25, 2, 2}, 6);
@@ -147,6 +175,7 @@ TEST(Validation, TheFileHoldsBothRunsAndTheComparison) {
   EXPECT_DOUBLE_EQ(number("validation.llm.ttft_request_error_pairs"), 3.0);
   EXPECT_DOUBLE_EQ(number("validation.llm.requests_unpaired"), 0.0);
   EXPECT_NEAR(number("validation.llm.ttft_request_error_p90_abs"), 0.2, 1e-12);
+  EXPECT_EQ(a.find_number("validation.llm.ttft_p50_noise"), nullptr) << "one measured run: no noise to write";
 }
 
 }  // namespace
