@@ -51,7 +51,7 @@ expect_error(function() return duet.run(solve_returns({score = 0 / 0})) end, res
 expect_error(function() return duet.run(solve_returns({correct = 1})) end,
              result .. ".correct: expected true or false, got number")
 expect_error(function() return duet.run(solve_returns({iterations = 2.5})) end,
-             result .. ".iterations: expected an integer, got number")
+             result .. ".iterations: expected an integer, got 2.5")
 expect_error(function() return duet.run(solve_returns({level = -1})) end, result .. ".level: must be >= 0, got %-1")
 expect_error(function() return duet.run(solve_returns({scroe = 5})) end, result .. ": unknown key 'scroe'")
 expect_error(function() return duet.run(solve_returns("done")) end, result .. " is a string, not a table")
