@@ -5,8 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,14 +41,39 @@ inline std::string read_file(const std::string& path, const std::string& what, c
   return buffer.str();
 }
 
+// JSON text as duet reads every file: a key given twice in one object is an error naming it, where
+// the parser alone keeps the last silently (an edited file would then mean something other than it
+// says). Throws json::exception for text that is not JSON, and Error for a repeated key.
+inline json parse_unique_keys(std::string_view text) {
+  std::vector<std::set<std::string>> open;  // the keys of each object being read
+  std::string repeated;
+  const json::parser_callback_t note = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open.emplace_back();
+    else if (event == json::parse_event_t::object_end) open.pop_back();
+    else if (event == json::parse_event_t::key && repeated.empty() &&
+             !open.back().insert(parsed.get<std::string>()).second)
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  json j = json::parse(text.begin(), text.end(), note);
+  if (!repeated.empty()) throw Error("key \"" + repeated + "\" appears twice in one object");
+  return j;
+}
+
+// The same, with `origin` (the file) in front of either error.
+inline json parse(std::string_view text, const std::string& origin) {
+  try {
+    return parse_unique_keys(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+}
+
 // The text as a JSON object.
 inline json parse_object(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = parse(text, origin);
   if (!j.is_object()) throw Error(origin + ": expected a JSON object");
   return j;
 }

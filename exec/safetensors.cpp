@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 
 namespace duet {
 
@@ -318,25 +319,17 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   return metadata;
 }
 
-// Parses the header, rejecting duplicate tensor names (the JSON parser would keep only the last).
+// Parses the header; a tensor listed twice is an error (the JSON parser alone keeps the last).
 json parse_header(const std::string& path, std::string_view text) {
-  std::string duplicate;
-  std::set<std::string> seen;
-  const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && parsed.is_string() &&
-        !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
   json header;
   try {
-    header = json::parse(text.begin(), text.end(), note_keys);
+    header = json_fields::parse_unique_keys(text);
   } catch (const json::exception& e) {
     throw Error(path + ": header is not valid JSON (" + e.what() + ")");
+  } catch (const Error& e) {
+    throw Error(path + ": header: " + e.what());
   }
   if (!header.is_object()) throw Error(path + ": header must be a JSON object, got a " + header.type_name());
-  if (!duplicate.empty())
-    throw Error(path + ": tensor " + in_quotes(duplicate) + " is listed twice in the header");
   return header;
 }
 
@@ -417,11 +410,7 @@ json read_json_file(const std::string& path) {
   if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  try {
-    return json::parse(buffer.str());
-  } catch (const json::exception& e) {
-    throw Error(path + ": not valid JSON (" + e.what() + ")");
-  }
+  return json_fields::parse(buffer.str(), path);
 }
 
 // The index's weight_map grouped by shard file: shard -> the tensors it should hold.

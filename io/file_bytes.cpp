@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 
 namespace duet {
 
@@ -92,11 +93,7 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& path) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw Error(path + ": not valid JSON (" + e.what() + ")");
-  }
+  return json_fields::parse(text, path);
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 #include "core/mix.hpp"
 #include "io/file_bytes.hpp"
 #include "io/text_lines.hpp"
@@ -241,7 +242,9 @@ double json_timestamp_ms(const json& row, const std::string& path, std::size_t l
 json parse_json_line(std::string_view line, const std::string& path, std::size_t number) {
   json row;
   try {
-    row = json::parse(line.begin(), line.end());
+    row = json_fields::parse_unique_keys(line);
+  } catch (const Error& e) {  // a key given twice
+    fail(path, number, e.what());
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     // nlohmann prefixes "[json.exception.parse_error.101] "; the file and line say more.
     std::string why = e.what();

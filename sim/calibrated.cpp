@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/executor.hpp"
+#include "core/json_fields.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -439,12 +440,7 @@ void save_profile(const CalibrationProfile& p, const std::string& path) {
 }
 
 CalibrationProfile parse_profile(const std::string& text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json j = json_fields::parse(text, origin);
   try {
     const std::string format = j.is_object() && j.contains("format") && j["format"].is_string()
                                    ? j["format"].get<std::string>()

@@ -11,6 +11,7 @@
 #include "cli/lua/lua_functions.hpp"
 #include "cli/lua/lua_util.hpp"
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet::lua {
@@ -125,7 +126,7 @@ int l_read_jsonl(lua_State* L) {              // duet.read_jsonl(path [, limit])
     for (int lineno = 1; std::getline(in, line) && (limit <= 0 || n < limit); ++lineno) {
       if (line.empty() || line == "\r") continue;
       try {
-        push_json(L, nlohmann::json::parse(line));
+        push_json(L, json_fields::parse_unique_keys(line));
       } catch (const nlohmann::json::exception& e) {
         throw Error(p + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
       } catch (const Error& e) {

@@ -141,6 +141,8 @@ TEST(GpuSpec, ADescriptionReadsItsFieldsAndRefusesMistakes) {
   for (const auto& n : builtin_gpu_names()) EXPECT_NO_THROW(gpu_by_name(n).validate()) << n;
   // Not JSON, cut short, or not an object.
   EXPECT_NE(error_of(",").find("g.json: not valid JSON"), std::string::npos);
+  EXPECT_EQ(error_of(R"(, "hbm_bytes": 48e9, "name": "b")"),
+            "g.json: key \"name\" appears twice in one object");
   try {
     gpu_from_json_text("[1]", "g.json");
     ADD_FAILURE() << "an array is not a description";

@@ -336,7 +336,7 @@ TEST(Safetensors, RejectsOverlapsDuplicatesAndBadMetadata) {
                                   R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                                       "a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
                                   data),
-                       "tensor 'a' is listed twice"));
+                       "header: key \"a\" appears twice in one object"));
   EXPECT_TRUE(contains(open_error(dir, R"({"__metadata__": {"format": 1}})"),
                        "\"__metadata__\" value of 'format' must be a string"));
   EXPECT_TRUE(contains(open_error(dir, R"({"__metadata__": [1]})"), "\"__metadata__\" must be an object"));

@@ -218,6 +218,13 @@ TEST(TraceMooncake, RejectsInvalidJsonAndNonObjects) {
                   "invalid JSON: number overflow");
   expect_error_at(write_text(dir.file("csv.jsonl"), kHeader + "\n"), 1, "invalid JSON",
                   TraceFormat::MooncakeJsonl);
+  // The parser alone keeps the last of two values silently: the line would mean 9, not 1.
+  expect_error_at(
+      write_text(dir.file("twice.jsonl"),
+                 ok + R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [0], )"
+                      R"("input_length": 9})"
+                      "\n"),
+      2, "key \"input_length\" appears twice in one object");
 }
 
 TEST(TraceMooncake, RejectsMissingFields) {

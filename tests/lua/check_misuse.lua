@@ -122,6 +122,12 @@ local j = duet.read_json(path)
 assert(math.type(j.big) == "float" and j.big > 1.8e19, tostring(j.big))
 assert(math.type(j.small) == "integer" and j.small == math.maxinteger)
 expect_error(function() return duet.read_jsonl(path, -1) end, "must not be negative")
+-- A key given twice: the parser alone would keep the second value silently.
+f = assert(io.open(path, "w"))
+f:write('{"level": 1}\n{"level": 2, "problem": "x", "level": 3}\n')
+f:close()
+expect_error(function() return duet.read_jsonl(path) end, ':2: key "level" appears twice in one object')
+expect_error(function() return duet.read_json(path) end, "not valid JSON")
 os.remove(path)
 
 -- duet.trace's options.
@@ -259,5 +265,5 @@ expect_error(function() return duet.sweep{grid = {x = {1}}, runn = function() re
 expect_error(function() return duet.sleep_until(5) end,
              "check_misuse.lua:%d+: duet.sleep_until: only inside a workload's solve%(%) during duet.run")
 
-assert(support.checked == 38, "checked " .. support.checked)
+assert(support.checked == 40, "checked " .. support.checked)
 print("misuse: ok")

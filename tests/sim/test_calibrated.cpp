@@ -414,6 +414,9 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":3})", "p.json"); }),
                        "p.json: field 'format' must be \"duet-cost-profile/3\""));
   EXPECT_TRUE(contains(error_of([] { parse_profile("{", "p.json"); }), "p.json: not valid JSON"));
+  EXPECT_TRUE(contains(
+      error_of([] { parse_profile(R"({"format":"duet-cost-profile/3","grid":{"a":1,"a":2}})", "p.json"); }),
+      "p.json: key \"a\" appears twice in one object"));
   EXPECT_TRUE(contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/1"})", "p.json"); }),
                        "p.json: field 'format' must be \"duet-cost-profile/3\""));
   EXPECT_TRUE(contains(
