@@ -9,10 +9,27 @@
 
 namespace duet::lua {
 
+namespace {
+
+// os.exit would end duet from inside the script: the run's file never written (or left without its
+// summary), the exit status the script's (0 by default), and in a sweep the other threads' points
+// lost with it. A script stops with error(), which duet reports and turns into its exit status.
+int refuse_exit(lua_State* L) {
+  return luaL_error(L,
+                    "os.exit is not available in a duet script: it would end duet without writing the run's "
+                    "file; stop the script with error(MESSAGE) instead");
+}
+
+}  // namespace
+
 State::State() : L_(luaL_newstate()) {
   if (!L_) throw Error("cannot create a Lua state (out of memory)");
   *static_cast<InstructionBudget**>(lua_getextraspace(L_)) = nullptr;  // no budget until one is installed
   luaL_openlibs(L_);
+  lua_getglobal(L_, "os");
+  lua_pushcfunction(L_, refuse_exit);
+  lua_setfield(L_, -2, "exit");
+  lua_pop(L_, 1);
   // Lua 5.4 seeds math.random randomly at start-up; a run must be reproducible.
   luaL_dostring(L_, "math.randomseed(0)");
 }
