@@ -37,6 +37,11 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
   if (p.model_shape != shape)
     throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" +
                 model.name + "' (" + shape + "); measure this one with `duet profile`");
+  if (p.device != device && p.device.starts_with("cpu-"))
+    // The simulator prices a GPU; a CPU profile predicts the CPU engine, against its measurement.
+    throw Error(origin + ": the profile was measured on the CPU engine ('" + p.device + "'), not on '" +
+                device + "'; it prices the simulator in `duet validate --backend cpu --profile " + origin +
+                "`, which predicts the CPU engine and measures it");
   if (p.device != device)
     throw Error(origin + ": the profile was measured on device '" + p.device + "', not '" + device +
                 "'; measure this device with `duet profile`");

@@ -361,6 +361,15 @@ TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
                                            "");
                        }),
                        "measured on device 'h100-sxm', not 'h200'"));
+  // A CPU engine's profile is for duet validate, which says so.
+  p.device = "cpu-amd-epyc";
+  save_profile(p, path);
+  EXPECT_TRUE(
+      contains(error_of([&] {
+                 choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"), "h100-sxm", "");
+               }),
+               "measured on the CPU engine ('cpu-amd-epyc'), not on 'h100-sxm'; it prices the simulator in "
+               "`duet validate --backend cpu --profile "));
 }
 
 TEST(Calibrated, TheSimulatorFindsACommittedProfileByItself) {
