@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -46,17 +47,17 @@ inline std::string read_file(const std::string& path, const std::string& what, c
 // says). Throws json::exception for text that is not JSON, and Error for a repeated key.
 inline json parse_unique_keys(std::string_view text) {
   std::vector<std::set<std::string>> open;  // the keys of each object being read
-  std::string repeated;
+  std::optional<std::string> repeated;      // "" is a key too
   const json::parser_callback_t note = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) open.emplace_back();
     else if (event == json::parse_event_t::object_end) open.pop_back();
-    else if (event == json::parse_event_t::key && repeated.empty() &&
+    else if (event == json::parse_event_t::key && !repeated &&
              !open.back().insert(parsed.get<std::string>()).second)
       repeated = parsed.get<std::string>();
     return true;
   };
   json j = json::parse(text.begin(), text.end(), note);
-  if (!repeated.empty()) throw Error("key \"" + repeated + "\" appears twice in one object");
+  if (repeated) throw Error("key \"" + *repeated + "\" appears twice in one object");
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
+#include "core/json_fields.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/model_spec.hpp"
 #include "core/runtime.hpp"
@@ -33,12 +35,15 @@ std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
   if (path.empty()) return out;
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open the peer's results");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = json_fields::parse_unique_keys(text);
     for (const auto& r : j.at("rows"))
       out[{r.at("batch").get<int>(), r.at("context").get<int>()}] = r.at("tokens_per_s").get<double>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not a peer_hf.py result (" + e.what() + ")");
+  } catch (const Error& e) {  // a key given twice
+    throw Error(path + ": " + e.what());
   }
   return out;
 }

@@ -157,9 +157,11 @@ std::size_t fastest_run(const std::vector<ExperimentOutcome*>& runs) {
 namespace {
 
 void widen(LatencyNoise& noise, const Percentiles& other, const Percentiles& compared) {
-  // A latency no request has (TPOT of one-token outputs) is NaN in both runs: no noise.
+  // A latency no request has (TPOT of one-token outputs) is NaN: in both runs no noise, in one of
+  // them all the noise there is.
   auto dev = [](double a, double b) {
-    return std::isnan(a) || std::isnan(b) ? 0.0 : std::abs(relative_error(a, b));
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0.0 : double(INFINITY);
+    return std::abs(relative_error(a, b));
   };
   noise.p50 = std::max(noise.p50, dev(other.p50, compared.p50));
   noise.p90 = std::max(noise.p90, dev(other.p90, compared.p90));

@@ -37,7 +37,7 @@ void check_profile(const CalibrationProfile& p, const ModelSpec& model, const st
   if (p.model_shape != shape)
     throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" +
                 model.name + "' (" + shape + "); measure this one with `duet profile`");
-  if (p.device != device && p.device.starts_with("cpu-"))
+  if (p.device != device && p.device.starts_with("cpu-") && !device.starts_with("cpu-"))
     // The simulator prices a GPU; a CPU profile predicts the CPU engine, against its measurement.
     throw Error(origin + ": the profile was measured on the CPU engine ('" + p.device + "'), not on '" +
                 device + "'; it prices the simulator in `duet validate --backend cpu --profile " + origin +

@@ -236,11 +236,14 @@ std::optional<double> TableReader::number(const char* key) {
 std::optional<std::int64_t> TableReader::integer(const char* key) {
   const int t = push(key);
   const std::optional<lua_Integer> v = integral(L_, -1);
-  // A number that is not whole is named by its value ("got 2.5"), anything else by its type.
-  std::string got = lua_typename(L_, t);
-  if (t == LUA_TNUMBER) got = luaL_tolstring(L_, -1, nullptr), lua_pop(L_, 1);
+  if (t != LUA_TNIL && !v) {
+    // A number that is not whole is named by its value ("got 2.5"), anything else by its type.
+    std::string got = lua_typename(L_, t);
+    if (t == LUA_TNUMBER) got = luaL_tolstring(L_, -1, nullptr), lua_pop(L_, 1);
+    lua_pop(L_, 1);
+    fail(key, "expected an integer, got " + got);
+  }
   lua_pop(L_, 1);
-  if (t != LUA_TNIL && !v) fail(key, "expected an integer, got " + got);
   return v;
 }
 

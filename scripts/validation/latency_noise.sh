@@ -7,7 +7,7 @@
 #   2. duet fit of the measured run at its own rate, and duet validate at twice the rate again,
 #      priced by that profile: a profile fitted on one load's served steps, checked on another.
 #   scripts/validation/latency_noise.sh [OUT_DIR]     (default: latency-noise/ where it is run)
-# scripts/validation/table.py OUT_DIR prints the tables. About 8 minutes; run it on an idle machine.
+# scripts/validation/table.py OUT_DIR prints the tables. About 7 minutes; run it on an idle machine.
 set -euo pipefail
 out="${1:-latency-noise}"
 mkdir -p "$out"

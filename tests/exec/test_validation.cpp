@@ -124,7 +124,8 @@ TEST(Validation, RepeatsGiveTheRealEnginesOwnLatencyNoise) {
   // Compared run: TTFTs 1, 2, 3 s (p50 2, p90 2.8, interpolated). Other runs: 1, 2.5, 3.5
   // (p50 2.5, p90 3.3) and 1, 1.5, 3 (p50 1.5, p90 2.7): the largest deviations are 0.25 at p50
   // and 0.5 / 2.8 at p90.
-  const ExperimentOutcome predicted = outcome({1, 1, 1}, 3), measured = outcome({1, 1, 1}, 3);
+  // The prediction (TTFTs 2, 4, 6 s) differs from every run: noise is the measured runs' own.
+  const ExperimentOutcome predicted = outcome({2, 2, 2}, 6), measured = outcome({1, 1, 1}, 3);
   ValidationPoint p = compare_runs("point", "requests/s", 3, predicted, measured, false);
   EXPECT_DOUBLE_EQ(p.engines[0].ttft_noise.p50, 0.0) << "one run: no noise";
   add_repeat(p, outcome({1, 1.5, 1}, 3.5));

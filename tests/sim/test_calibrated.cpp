@@ -370,6 +370,12 @@ TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
                }),
                "measured on the CPU engine ('cpu-amd-epyc'), not on 'h100-sxm'; it prices the simulator in "
                "`duet validate --backend cpu --profile "));
+  // Another CPU's profile, inside duet validate --backend cpu: that one says to measure this CPU.
+  EXPECT_TRUE(contains(error_of([&] {
+                         choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"),
+                                           "cpu-intel-xeon", "");
+                       }),
+                       "measured on device 'cpu-amd-epyc', not 'cpu-intel-xeon'; measure this device with"));
 }
 
 TEST(Calibrated, TheSimulatorFindsACommittedProfileByItself) {
