@@ -100,7 +100,7 @@ while read -r name path; do
   cp -L "$path" "$bundle/lib/$name"
 done < <(for b in "${bins[@]}"; do ldd "$b"; done | awk '/=>/ {print $1, $3}' | sort -u)
 [ "$missing" = 0 ] || exit 1
-# DT_RUNPATH is not inherited: the binary's $ORIGIN/lib finds its direct dependencies only, so
+# DT_RUNPATH is not inherited: the binary's $ORIGIN/../lib finds its direct dependencies only, so
 # each bundled library gets RUNPATH $ORIGIN for its own (libhdf5 -> libcurl -> libssl ...).
 for lib in "$bundle"/lib/*.so*; do
   strip --strip-unneeded "$lib" 2>/dev/null || true

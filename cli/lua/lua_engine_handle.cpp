@@ -66,13 +66,16 @@ int engine_index(lua_State* L) {  // fields and methods
     lua_pop(L, 2);
   }
   return guarded(L, [&] {
-    const EngineVocab& v = LuaWorkload::from(L, "an engine's fields").engines().at(std::size_t(engine));
+    LuaWorkload& w = LuaWorkload::from(L, "an engine's fields");
+    const EngineVocab& v = w.engines().at(std::size_t(engine));
     const std::string k = key;
     if (k == "name") lua_pushstring(L, v.name.c_str());
     else if (k == "vocab_size") lua_pushinteger(L, v.vocab_size);
     else if (k == "step_id") lua_pushinteger(L, v.step_id);
     else if (k == "eos_id") lua_pushinteger(L, v.eos_id);
     else if (k == "index") lua_pushinteger(L, engine + 1);
+    else if (k == "max_model_len")
+      lua_pushinteger(L, w.runtime().engine(engine).scheduler().config().max_model_len);
     else lua_pushnil(L);
     return 1;
   });

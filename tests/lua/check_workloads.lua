@@ -68,6 +68,24 @@ require("tests.lua.support").expect_error(function()
                                     max_requests = 5, rate_scale = 1000},
            concurrency = 1}
 end, "chat: request 2 starts .* s after its arrival .*give concurrency at least the requests in flight")
+-- A request longer than the engine's max_model_len: an error that names it and the option, or with
+-- on_too_long = "skip" one that finishes at once, submitting nothing.
+local azure = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+local short = {{name = "llm", model = "llama-3.1-8b", max_model_len = 1024}}
+local fits = 0
+for _, q in ipairs(duet.trace(azure, {max_requests = 50})) do
+  if q.input_tokens + math.max(1, q.output_tokens) <= 1024 then fits = fits + 1 end
+end
+assert(fits > 0 and fits < 50, "the first 50 requests hold some longer than 1024 tokens: " .. fits)
+require("tests.lua.support").expect_error(function()
+  duet.run{gpu = "h100", engines = short, out = false, progress = false, concurrency = 50,
+           workload = chat.workload{trace = azure, max_requests = 50}}
+end, "chat: request %d+ has %d+ tokens %(prompt %d+ %+ output %d+%), more than engine 'llm''s max_model_len " ..
+     "1024; raise max_model_len or skip such requests with chat's on_too_long = \"skip\"")
+local skipped = duet.run{gpu = "h100", engines = short, out = false, progress = false, concurrency = 50,
+                         workload = chat.workload{trace = azure, max_requests = 50, on_too_long = "skip"}}
+assert(skipped.problems == 50 and skipped.engines.llm.requests == fits,
+       "skipped: " .. skipped.engines.llm.requests .. " requests served, " .. fits .. " fit")
 
 -- A bad option is an error at the line that built the workload, naming the option: never an empty
 -- search, a NaN score or an endless wait at the end of a run.
