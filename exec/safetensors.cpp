@@ -13,8 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -321,14 +319,7 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
 
 // Parses the header; a tensor listed twice is an error (the JSON parser alone keeps the last).
 json parse_header(const std::string& path, std::string_view text) {
-  json header;
-  try {
-    header = json_fields::parse_unique_keys(text);
-  } catch (const json::exception& e) {
-    throw Error(path + ": header is not valid JSON (" + e.what() + ")");
-  } catch (const Error& e) {
-    throw Error(path + ": header: " + e.what());
-  }
+  json header = json_fields::parse(text, path + ": header");
   if (!header.is_object()) throw Error(path + ": header must be a JSON object, got a " + header.type_name());
   return header;
 }
@@ -405,17 +396,9 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 namespace {
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return json_fields::parse(buffer.str(), path);
-}
-
 // The index's weight_map grouped by shard file: shard -> the tensors it should hold.
 std::map<std::string, std::vector<std::string>> read_weight_map(const std::string& index_path) {
-  const json index = read_json_file(index_path);
+  const json index = json_fields::parse(json_fields::read_file(index_path, "the index", "JSON"), index_path);
   if (!index.is_object()) throw Error(index_path + ": must be a JSON object");
   const auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object()) throw Error(index_path + ": missing object \"weight_map\"");

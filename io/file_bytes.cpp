@@ -89,11 +89,7 @@ std::string read_file_bytes(const std::string& path) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  return parse_json_text(read_file_bytes(path), path);
-}
-
-nlohmann::json parse_json_text(std::string_view text, const std::string& path) {
-  return json_fields::parse(text, path);
+  return json_fields::parse(read_file_bytes(path), path);
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent) {

@@ -2,7 +2,6 @@
 // Whole files in and out, with errors that name the file: the bytes of a plain or gzip'd file, and
 // JSON documents (cost profiles, operator priors, Lua's duet.read_json).
 #include <string>
-#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -12,10 +11,9 @@ namespace duet {
 // or corrupt gzip stream is an error naming the line it reached.
 std::string read_file_bytes(const std::string& path);
 
-// Throws duet::Error "PATH: not valid JSON (...)" or "PATH: cannot open: ...".
+// Throws duet::Error "PATH: not valid JSON (...)", "PATH: key ... appears twice in one object" or
+// "PATH: cannot open: ..." (text in memory: json_fields::parse).
 nlohmann::json read_json_file(const std::string& path);
-// The same on text held in memory; `path` names it in errors.
-nlohmann::json parse_json_text(std::string_view text, const std::string& path);
 
 // Writes `json` indented by `indent` spaces and a newline; throws duet::Error naming the file.
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -100,7 +101,7 @@ void save_prior(const OperatorPrior& p, const std::string& path) {
 OperatorPrior load_prior(const std::string& path) { return parse_prior(read_file_bytes(path), path); }
 
 OperatorPrior parse_prior(std::string_view text, const std::string& path) {
-  const nlohmann::json j = parse_json_text(text, path);
+  const nlohmann::json j = json_fields::parse(text, path);
   if (!j.is_object() || j.value("format", "") != kOperatorPriorFormat)
     throw Error(path + ": field 'format' must be \"" + std::string(kOperatorPriorFormat) +
                 "\" (a prior from `duet fit-ops`)");
