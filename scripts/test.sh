@@ -2,7 +2,8 @@
 # duet's test command: sets up what is missing, builds, runs every test with ctest, checks the
 # format and lint (scripts/check-style.sh), then runs the tests again under the sanitizers:
 #   - every test (core, io, sim, exec, lua, cli) in a clang AddressSanitizer + UndefinedBehavior-
-#     Sanitizer build, which also holds the libFuzzer targets; each fuzzer then runs for 30 s;
+#     Sanitizer build, which also holds the libFuzzer targets; each fuzzer then runs for 30 s (Eigen's
+#     own headers are left uninstrumented: tests/sanitizers/uninstrumented.txt says why);
 #   - the threaded tests (sweeps, the HDF5 writer thread) in a ThreadSanitizer build.
 #   scripts/test.sh          everything
 #   scripts/test.sh --fast   the build and ctest only: no style checks, no sanitizer builds
