@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -166,8 +167,8 @@ void BlockPool::uncache(BlockId b) {
   }
   blk.hash_next = kNoBlock;
   blk.cached = false;
+  blk.content = kNoContent;
   blk.parent = {};
-  ++blk.generation;
   --num_cached_;
   --tenants_[blk.tenant].cached;
 }
@@ -181,6 +182,7 @@ BlockId BlockPool::allocate(int tenant) {
   if (blk.cached) {
     inflation_ = std::max(inflation_, blk.worth);
     ++tenants_[blk.tenant].stats.evictions;
+    ++blk.generation;
     uncache(b);
     ++stats_.evictions;
   }
@@ -198,6 +200,7 @@ void BlockPool::free(BlockId b) {
   Block& blk = blocks_[b];
   if (blk.ref_count <= 0) throw std::logic_error("BlockPool::free of free block " + std::to_string(b));
   if (--blk.ref_count > 0) return;
+  if (blk.cached && other_copy(b) != kNoBlock) uncache(b);  // the copy in use keeps the content
   enlist(b);
   ++num_free_;
   --tenants_[blk.tenant].used;
@@ -249,14 +252,23 @@ BlockId BlockPool::lookup(BlockHash h, BlockRef parent, std::span<const TokenId>
   return kNoBlock;
 }
 
-BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens) {
+BlockId BlockPool::other_copy(BlockId b) const {
+  const Block& blk = blocks_[b];
+  for (BlockId c = *by_hash_.find(blk.hash); c != kNoBlock; c = blocks_[c].hash_next)
+    if (c != b && blocks_[c].content == blk.content) return c;
+  return kNoBlock;
+}
+
+BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens) {
   Block& blk = blocks_[b];
   if (std::ssize(tokens) != block_size(blk.tenant))
     throw std::logic_error("BlockPool::cache: only full blocks are cached");
-  if (blk.cached) return b;
-  if (const BlockId same = lookup(h, parent, tokens, blk.tenant); same != kNoBlock) return same;
+  if (parent == kNoContent) throw std::logic_error("BlockPool::cache: the parent caches nothing");
+  if (blk.cached) return blk.content;
+  const BlockId same = lookup(h, parent, tokens, blk.tenant);
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + std::ptrdiff_t(b) * token_stride_);
   blk.hash = h;
+  blk.content = same != kNoBlock ? blocks_[same].content : BlockRef{next_content_++};
   blk.parent = parent;
   blk.cached = true;
   auto [head, inserted] = by_hash_.try_emplace(h, b);
@@ -266,7 +278,12 @@ BlockId BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<cons
   ++tenants_[blk.tenant].cached;
   ++tenants_[blk.tenant].stats.cached_inserts;
   ++stats_.cached_inserts;
-  return b;
+  if (same != kNoBlock && blocks_[same].ref_count == 0) {  // a free copy: the one in use is enough
+    unlink(same);
+    uncache(same);
+    enlist(same);
+  }
+  return blk.content;
 }
 
 std::vector<BlockId> BlockPool::eviction_order() const {
@@ -324,22 +341,47 @@ void BlockPool::check_consistency() const {
   for (std::size_t t = 0; t < tenants_.size(); ++t)
     if (used[t] != tenants_[t].used || tenant_cached[t] != tenants_[t].cached)
       fail("tenant " + std::to_string(t) + "'s used or cached count is off");
+  // Each content's first block seen: its copies must agree with it, and children find it.
+  std::unordered_map<std::uint64_t, BlockId> holder;
+  for (BlockId b = 0; b < num_blocks(); ++b) {
+    const Block& blk = blocks_[b];
+    if (!blk.cached) {
+      if (blk.content != kNoContent) fail("uncached block " + std::to_string(b) + " names a content");
+      continue;
+    }
+    if (blk.content == kNoContent || blk.content.content == 0 || blk.content.content >= next_content_)
+      fail("cached block " + std::to_string(b) + " has no content number of its own");
+    if (blk.parent == kNoContent) fail("cached block " + std::to_string(b) + " is chained to nothing");
+    const auto [it, first] = holder.try_emplace(blk.content.content, b);
+    if (first) continue;
+    const Block& other = blocks_[it->second];
+    const auto a = stored_tokens(b), o = stored_tokens(it->second);
+    if (other.hash != blk.hash || other.parent != blk.parent || other.tenant != blk.tenant ||
+        !std::equal(a.begin(), a.end(), o.begin(), o.end()))
+      fail("blocks " + std::to_string(it->second) + " and " + std::to_string(b) +
+           " share a content number but not their content");
+    if (blk.ref_count == 0 || other.ref_count == 0)
+      fail("free block " + std::to_string(blk.ref_count == 0 ? b : it->second) + " caches a content that " +
+           std::to_string(blk.ref_count == 0 ? it->second : b) + " also caches");
+  }
   std::int32_t chained = 0;
   by_hash_.for_each([&](BlockHash h, BlockId head) {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
       if (!blocks_[c].cached || blocks_[c].hash != h)
         fail("hash chain holds block " + std::to_string(c) + " wrongly");
-      // A block's key must be the hash of its stored tokens after its parent's hash, whenever
-      // that parent still holds the content the block was chained to.
-      const BlockRef parent = blocks_[c].parent;
-      const bool parent_live = parent.id == kNoBlock || (blocks_[parent.id].cached &&
-                                                         blocks_[parent.id].generation == parent.generation);
-      if (parent.id != kNoBlock && blocks_[parent.id].tenant != blocks_[c].tenant && parent_live)
-        fail("block " + std::to_string(c) + " is chained to another tenant's block");
-      if (parent_live && hash(parent.id == kNoBlock ? kRootHash : blocks_[parent.id].hash, stored_tokens(c),
-                              blocks_[c].tenant) != h)
-        fail("block " + std::to_string(c) + " stores tokens that do not hash to its key");
+      // A block's key must be the hash of its stored tokens after its parent's hash, whenever a
+      // block still caches that parent.
       ++chained;
+      BlockHash parent_hash = kRootHash;
+      if (const BlockRef parent = blocks_[c].parent; parent.content != 0) {
+        const auto p = holder.find(parent.content);
+        if (p == holder.end()) continue;  // no block caches its parent any more: unreachable
+        if (blocks_[p->second].tenant != blocks_[c].tenant)
+          fail("block " + std::to_string(c) + " is chained to another tenant's block");
+        parent_hash = blocks_[p->second].hash;
+      }
+      if (hash(parent_hash, stored_tokens(c), blocks_[c].tenant) != h)
+        fail("block " + std::to_string(c) + " stores tokens that do not hash to its key");
     }
   });
   if (chained != num_cached_) fail("hash map does not hold every cached block exactly once");

@@ -59,12 +59,17 @@ struct KvLimits {
   bool operator==(const KvLimits&) const = default;
 };
 
-// A cached block's identity as a parent: its id and the generation of its content.
+// What a block stands for as a parent: a cached content. The pool numbers each distinct content it
+// caches (a tenant's tokens after a parent content) and never reuses a number, so a child is
+// reachable exactly while some block still caches its parent. Every block caching the same content
+// shares its number: two sequences that computed one prompt side by side hold two copies, and the
+// children chained to it outlive either copy. 0 is the root, the parent of a sequence's first block.
 struct BlockRef {
-  BlockId id = kNoBlock;
-  std::uint32_t generation = 0;
+  std::uint64_t content = 0;
   bool operator==(const BlockRef&) const = default;
 };
+// What an uncached block stands for: nothing can be chained to it.
+inline constexpr BlockRef kNoContent{~std::uint64_t(0)};
 
 struct Block {
   std::int32_t ref_count = 0;
@@ -72,10 +77,11 @@ struct Block {
   bool in_free_list = false;
   bool cached = false;           // registered in the hash map
   std::uint8_t tenant = 0;       // whose KV the page holds (or last held)
-  std::uint32_t generation = 0;  // bumped each time cached content is dropped
+  std::uint32_t generation = 0;  // bumped each time its cached content is evicted
   BlockHash hash = 0;
-  BlockRef parent;          // the cached block before this one in its prefix (id kNoBlock: root)
-  BlockId prev = kNoBlock;  // free-list links
+  BlockRef content = kNoContent;  // the content it caches
+  BlockRef parent;                // the content before it in its prefix (the root: none)
+  BlockId prev = kNoBlock;        // free-list links
   BlockId next = kNoBlock;
   BlockId hash_next = kNoBlock;  // next block with the same hash (collisions)
   // While free: when it was freed (a counter), and what it is worth to keep (a cached block:
@@ -118,12 +124,14 @@ class BlockPool {
   // equal `tokens`; kNoBlock otherwise. Never returns a block on the strength of its hash alone,
   // nor another tenant's block.
   BlockId lookup(BlockHash h, BlockRef parent, std::span<const TokenId> tokens, int tenant = 0) const;
-  // Registers a full, computed block. Returns the block that now stands for this content: `b`
-  // itself, or an existing cached block with identical content and parent (then `b` stays
-  // uncached, and children should name the returned block as their parent).
-  BlockId cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens);
+  // Registers a full, computed block and returns its content, the parent its successors name.
+  // A block with content that another block already caches becomes a copy of it (the same
+  // BlockRef). A copy is only kept while in use: a free block whose content another block caches
+  // is dropped at once (it goes first), so the cache never spends a free page twice on one content.
+  BlockRef cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens);
 
-  BlockRef ref(BlockId b) const { return {b, blocks_[b].generation}; }
+  // The content a block caches; kNoContent when it caches nothing.
+  BlockRef ref(BlockId b) const { return blocks_[b].content; }
   const Block& block(BlockId b) const { return blocks_[b]; }
   std::span<const TokenId> stored_tokens(BlockId b) const;
 
@@ -167,6 +175,8 @@ class BlockPool {
   // The next block to evict: the head, least worth first, of the lowest priority's lists.
   BlockId eviction_head() const;
   void uncache(BlockId b);
+  // Another cached block with b's content, or kNoBlock.
+  BlockId other_copy(BlockId b) const;
   // Pages the tenants other than `tenant` still need to reach their floors.
   std::int32_t reserved_for_others(int tenant) const;
   void check_tenant(int tenant, const char* what) const;
@@ -191,6 +201,7 @@ class BlockPool {
   std::uint64_t nonempty_ = 0;                // bit i set when lists_[i] has a block
   std::uint64_t free_clock_ = 0;              // counts frees: Block::freed_at
   double inflation_ = 0;                      // GreedyDual's L
+  std::uint64_t next_content_ = 1;            // BlockRef numbers: 0 is the root
   HashIndex by_hash_;                         // hash -> first block of its collision chain
   std::int32_t num_free_ = 0;
   std::int32_t num_cached_ = 0;

@@ -138,9 +138,7 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, int num_slots) {
   if (full <= kv.num_cached_blocks) return;
   extend_hashes(seq, full);
   for (int i = kv.num_cached_blocks; i < full; ++i) {
-    const BlockId canonical =
-        pool_->cache(kv.blocks[i], kv.hashes[i], kv.last_cached, block_tokens(seq, i, bs));
-    kv.last_cached = pool_->ref(canonical);
+    kv.last_cached = pool_->cache(kv.blocks[i], kv.hashes[i], kv.last_cached, block_tokens(seq, i, bs));
   }
   kv.num_cached_blocks = full;
 }

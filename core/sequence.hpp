@@ -49,7 +49,7 @@ struct KvState {
   std::vector<BlockHash> hashes;   // chained hashes of the full blocks of `tokens` (a memo)
   int num_slots = 0;               // token slots the table covers
   int num_cached_blocks = 0;       // leading blocks registered in (or hit from) the prefix cache
-  BlockRef last_cached;            // the cache's block for the last of those, a child's parent
+  BlockRef last_cached;            // the content of the last of those, a child's parent
   std::int32_t naive_region = -1;  // NaiveAllocator's reservation
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
@@ -46,7 +47,9 @@ TEST(BlockPool, CachedFreedBlocksStayHittableUntilReused) {
   const BlockId a = pool.allocate();
   const auto t = toks({7, 8});
   const BlockHash h = pool.hash(kRootHash, t);
-  EXPECT_EQ(pool.cache(a, h, {}, t), a);
+  const BlockRef content = pool.cache(a, h, {}, t);
+  EXPECT_EQ(content, pool.ref(a));
+  EXPECT_NE(content, BlockRef{}) << "a content is not the root";
   pool.free(a);
   EXPECT_EQ(pool.num_free(), 2);
   EXPECT_EQ(pool.lookup(h, {}, t), a) << "lazy eviction: a freed cached block is still a hit";
@@ -143,16 +146,60 @@ TEST(BlockPool, ACollidingHashNeverYieldsAWrongHit) {
   pool.check_consistency();
 }
 
-TEST(BlockPool, CachingDuplicateContentReturnsTheExistingBlock) {
-  BlockPool pool(2, 2);
+// Two sequences that compute one prompt side by side cache two copies of each block. Either copy
+// keeps the prompt's later blocks reachable; a copy nobody uses is dropped at once.
+TEST(BlockPool, CopiesOfOneContentKeepItsChildrenReachable) {
+  BlockPool pool(5, 2);
   const auto t = toks({9, 9});
+  const auto u = toks({5, 6});
   const BlockHash h = pool.hash(kRootHash, t);
+  const BlockHash hu = pool.hash(h, u);
   const BlockId a = pool.allocate();
   const BlockId b = pool.allocate();
-  EXPECT_EQ(pool.cache(a, h, {}, t), a);
-  EXPECT_EQ(pool.cache(b, h, {}, t), a);
+  const BlockRef content = pool.cache(a, h, {}, t);
+  EXPECT_EQ(pool.cache(b, h, {}, t), content) << "a copy shares the content's number";
+  EXPECT_TRUE(pool.block(b).cached);
+  EXPECT_EQ(pool.num_cached(), 2);
+  const BlockId child = pool.allocate();  // chained after the second copy
+  const BlockRef child_content = pool.cache(child, hu, content, u);
+  EXPECT_EQ(child_content, pool.ref(child));
+  pool.check_consistency();
+
+  // The first copy's holder finishes: that copy is dropped (no eviction) and goes first.
+  pool.free(a);
+  EXPECT_FALSE(pool.block(a).cached);
+  EXPECT_EQ(pool.stats().evictions, 0);
+  EXPECT_EQ(pool.eviction_order().front(), a);
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_EQ(pool.lookup(h, {}, t), b);
+  EXPECT_EQ(pool.lookup(hu, pool.ref(b), u), child) << "the child outlives the copy it was chained after";
+  pool.check_consistency();
+
+  // A copy cached while the other copy is free: the free one is dropped.
+  pool.free(child);
+  pool.free(b);
+  EXPECT_TRUE(pool.block(b).cached) << "the last copy stays cached when freed";
+  const BlockId d = pool.allocate();  // block 3, never cached
+  EXPECT_EQ(pool.cache(d, h, {}, t), content);
   EXPECT_FALSE(pool.block(b).cached);
-  EXPECT_EQ(pool.num_cached(), 1);
+  EXPECT_EQ(pool.lookup(h, {}, t), d);
+  EXPECT_EQ(pool.lookup(hu, pool.ref(d), u), child);
+  EXPECT_EQ(pool.stats().evictions, 0);
+  pool.check_consistency();
+
+  // Once no block caches the content, its children are unreachable even if it is computed again.
+  pool.free(d);
+  pool.free(a);
+  pool.set_priority(child, kDefaultPriority + 1);
+  while (pool.num_cached() > 1) pool.allocate();  // a, b and 4 (uncached) go first, then d
+  EXPECT_FALSE(pool.block(d).cached);
+  EXPECT_TRUE(pool.block(child).cached);
+  EXPECT_EQ(pool.stats().evictions, 1);
+  const BlockRef again = pool.cache(a, h, {}, t);
+  EXPECT_NE(again, content) << "a number is never reused";
+  EXPECT_EQ(pool.lookup(hu, again, u), kNoBlock);
+  EXPECT_THROW(pool.cache(b, hu, kNoContent, u), std::logic_error) << "nothing chains to an uncached block";
+  pool.check_consistency();
 }
 
 TEST(BlockPool, HashesChainOverParentTokensAndModel) {

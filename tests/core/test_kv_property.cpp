@@ -20,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -136,6 +137,7 @@ class KvModel {
   const char* op_name() const { return kOpNames[int(op_)]; }
   const KvStats& stats() const { return stats_; }
   std::int64_t shared_block_checks() const { return distinct_checked_; }
+  std::int64_t content_copy_checks() const { return copies_checked_; }
   const KvCacheManager& kv() const { return kv_; }
 
  private:
@@ -374,8 +376,8 @@ class KvModel {
   std::string preempt(std::size_t i) {
     Sequence& s = *live_[i];
     // The blocks an immediate readmission must find again: the leading run of blocks that are
-    // cached and chained to the block before them. (free() keeps them cached, and the pool never
-    // holds two cached blocks with the same parent and tokens, so lookup cannot stray.)
+    // cached and chained to the block before them. (free() keeps them cached, or drops a block
+    // whose content another block still caches; lookup finds one of the copies either way.)
     int own = 0;
     BlockRef parent;
     for (BlockId b : s.kv.blocks) {
@@ -579,6 +581,11 @@ class KvModel {
     if (std::string err = check_distinct_context(); !err.empty()) return err;
     const BlockPool& pool = kv_.pool();
     const int nb = pool.num_blocks();
+    std::unordered_map<std::uint64_t, BlockId> holder;  // a block caching each content
+    int copies_seen = 0;
+    for (BlockId b = 0; b < nb; ++b)
+      if (pool.block(b).cached && !holder.emplace(pool.ref(b).content, b).second) ++copies_seen;
+    copies_checked_ += copies_seen > 0;
     std::vector<std::int64_t> fill(std::size_t(nb), 0);  // tokens written per block, by our model
     std::vector<SeqId> stamp(std::size_t(nb), 0);
 
@@ -625,17 +632,16 @@ class KvModel {
       }
       if (caching_ && kv.num_cached_blocks > 0) {
         const BlockRef last = kv.last_cached;
-        DUET_CHECK_OR_RETURN(last.id != kNoBlock,
+        DUET_CHECK_OR_RETURN(last != BlockRef{} && last != kNoContent,
                              "sequence " << s.id << " has cached blocks but no last_cached");
-        const Block& lb = pool.block(last.id);
-        if (lb.cached && lb.generation == last.generation) {
-          const auto it = cached_.find(last.id);
+        if (const auto h = holder.find(last.content); h != holder.end()) {
+          const auto it = cached_.find(h->second);
           DUET_CHECK_OR_RETURN(
               it != cached_.end() &&
                   it->second.tokens ==
                       std::vector<TokenId>(s.tokens.begin(),
                                            s.tokens.begin() + std::ptrdiff_t(kv.num_cached_blocks * bs_)),
-              "last_cached of sequence " << s.id << " (block " << last.id
+              "last_cached of sequence " << s.id << " (block " << h->second
                                          << ") stands for a different prefix");
         }
       }
@@ -715,19 +721,18 @@ class KvModel {
           std::equal(stored.begin(), stored.end(), content_[std::size_t(b)].begin()),
           "cached block " << b << " holds KV other than its stored tokens (written after caching?)");
       const BlockRef parent = blk.parent;
-      if (parent.id == kNoBlock) {
+      if (parent == BlockRef{}) {
         DUET_CHECK_OR_RETURN(len == std::size_t(bs_),
                              "root block " << b << " stands for a prefix of " << len << " tokens");
       } else {
         DUET_CHECK_OR_RETURN(len > std::size_t(bs_),
                              "block " << b << " stands for a one-block prefix but has a parent");
-        const Block& pb = pool.block(parent.id);
-        if (pb.cached && pb.generation == parent.generation) {
-          const auto pit = cached_.find(parent.id);
+        if (const auto h = holder.find(parent.content); h != holder.end()) {
+          const auto pit = cached_.find(h->second);
           DUET_CHECK_OR_RETURN(
               pit != cached_.end() && pit->second.tokens.size() == len - std::size_t(bs_) &&
                   pit->second.fp == entry.parent_fp,
-              "block " << b << "'s parent " << parent.id << " stands for a different prefix");
+              "block " << b << "'s parent " << h->second << " stands for a different prefix");
         }
       }
     }
@@ -763,6 +768,7 @@ class KvModel {
   std::int64_t expected_hit_tokens_ = 0;
   std::int64_t evictions_seen_ = 0;
   std::int64_t distinct_checked_ = 0;  // checks where the live sequences shared a block
+  std::int64_t copies_checked_ = 0;    // checks where two blocks cached one content
   KvStats stats_;
 };
 
@@ -792,6 +798,7 @@ TEST_P(KvProperty, RandomOperationsKeepInvariants) {
     EXPECT_GT(st.hit_admissions, 0);
     EXPECT_GT(st.evictions, 0);
     EXPECT_GT(st.own_hit_checks, 0);
+    EXPECT_GT(model.content_copy_checks(), 0) << "no two sequences ever cached one content side by side";
   } else {
     EXPECT_EQ(st.hit_tokens, 0);
     EXPECT_EQ(model.kv().usage().cached_blocks, 0);
