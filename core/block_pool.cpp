@@ -167,6 +167,7 @@ void BlockPool::uncache(BlockId b) {
   }
   blk.hash_next = kNoBlock;
   blk.cached = false;
+  blk.copied = false;
   blk.content = kNoContent;
   blk.parent = {};
   --num_cached_;
@@ -200,7 +201,14 @@ void BlockPool::free(BlockId b) {
   Block& blk = blocks_[b];
   if (blk.ref_count <= 0) throw std::logic_error("BlockPool::free of free block " + std::to_string(b));
   if (--blk.ref_count > 0) return;
-  if (blk.cached && other_copy(b) != kNoBlock) uncache(b);  // the copy in use keeps the content
+  if (blk.copied) {
+    if (const BlockId other = other_copy(b); other != kNoBlock) {  // the copy in use keeps the content
+      blocks_[other].priority = std::max(blocks_[other].priority, blk.priority);
+      uncache(b);
+    } else {
+      blk.copied = false;
+    }
+  }
   enlist(b);
   ++num_free_;
   --tenants_[blk.tenant].used;
@@ -269,6 +277,7 @@ BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<con
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + std::ptrdiff_t(b) * token_stride_);
   blk.hash = h;
   blk.content = same != kNoBlock ? blocks_[same].content : BlockRef{next_content_++};
+  blk.copied = same != kNoBlock;
   blk.parent = parent;
   blk.cached = true;
   auto [head, inserted] = by_hash_.try_emplace(h, b);
@@ -279,9 +288,13 @@ BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<con
   ++tenants_[blk.tenant].stats.cached_inserts;
   ++stats_.cached_inserts;
   if (same != kNoBlock && blocks_[same].ref_count == 0) {  // a free copy: the one in use is enough
+    blk.priority = std::max(blk.priority, blocks_[same].priority);
     unlink(same);
     uncache(same);
     enlist(same);
+    blk.copied = other_copy(b) != kNoBlock;
+  } else if (same != kNoBlock) {
+    blocks_[same].copied = true;
   }
   return blk.content;
 }
@@ -351,7 +364,8 @@ void BlockPool::check_consistency() const {
     }
     if (blk.content == kNoContent || blk.content.content == 0 || blk.content.content >= next_content_)
       fail("cached block " + std::to_string(b) + " has no content number of its own");
-    if (blk.parent == kNoContent) fail("cached block " + std::to_string(b) + " is chained to nothing");
+    if (blk.parent == kNoContent || blk.parent.content >= next_content_)
+      fail("cached block " + std::to_string(b) + " is chained to no content the pool numbered");
     const auto [it, first] = holder.try_emplace(blk.content.content, b);
     if (first) continue;
     const Block& other = blocks_[it->second];
@@ -360,6 +374,9 @@ void BlockPool::check_consistency() const {
         !std::equal(a.begin(), a.end(), o.begin(), o.end()))
       fail("blocks " + std::to_string(it->second) + " and " + std::to_string(b) +
            " share a content number but not their content");
+    if (!blk.copied || !other.copied)
+      fail("blocks " + std::to_string(it->second) + " and " + std::to_string(b) +
+           " cache one content but are not both marked copied");
     if (blk.ref_count == 0 || other.ref_count == 0)
       fail("free block " + std::to_string(blk.ref_count == 0 ? b : it->second) + " caches a content that " +
            std::to_string(blk.ref_count == 0 ? it->second : b) + " also caches");
@@ -369,6 +386,13 @@ void BlockPool::check_consistency() const {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
       if (!blocks_[c].cached || blocks_[c].hash != h)
         fail("hash chain holds block " + std::to_string(c) + " wrongly");
+      for (BlockId d = blocks_[c].hash_next; d != kNoBlock; d = blocks_[d].hash_next) {
+        const auto a = stored_tokens(c), o = stored_tokens(d);
+        if (blocks_[d].content != blocks_[c].content && blocks_[d].parent == blocks_[c].parent &&
+            blocks_[d].tenant == blocks_[c].tenant && std::equal(a.begin(), a.end(), o.begin(), o.end()))
+          fail("blocks " + std::to_string(c) + " and " + std::to_string(d) +
+               " cache one content under two numbers");
+      }
       // A block's key must be the hash of its stored tokens after its parent's hash, whenever a
       // block still caches that parent.
       ++chained;

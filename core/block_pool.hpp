@@ -6,9 +6,11 @@
 // list per retention priority and tenant. allocate() takes the lowest priority's first block, in
 // least recently freed order across the tenants' lists. Freed blocks that hold a cached (hashed)
 // full block stay in the hash map and remain hittable until allocate() reuses them (lazy
-// eviction). Blocks that hold nothing worth keeping go to the very front.
+// eviction), unless another block caches the same content (a copy, cache() below). Blocks that
+// hold nothing worth keeping go to the very front.
 //
-// allocate, free, touch and set_priority are O(tenants); lookup is O(1) expected.
+// allocate, touch and set_priority are O(tenants); free is too, plus a walk of the block's hash
+// chain when it has a copy; lookup is O(1) expected.
 //
 // Shared pools. A page holds one block of any tenant: the tenants' block sizes differ, their block
 // bytes do not (the memory plan checks that). Eviction is global: the least recently freed block
@@ -71,28 +73,31 @@ struct BlockRef {
 // What an uncached block stands for: nothing can be chained to it.
 inline constexpr BlockRef kNoContent{~std::uint64_t(0)};
 
+// 64 bytes, one cache line: the simulator's lookups and frees walk these records.
 struct Block {
   std::int32_t ref_count = 0;
   std::int8_t priority = kDefaultPriority;
-  bool in_free_list = false;
-  bool cached = false;           // registered in the hash map
+  bool in_free_list : 1 = false;
+  bool cached : 1 = false;       // registered in the hash map
+  bool copied : 1 = false;       // another block may cache the same content (checked when freed)
   std::uint8_t tenant = 0;       // whose KV the page holds (or last held)
   std::uint32_t generation = 0;  // bumped each time its cached content is evicted
+  BlockId hash_next = kNoBlock;  // next block with the same hash (collisions, copies)
   BlockHash hash = 0;
   BlockRef content = kNoContent;  // the content it caches
   BlockRef parent;                // the content before it in its prefix (the root: none)
   BlockId prev = kNoBlock;        // free-list links
   BlockId next = kNoBlock;
-  BlockId hash_next = kNoBlock;  // next block with the same hash (collisions)
   // While free: when it was freed (a counter), and what it is worth to keep (a cached block:
   // the inflation when freed + its tenant's eviction_cost; an uncached one: -inf, goes first).
   std::uint64_t freed_at = 0;
   double worth = 0;
 };
+static_assert(sizeof(Block) == 64);
 
 struct BlockPoolStats {
   std::int64_t allocations = 0;
-  std::int64_t evictions = 0;  // cached blocks whose content was dropped for reuse
+  std::int64_t evictions = 0;  // cached blocks whose content was lost to a reuse of the block
   std::int64_t cached_inserts = 0;
 };
 
@@ -111,6 +116,8 @@ class BlockPool {
   BlockId allocate(int tenant = 0);
   // Drops one reference. At zero the block joins the free lists: a cached block at the back of
   // its retention priority's list (it is still worth a hit), an uncached one at the very front.
+  // A cached block whose content another block in use also caches is uncached first (no eviction:
+  // nothing is lost), and its retention priority passes to that block if higher.
   void free(BlockId b);
   // Takes one more reference (a prefix hit or a fork); a free block leaves the free lists.
   void touch(BlockId b);
@@ -127,7 +134,8 @@ class BlockPool {
   // Registers a full, computed block and returns its content, the parent its successors name.
   // A block with content that another block already caches becomes a copy of it (the same
   // BlockRef). A copy is only kept while in use: a free block whose content another block caches
-  // is dropped at once (it goes first), so the cache never spends a free page twice on one content.
+  // is dropped at once (it goes first, and its priority passes to `b` if higher), so the cache
+  // never spends a free page twice on one content.
   BlockRef cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens);
 
   // The content a block caches; kNoContent when it caches nothing.

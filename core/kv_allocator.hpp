@@ -30,7 +30,7 @@ struct KvUsage {
   // Shared pool: pages this model may not take now (the other models hold them, their floors
   // reserve them, or they lie beyond this model's ceiling). 0 for a private pool.
   std::int32_t unavailable_blocks = 0;
-  std::int32_t cached_blocks = 0;  // hittable, used or free
+  std::int32_t cached_blocks = 0;  // holding cached content, used or free (copies in use each count)
   std::int64_t filled_tokens = 0;  // token slots holding a token, in used blocks
   int block_size = 0;
   KvLimits limits;  // the floor and ceiling on used_blocks

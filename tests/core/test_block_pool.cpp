@@ -202,6 +202,37 @@ TEST(BlockPool, CopiesOfOneContentKeepItsChildrenReachable) {
   pool.check_consistency();
 }
 
+// A dropped copy's retention priority passes to the copy that stays: a prefix a search pinned is
+// not lost because another sequence computed it again.
+TEST(BlockPool, ADroppedCopyPassesItsPriorityOn) {
+  BlockPool pool(4, 2);
+  const auto t = toks({1, 2});
+  const BlockHash h = pool.hash(kRootHash, t);
+  const BlockId pinned = pool.allocate();
+  pool.cache(pinned, h, {}, t);
+  pool.set_priority(pinned, kNumPriorities - 1);
+  pool.free(pinned);
+  const BlockId again = pool.allocate();  // recomputes the content: the free copy is dropped
+  pool.cache(again, h, {}, t);
+  EXPECT_FALSE(pool.block(pinned).cached);
+  EXPECT_EQ(pool.block(again).priority, kNumPriorities - 1);
+
+  // Freed while another copy is in use: that copy takes the higher priority.
+  const BlockId other = pool.allocate();
+  pool.cache(other, h, {}, t);
+  EXPECT_EQ(pool.block(other).priority, kDefaultPriority);
+  pool.free(again);
+  EXPECT_FALSE(pool.block(again).cached);
+  EXPECT_EQ(pool.block(other).priority, kNumPriorities - 1);
+  pool.set_priority(other, 1);  // a lower priority is never raised by a lower one passed on
+  const BlockId low = pool.allocate();
+  pool.cache(low, h, {}, t);
+  pool.set_priority(low, 0);
+  pool.free(low);
+  EXPECT_EQ(pool.block(other).priority, 1);
+  pool.check_consistency();
+}
+
 TEST(BlockPool, HashesChainOverParentTokensAndModel) {
   const auto t = toks({1, 2, 3});
   EXPECT_EQ(hash_block(kRootHash, t, 0), hash_block(kRootHash, t, 0));

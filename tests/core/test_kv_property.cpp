@@ -144,6 +144,7 @@ class KvModel {
   struct CacheState {
     bool cached = false;
     std::uint32_t generation = 0;
+    BlockRef content = kNoContent;
   };
   struct CachedPrefix {
     std::vector<TokenId> tokens;  // the whole prefix, this block's tokens last
@@ -495,7 +496,7 @@ class KvModel {
         evictions_seen_ += blk.generation - was.generation;
         stats_.evictions += blk.generation - was.generation;
       }
-      if (blk.cached && (!was.cached || blk.generation != was.generation)) {
+      if (blk.cached && (!was.cached || pool.ref(b) != was.content)) {
         // Newly cached: only the writing sequence can have done it, from its own tokens.
         DUET_CHECK_OR_RETURN(e.writer != nullptr,
                              "block " << b << " became cached in an operation that allocated nothing");
@@ -516,7 +517,7 @@ class KvModel {
       } else if (!blk.cached) {
         cached_.erase(b);
       }
-      was = {blk.cached, blk.generation};
+      was = {blk.cached, blk.generation, pool.ref(b)};
     }
     return "";
   }
@@ -631,19 +632,17 @@ class KvModel {
         }
       }
       if (caching_ && kv.num_cached_blocks > 0) {
-        const BlockRef last = kv.last_cached;
-        DUET_CHECK_OR_RETURN(last != BlockRef{} && last != kNoContent,
-                             "sequence " << s.id << " has cached blocks but no last_cached");
-        if (const auto h = holder.find(last.content); h != holder.end()) {
-          const auto it = cached_.find(h->second);
-          DUET_CHECK_OR_RETURN(
-              it != cached_.end() &&
-                  it->second.tokens ==
-                      std::vector<TokenId>(s.tokens.begin(),
-                                           s.tokens.begin() + std::ptrdiff_t(kv.num_cached_blocks * bs_)),
-              "last_cached of sequence " << s.id << " (block " << h->second
-                                         << ") stands for a different prefix");
-        }
+        // A block in use keeps its content, so the last cached block of the table still caches it.
+        const BlockId lb = kv.blocks[std::size_t(kv.num_cached_blocks - 1)];
+        DUET_CHECK_OR_RETURN(pool.block(lb).cached && kv.last_cached == pool.ref(lb),
+                             "last_cached of sequence " << s.id << " is not the content of its block " << lb);
+        const auto it = cached_.find(lb);
+        DUET_CHECK_OR_RETURN(
+            it != cached_.end() &&
+                it->second.tokens ==
+                    std::vector<TokenId>(s.tokens.begin(),
+                                         s.tokens.begin() + std::ptrdiff_t(kv.num_cached_blocks * bs_)),
+            "last_cached of sequence " << s.id << " (block " << lb << ") stands for a different prefix");
       }
     }
     for (const auto& sp : preempted_)
