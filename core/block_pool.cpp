@@ -292,7 +292,7 @@ BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<con
     unlink(same);
     uncache(same);
     enlist(same);
-    blk.copied = other_copy(b) != kNoBlock;
+    blk.copied = false;  // a free block is its content's only copy: b is the only one now
   } else if (same != kNoBlock) {
     blocks_[same].copied = true;
   }
@@ -359,9 +359,11 @@ void BlockPool::check_consistency() const {
   for (BlockId b = 0; b < num_blocks(); ++b) {
     const Block& blk = blocks_[b];
     if (!blk.cached) {
-      if (blk.content != kNoContent) fail("uncached block " + std::to_string(b) + " names a content");
+      if (blk.content != kNoContent || blk.copied)
+        fail("uncached block " + std::to_string(b) + " names a content or a copy");
       continue;
     }
+    if (blk.ref_count == 0 && blk.copied) fail("free block " + std::to_string(b) + " is marked copied");
     if (blk.content == kNoContent || blk.content.content == 0 || blk.content.content >= next_content_)
       fail("cached block " + std::to_string(b) + " has no content number of its own");
     if (blk.parent == kNoContent || blk.parent.content >= next_content_)

@@ -10,7 +10,7 @@
 // hold nothing worth keeping go to the very front.
 //
 // allocate, touch and set_priority are O(tenants); free is too, plus a walk of the block's hash
-// chain when it has a copy; lookup is O(1) expected.
+// chain when it is marked copied; lookup is O(1) expected.
 //
 // Shared pools. A page holds one block of any tenant: the tenants' block sizes differ, their block
 // bytes do not (the memory plan checks that). Eviction is global: the least recently freed block
@@ -73,8 +73,8 @@ struct BlockRef {
 // What an uncached block stands for: nothing can be chained to it.
 inline constexpr BlockRef kNoContent{~std::uint64_t(0)};
 
-// 64 bytes, one cache line: the simulator's lookups and frees walk these records.
-struct Block {
+// One cache line each: the simulator's lookups and frees walk these records.
+struct alignas(64) Block {
   std::int32_t ref_count = 0;
   std::int8_t priority = kDefaultPriority;
   bool in_free_list : 1 = false;

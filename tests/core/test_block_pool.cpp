@@ -224,7 +224,7 @@ TEST(BlockPool, ADroppedCopyPassesItsPriorityOn) {
   pool.free(again);
   EXPECT_FALSE(pool.block(again).cached);
   EXPECT_EQ(pool.block(other).priority, kNumPriorities - 1);
-  pool.set_priority(other, 1);  // a lower priority is never raised by a lower one passed on
+  pool.set_priority(other, 1);  // a higher priority is never lowered by a lower one passed on
   const BlockId low = pool.allocate();
   pool.cache(low, h, {}, t);
   pool.set_priority(low, 0);
