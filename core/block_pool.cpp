@@ -203,8 +203,7 @@ void BlockPool::free(BlockId b) {
   if (--blk.ref_count > 0) return;
   if (blk.copied) {
     if (const BlockId other = other_copy(b); other != kNoBlock) {  // the copy in use keeps the content
-      blocks_[other].priority = std::max(blocks_[other].priority, blk.priority);
-      uncache(b);
+      drop_copy(b, other);
     } else {
       blk.copied = false;
     }
@@ -267,6 +266,11 @@ BlockId BlockPool::other_copy(BlockId b) const {
   return kNoBlock;
 }
 
+void BlockPool::drop_copy(BlockId dropped, BlockId keeper) {
+  blocks_[keeper].priority = std::max(blocks_[keeper].priority, blocks_[dropped].priority);
+  uncache(dropped);
+}
+
 BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<const TokenId> tokens) {
   Block& blk = blocks_[b];
   if (std::ssize(tokens) != block_size(blk.tenant))
@@ -288,9 +292,8 @@ BlockRef BlockPool::cache(BlockId b, BlockHash h, BlockRef parent, std::span<con
   ++tenants_[blk.tenant].stats.cached_inserts;
   ++stats_.cached_inserts;
   if (same != kNoBlock && blocks_[same].ref_count == 0) {  // a free copy: the one in use is enough
-    blk.priority = std::max(blk.priority, blocks_[same].priority);
     unlink(same);
-    uncache(same);
+    drop_copy(same, b);
     enlist(same);
     blk.copied = false;  // a free block is its content's only copy: b is the only one now
   } else if (same != kNoBlock) {
@@ -354,6 +357,12 @@ void BlockPool::check_consistency() const {
   for (std::size_t t = 0; t < tenants_.size(); ++t)
     if (used[t] != tenants_[t].used || tenant_cached[t] != tenants_[t].cached)
       fail("tenant " + std::to_string(t) + "'s used or cached count is off");
+  auto same_content = [&](BlockId a, BlockId b) {
+    const Block &x = blocks_[a], &y = blocks_[b];
+    const auto ta = stored_tokens(a), tb = stored_tokens(b);
+    return x.hash == y.hash && x.parent == y.parent && x.tenant == y.tenant &&
+           std::equal(ta.begin(), ta.end(), tb.begin(), tb.end());
+  };
   // Each content's first block seen: its copies must agree with it, and children find it.
   std::unordered_map<std::uint64_t, BlockId> holder;
   for (BlockId b = 0; b < num_blocks(); ++b) {
@@ -371,9 +380,7 @@ void BlockPool::check_consistency() const {
     const auto [it, first] = holder.try_emplace(blk.content.content, b);
     if (first) continue;
     const Block& other = blocks_[it->second];
-    const auto a = stored_tokens(b), o = stored_tokens(it->second);
-    if (other.hash != blk.hash || other.parent != blk.parent || other.tenant != blk.tenant ||
-        !std::equal(a.begin(), a.end(), o.begin(), o.end()))
+    if (!same_content(b, it->second))
       fail("blocks " + std::to_string(it->second) + " and " + std::to_string(b) +
            " share a content number but not their content");
     if (!blk.copied || !other.copied)
@@ -388,13 +395,10 @@ void BlockPool::check_consistency() const {
     for (BlockId c = head; c != kNoBlock; c = blocks_[c].hash_next) {
       if (!blocks_[c].cached || blocks_[c].hash != h)
         fail("hash chain holds block " + std::to_string(c) + " wrongly");
-      for (BlockId d = blocks_[c].hash_next; d != kNoBlock; d = blocks_[d].hash_next) {
-        const auto a = stored_tokens(c), o = stored_tokens(d);
-        if (blocks_[d].content != blocks_[c].content && blocks_[d].parent == blocks_[c].parent &&
-            blocks_[d].tenant == blocks_[c].tenant && std::equal(a.begin(), a.end(), o.begin(), o.end()))
+      for (BlockId d = blocks_[c].hash_next; d != kNoBlock; d = blocks_[d].hash_next)
+        if (blocks_[d].content != blocks_[c].content && same_content(c, d))
           fail("blocks " + std::to_string(c) + " and " + std::to_string(d) +
                " cache one content under two numbers");
-      }
       // A block's key must be the hash of its stored tokens after its parent's hash, whenever a
       // block still caches that parent.
       ++chained;

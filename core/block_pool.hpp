@@ -185,6 +185,10 @@ class BlockPool {
   void uncache(BlockId b);
   // Another cached block with b's content, or kNoBlock.
   BlockId other_copy(BlockId b) const;
+  // `dropped`, free, and `keeper` cache one content: keeper keeps it, with the higher of their
+  // retention priorities (a pinned prefix stays pinned), and dropped is uncached. The caller
+  // keeps dropped off (or takes it off) its free list around this.
+  void drop_copy(BlockId dropped, BlockId keeper);
   // Pages the tenants other than `tenant` still need to reach their floors.
   std::int32_t reserved_for_others(int tenant) const;
   void check_tenant(int tenant, const char* what) const;

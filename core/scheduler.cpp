@@ -148,9 +148,14 @@ Scheduler::Admission Scheduler::admit(Sequence& seq, Batch& batch, int& budget) 
 // sequence last in the order that holds blocks (a fork). Its full blocks stay hittable, at the
 // retention priority they had, until the pool reuses them; the sequence recomputes (or a fork
 // from it looks up) its tokens through the prefix cache, as a preempted one does. False: none.
-// On a shared pool the peers' idle KV follows this engine's own.
+// On a shared pool the peers' idle KV follows this engine's own, unless this engine's ceiling is
+// what limits it: more free pages would not raise what it may take, and the peers would recompute
+// their KV for nothing.
 bool Scheduler::release_idle_kv() {
   if (release_own_idle_kv()) return true;
+  if (peers_.empty()) return false;
+  const KvUsage own = kv_.usage();
+  if (own.limits.max_blocks - own.used_blocks <= own.free_blocks()) return false;
   for (Scheduler* peer : peers_) {
     // Pages a peer holds below its floor would stay reserved for it: releasing them frees nothing.
     const KvUsage u = peer->kv_.usage();

@@ -76,7 +76,8 @@ class Scheduler {
   SchedulerView view() const;
   const SchedulerConfig& config() const { return config_; }
   // The schedulers of the other engines on this engine's shared KV pool (borrowed; empty for a
-  // private pool). When this one is short, their idle KV goes back too, after its own.
+  // private pool). When this one is short, their idle KV goes back too, after its own (not when
+  // this engine's own ceiling is what it is short of).
   void set_pool_peers(std::vector<Scheduler*> peers) { peers_ = std::move(peers); }
   // Gives back the KV of one idle sequence of this engine; false when it holds none.
   bool release_own_idle_kv();

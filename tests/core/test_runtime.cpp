@@ -460,5 +460,32 @@ TEST(Runtime, AMemoryPolicyMovesCeilingsDuringARun) {
   EXPECT_EQ(t.pool->limits(1), (KvLimits{0, 20}));
 }
 
+// The PRM, capped at 20 pages, grows two sequences to 12 pages each while the LLM keeps 4 idle
+// pages on the 40-page pool: the PRM's ceiling, not the pool, is what it is short of, so it
+// preempts one of its own and the LLM keeps its KV (releasing it would free pages the PRM may not
+// take, and cost the LLM a recompute).
+TEST(Runtime, APeerKeepsItsIdleKvWhenTheCeilingIsWhatRunsShort) {
+  SharedTwoEngines t;
+  t.pool->set_limits(1, KvLimits{0, 20});
+  Script w;
+  w.on_start = [](Runtime& r) {
+    Sequence s = gen(1, 14, 2);  // 16 tokens: 4 pages, kept
+    s.keep_kv = true;
+    r.submit(0, std::move(s));
+  };
+  int prm_done = 0;
+  w.finished = [&](Runtime& r, int e, Sequence&) {
+    if (e == 0)
+      for (SeqId i = 11; i <= 12; ++i) r.submit(1, gen(i, 36, 12));  // 9 pages, growing to 12
+    else if (++prm_done == 2) r.release(0, 1);
+  };
+  t.rt.run(w);
+  EXPECT_EQ(prm_done, 2);
+  EXPECT_GT(t.prm.scheduler().num_preemptions(), 0) << "the ceiling did not bind";
+  EXPECT_EQ(t.llm.scheduler().num_idle_releases(), 0);
+  EXPECT_EQ(t.prm.scheduler().num_idle_releases(), 0);
+  t.pool->check_consistency();
+}
+
 }  // namespace
 }  // namespace duet
