@@ -104,10 +104,16 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
           check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
           if (opt.threads < 0)
             throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
+          if (opt.threads > 1 && is_real_backend(opt.backend))
+            throw Error("--threads " + std::to_string(opt.threads) +
+                        ": a sweep on a real engine (--backend " + opt.backend +
+                        ") runs one point at a time, as it measures the engine's step times");
           if (opt.out.empty()) opt.out = lua::default_run_file(opt.script);
           if (opt.ranks.rank == 0) check_hdf5_output(opt.out, {opt.script});
         });
-        if (opt.threads == 0) opt.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+        if (opt.threads == 0)
+          opt.threads =
+              is_real_backend(opt.backend) ? 1 : int(std::max(1u, std::thread::hardware_concurrency()));
         opt.source_dir = source_dir();
         opt.command_line = command_line_of(argc, argv);
         install_stop_handlers();

@@ -73,14 +73,20 @@ std::int32_t BlockPool::available(int tenant) const {
   return std::min(below_ceiling, unreserved);
 }
 
+std::optional<KvLimitsError> kv_limits_error(KvLimits limits) {
+  if (limits.min_blocks < 0)
+    return KvLimitsError{"min_blocks", "must not be negative, got " + std::to_string(limits.min_blocks)};
+  if (limits.max_blocks < limits.min_blocks)
+    return KvLimitsError{"max_blocks", std::to_string(limits.max_blocks) + " is below min_blocks (" +
+                                           std::to_string(limits.min_blocks) + ")"};
+  return std::nullopt;
+}
+
 void BlockPool::set_limits(int tenant, KvLimits limits) {
   check_tenant(tenant, "set_limits");
   const std::string who = "'" + label(tenant) + "'";
-  if (limits.min_blocks < 0)
-    throw Error("min_blocks of " + who + " must not be negative, got " + std::to_string(limits.min_blocks));
-  if (limits.max_blocks < limits.min_blocks)
-    throw Error("max_blocks of " + who + " (" + std::to_string(limits.max_blocks) +
-                ") is below its min_blocks (" + std::to_string(limits.min_blocks) + ")");
+  if (const auto e = kv_limits_error(limits))
+    throw Error(std::string(e->field) + " of " + who + ": " + e->reason);
   std::int64_t floors = limits.min_blocks;
   for (int t = 0; t < num_tenants(); ++t)
     if (t != tenant) floors += tenants_[std::size_t(t)].limits.min_blocks;

@@ -26,6 +26,7 @@
 // below its own ceiling. A one-tenant pool without limits behaves exactly as a private pool.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,15 @@ struct KvLimits {
   std::int32_t max_blocks = kNoCeiling;
   bool operator==(const KvLimits&) const = default;
 };
+
+// What makes a floor and ceiling impossible on their own: the field and why ("must not be
+// negative, got -1"), or nullopt. The pool's set_limits and the Lua memory policy (which names the
+// policy's line) both refuse by it.
+struct KvLimitsError {
+  const char* field;
+  std::string reason;
+};
+std::optional<KvLimitsError> kv_limits_error(KvLimits limits);
 
 // What a block stands for as a parent: a cached content. The pool numbers each distinct content it
 // caches (a tenant's tokens after a parent content) and never reuses a number, so a child is

@@ -26,6 +26,7 @@
 #include "cli/lua/sweep_handout.hpp"
 #include "cli/sweep_file.hpp"
 #include "core/error.hpp"
+#include "exec/backend.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/trace.hpp"
 #include "nlohmann/json.hpp"
@@ -536,11 +537,17 @@ int l_sweep(lua_State* L) {
     if (t.push("run") != LUA_TFUNCTION)
       t.fail("run", "expected a function run(point) -> duet.run configuration");
     call.fn = lua_gettop(L);
-    // Validation measures a real engine: one point at a time, nothing beside it on the cores.
+    // A real engine's sweep (and validation) runs one point at a time: the engine's step times are
+    // what it measures, nothing may run beside it on the cores, and two CUDA points would each take
+    // most of the one GPU's memory.
     const std::optional<int> asked = t.int32("threads");
     if (asked && *asked < 0)
       t.fail("threads", "must be 0 (as duet run --threads) or more, got " + std::to_string(*asked));
-    const int threads = ctx.opt.validate ? 1 : (asked && *asked > 0 ? *asked : ctx.opt.threads);
+    const bool real = is_real_backend(ctx.opt.backend);
+    if (real && !ctx.opt.validate && asked && *asked > 1)
+      t.fail("threads", "a sweep on a real engine (--backend " + ctx.opt.backend +
+                            ") runs one point at a time, got " + std::to_string(*asked));
+    const int threads = ctx.opt.validate || real ? 1 : (asked && *asked > 0 ? *asked : ctx.opt.threads);
     call.label = t.string("label").value_or("sweep");
     t.has("out");  // out = false: no file, as for duet.run
     t.finish();

@@ -383,10 +383,7 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
 KvLimits read_kv_limits(TableReader& t, KvLimits now) {
   const KvLimits l{t.int32("min_blocks").value_or(now.min_blocks),
                    t.int32("max_blocks").value_or(now.max_blocks)};
-  if (l.min_blocks < 0) t.fail("min_blocks", "must not be negative, got " + std::to_string(l.min_blocks));
-  if (l.max_blocks < l.min_blocks)
-    t.fail("max_blocks",
-           std::to_string(l.max_blocks) + " is below min_blocks (" + std::to_string(l.min_blocks) + ")");
+  if (const auto e = kv_limits_error(l)) t.fail(e->field, e->reason);
   return l;
 }
 

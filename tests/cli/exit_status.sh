@@ -23,6 +23,7 @@ expect 2 run "$quick" --backend gpu
 expect 2 run "$quick" --shard 3/2
 expect 2 run "$quick" --record stepz
 expect 2 run "$quick" --threads -1
+expect 2 run "$quick" --backend cpu --threads 2
 expect 2 run "$quick" --lua-instruction-limit 0
 expect 2 run "$quick" --out "$out/no-such-dir/x.h5"
 expect 2 run "$quick" --no-such-flag
