@@ -12,6 +12,7 @@
 
 Needs only h5py, numpy and pandas (Debian: python3-h5py python3-pandas).
 """
+import contextlib
 import json
 import sys
 
@@ -44,16 +45,33 @@ def _open(path):
         raise OSError(f"{path}: cannot be read as HDF5 ({e})") from e
 
 
+@contextlib.contextmanager
+def _reading(path, where):
+    """What h5py raises for an object it cannot read (a damaged header: KeyError, OSError, ...) as
+    OSError naming the file and the object; this module's own errors, which name the file, pass."""
+    try:
+        yield
+    except (KeyError, ValueError, OSError, RuntimeError, TypeError) as e:
+        if e.args and isinstance(e.args[0], str) and e.args[0].startswith(f"{path}: "):
+            raise
+        raise OSError(f"{path}: {where}: damaged, cannot be read ({e})") from e
+
+
 def _groups_with(path, attr):
     """(name, group attribute value) of every group with `attr`, depth first in name order."""
     found = []
 
     def visit(group, name):
-        if attr in group.attrs:
-            found.append((name, _plain(group.attrs[attr])))
-        for child in sorted(group):
-            if isinstance(group.get(child), h5py.Group):
-                visit(group[child], name.rstrip("/") + "/" + child)
+        with _reading(path, name):
+            if attr in group.attrs:
+                found.append((name, _plain(group.attrs[attr])))
+            children = sorted(group)
+        for child in children:
+            where = name.rstrip("/") + "/" + child
+            with _reading(path, where):
+                obj = group[child]  # not get(): it answers None for an object it cannot open
+            if isinstance(obj, h5py.Group):
+                visit(obj, where)
 
     with _open(path) as f:
         visit(f, "/")
@@ -115,7 +133,7 @@ def load_run(path, group=None, tables=True):
             raise KeyError(f"{path}: holds {len(runs)} runs ({shown or 'none'}): pass group= (list_runs, "
                            f"find_run or sweep_table find them)")
         group = runs[0]
-    with _open(path) as f:
+    with _open(path) as f, _reading(path, group):
         if group not in f or not isinstance(f[group], h5py.Group):
             raise KeyError(f"{path}: {group}: no such group")
         run = f[group]
@@ -187,7 +205,7 @@ def sweep_table(path, sweep=None):
 def find_run(path, label):
     """The group of the run labelled `label` (a duet.run{label = ...}); KeyError when none is."""
     groups = list_runs(path)
-    with _open(path) as f:
+    with _open(path) as f, _reading(path, "/"):
         for group in groups:
             if _plain(f[group].attrs.get("label", "")) == label:
                 return group
@@ -198,7 +216,7 @@ def validation_table(path):
     """Every point of a `duet validate` file, one row each: its validation.* attributes (without
     the prefix) and the groups of its predicted and measured runs."""
     rows = []
-    with _open(path) as f:
+    with _open(path) as f, _reading(path, "/validate/points"):
         if "validate/points" not in f:
             raise KeyError(f"{path}: no /validate/points (not a duet validate file)")
         for name in sorted(f["validate/points"]):

@@ -186,7 +186,7 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
 }
 
 void check_hdf5_output(const std::string& out, const std::vector<std::string>& inputs,
-                       const std::string& what) {
+                       const std::string& what, bool in_place) {
   check_output(out, inputs, what);
   // HDF5's format signature, at offset 0 in every file duet writes (HDF5 File Format Specification,
   // "Format Signature").
@@ -201,6 +201,7 @@ void check_hdf5_output(const std::string& out, const std::vector<std::string>& i
     throw Error(what + " " + out +
                 " exists and is not an HDF5 file: refusing to replace it (remove it, or "
                 "choose another name)");
+  if (in_place) check_not_open_elsewhere(out);
 }
 
 }  // namespace duet::cli

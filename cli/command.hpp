@@ -34,9 +34,10 @@ std::string command_line_of(int argc, char** argv);
 void check_output(const std::string& out, const std::vector<std::string>& inputs,
                   const std::string& what = "--out");
 // check_output for an HDF5 file, which also refuses to replace an existing file of another kind
-// (a JSON profile given as --out by mistake).
+// (a JSON profile given as --out by mistake) and, unless the command writes beside it and renames
+// (`in_place` false), a file another program holds open: before the work, not after it.
 void check_hdf5_output(const std::string& out, const std::vector<std::string>& inputs,
-                       const std::string& what = "--out");
+                       const std::string& what = "--out", bool in_place = true);
 
 // Bad usage found after parsing (a flag's value, a missing input file): exit status 2 from every
 // command, also from those whose other errors exit 1 (a failed run).

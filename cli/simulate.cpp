@@ -84,7 +84,8 @@ int simulate(int argc, char** argv) {
   options.add(output);
   const std::string command_line = command_line_of(argc, argv);
   return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
-    if (!out.empty()) check_hdf5_output(out, {args.trace});
+    // Written beside --out and renamed: a reader holding the old file keeps reading it.
+    if (!out.empty()) check_hdf5_output(out, {args.trace}, "--out", false);
     const RecordLevel level = parse_record_level("--record", record);
     TraceExperiment x = trace_experiment(args, source_dir(), command_line);
     x.spec.record = level;
@@ -101,7 +102,9 @@ int simulate(int argc, char** argv) {
     // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
     install_stop_handlers();
     ExperimentHooks hooks;
+    bool started = false;  // the configuration held: an error from here on is a failed run (1)
     hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
+      started = true;
       rt.stop = &g_stop_signal;
       if (file) {
         stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
@@ -125,17 +128,16 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (!stream) {  // nothing recorded (the configuration failed, or memory ran out first)
+      if (!started) {  // nothing recorded: what the flags describe cannot run (usage), or memory ran out
         if (file) discard(*file, output);
         if (signal == 0) throw;  // as it was: run_command reports each kind of error its way
         std::fprintf(stderr, "duet simulate: %s\n", e.what());
         return stopped_exit_status(signal);
       }
-      const std::string message = cut_short(e.what());
-      if (signal == 0) throw Error(message);
+      const std::string message = stream ? cut_short(e.what()) : std::string(e.what());
       bar.finish();
-      std::fprintf(stderr, "duet simulate: %s\n", message.c_str());
-      return stopped_exit_status(signal);
+      std::fprintf(stderr, "duet simulate: %s%s\n", signal == 0 ? "error: " : "", message.c_str());
+      return signal == 0 ? 1 : stopped_exit_status(signal);
     }
     bar.finish();
     const EngineSetup& e = x.spec.engines[0];

@@ -46,7 +46,11 @@ void Scheduler::add(Sequence& seq) {
     if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
     std::sort(seq.score_positions.begin(), seq.score_positions.end());
     if (seq.score_positions.front() < 0 || seq.score_positions.back() >= seq.num_tokens())
-      throw Error("sequence " + std::to_string(seq.id) + ": score position out of range");
+      throw Error("sequence " + std::to_string(seq.id) + ": score position " +
+                  std::to_string(seq.score_positions.front() < 0 ? seq.score_positions.front()
+                                                                 : seq.score_positions.back()) +
+                  " out of range: positions are 0-based token indices, 0 to " +
+                  std::to_string(seq.num_tokens() - 1));
   }
   seq.status = SeqStatus::Waiting;
   seq.arrival_order = next_arrival_++;

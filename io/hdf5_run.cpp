@@ -1,9 +1,13 @@
 #include "io/hdf5_run.hpp"
 
 #include <H5Cpp.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <condition_variable>
 #include <cstddef>
 #include <ctime>
@@ -794,9 +798,23 @@ struct RunFileWriter::Impl {
   TableCompression compression;
 };
 
+void check_not_open_elsewhere(const std::string& path) {
+  // HDF5's sec2 driver locks a file with flock(2) while it is open (shared to read, exclusive to
+  // write), so an exclusive flock that cannot be had now means another holder.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // no file yet, or one the caller's open names
+  const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // and with it the lock
+  if (busy)
+    throw Error(path +
+                ": open in another program (a notebook reading it, or another duet run writing it): it is "
+                "left as it is; close it there, or choose another name");
+}
+
 RunFileWriter::RunFileWriter(const std::string& path, TableCompression compression) {
   if (compression.deflate < 0 || compression.deflate > 9)
     throw Error(path + ": deflate level " + std::to_string(compression.deflate) + " is not 0 (none) to 9");
+  check_not_open_elsewhere(path);
   Where where{path, ""};
   impl_ = guarded(where, [&] {
     H5::FileCreatPropList fcpl;

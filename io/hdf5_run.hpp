@@ -44,9 +44,14 @@ struct TableCompression {
   int deflate = 1;
 };
 
+// Throws duet::Error naming `path` when another program holds it open through HDF5 (a notebook
+// reading it, another duet run writing it). HDF5 truncates a file before it tries to lock it, so a
+// file replaced in place is checked first; a command that would replace it checks before its work.
+void check_not_open_elsewhere(const std::string& path);
+
 class RunFileWriter {
  public:
-  // Creates the file, replacing any file of that name.
+  // Creates the file, replacing any file of that name (not one another program holds open).
   explicit RunFileWriter(const std::string& path, TableCompression compression = {});
   // Opens an existing duet file to add runs to it (duet run --resume). The caller checks first that
   // the file is one it may continue: this only opens it, naming the file in its errors.

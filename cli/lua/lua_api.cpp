@@ -295,9 +295,36 @@ std::vector<SweepPoint> grid_points(lua_State* L, int grid, std::string& grid_js
   return points;
 }
 
-// Pushes the point as a Lua table {name = value}, values with their Lua types.
+// A sweep point's __index, reached only for a key the grid does not have: an error at the line that
+// read it (a misspelt key would be nil, and the run would take that setting's default). Upvalue 1:
+// the grid's keys. No C++ object lives here: lua_error longjmps.
+int unknown_point_key(lua_State* L) {
+  luaL_where(L, 1);
+  if (lua_type(L, 2) == LUA_TSTRING)
+    lua_pushfstring(L, "the sweep point has no key '%s' (the grid's keys: %s)", lua_tostring(L, 2),
+                    lua_tostring(L, lua_upvalueindex(1)));
+  else
+    lua_pushfstring(L, "a sweep point's keys are the grid's names (%s), not a %s",
+                    lua_tostring(L, lua_upvalueindex(1)), luaL_typename(L, 2));
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+// Pushes the point as a Lua table {name = value}, values with their Lua types; reading a key the
+// grid does not have is an error.
 void push_point(lua_State* L, const SweepPoint& p) {
+  std::vector<std::string> keys;
+  for (const auto& kv : p.numbers) keys.push_back(kv.first);
+  for (const auto& kv : p.text) keys.push_back(kv.first);
+  std::sort(keys.begin(), keys.end());
+  std::string names;
+  for (const std::string& k : keys) names += (names.empty() ? "" : ", ") + k;
   lua_createtable(L, 0, int(p.numbers.size() + p.text.size()));
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, names.c_str());
+  lua_pushcclosure(L, unknown_point_key, 1);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
   for (const auto& [k, v] : p.numbers) {
     if (std::find(p.booleans.begin(), p.booleans.end(), k) != p.booleans.end()) lua_pushboolean(L, v != 0.0);
     else if (std::floor(v) == v && std::abs(v) < 9e15) lua_pushinteger(L, lua_Integer(v));

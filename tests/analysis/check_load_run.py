@@ -65,4 +65,21 @@ for read in (duet_h5.load_run, duet_h5.list_runs, duet_h5.validation_table):
         sys.exit(f"{read.__name__} read a truncated file")
     except OSError as error:
         assert str(error).startswith(truncated + ": cannot be read as HDF5"), error
+# A file that opens but holds an object h5py cannot read (its header's signature overwritten): the
+# error names the file and the object, and list_runs no longer skips it as if it were not there.
+with duet_h5.h5py.File(one, "r") as f:
+    address = duet_h5.h5py.h5o.get_info(f["/runs/0000/engines/llm"].id).addr
+damaged = os.path.join(out, "damaged.h5")
+with open(one, "rb") as src:
+    data = bytearray(src.read())
+assert data[address:address + 4] == b"OHDR", data[address:address + 4]
+data[address:address + 4] = b"XHDR"
+with open(damaged, "wb") as dst:
+    dst.write(data)
+for read in (duet_h5.load_run, duet_h5.list_runs):
+    try:
+        read(damaged)
+        sys.exit(f"{read.__name__} read a damaged file")
+    except OSError as error:
+        assert str(error).startswith(damaged + ": /runs/0000/engines/llm: damaged, cannot be read"), error
 print("load_run: ok")

@@ -77,6 +77,10 @@ cp "$out/quick.h5" "$out/earlier_quick.h5" && cp "$out/quick.h5" "$out/kept_quic
 expect 1 simulate --synthetic 5 --model llama-3.2-1b --max-model-len 10 --out "$out/kept_quick.h5"
 grep -q "nothing was simulated; $out/kept_quick.h5.incomplete holds what was recorded before it ($out/kept_quick.h5 is unchanged)" log.txt ||
   { echo "FAIL: simulate's message for a run of no request:"; cat log.txt; failed=1; }
+# A request too long for the engine, found while the run goes: a failed run (1), with or without a file.
+azure="$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+expect 1 simulate --trace "$azure" --max-requests 20 --max-model-len 1024 --on-too-long error
+expect 1 simulate --trace "$azure" --max-requests 20 --max-model-len 1024 --on-too-long error --out "$out/too_long.h5"
 cmp -s "$out/kept_quick.h5" "$out/earlier_quick.h5" || { echo "FAIL: a run of no request replaced kept_quick.h5"; failed=1; }
 # --out through a symbolic link: the link stays, the file it names is written.
 mkdir -p "$out/store" && ln -sf "$out/store/r.h5" "$out/link.h5"

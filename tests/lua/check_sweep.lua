@@ -26,4 +26,18 @@ for i = 1, 4 do
   assert(one[i].result.makespan_s == two[i].result.makespan_s, "deterministic across thread counts")
   assert(one[i].result.engines.llm.total_blocks == two[i].result.engines.llm.total_blocks)
 end
+-- A key the grid does not have is an error at the line that reads it, in run(point) (a misspelt
+-- key was nil, and the run took the setting's default) and in the results.
+-- (Checked inside run(): a point runs in a Lua state of its own, and a failed point fails duet run.)
+local typo = duet.sweep{grid = {llm_util = {0.05}}, out = false, threads = 1, run = function(p)
+  local bad, why = pcall(function() return p.llm_utl end)
+  assert(not bad and tostring(why):find("check_sweep.lua:%d+: the sweep point has no key 'llm_utl' %(the grid's keys: llm_util%)"),
+         tostring(why))
+  return {out = false, progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.llm_util}},
+          workload = {problems = {{}}, solve = function() return {} end}}
+end}
+assert(#typo == 1 and #typo.failed == 0)
+local ok, err = pcall(function() return one[1].point.llm_utl end)
+assert(not ok and tostring(err):find("check_sweep.lua:%d+: the sweep point has no key 'llm_utl' %(the grid's keys: llm_util, max_num_seqs%)"),
+       tostring(err))
 print("sweep ok")
