@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/memory_plan.hpp"
 #include "exec/build_revision.hpp"
 #include "sim/profiles.hpp"
 
@@ -161,6 +162,37 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
   return d;
 }
 
+// The blocks design() lays the point's batch out on: each item's, less those a beam group shares,
+// and the copies' sources and destinations.
+std::int64_t blocks_of(const GridPoint& p, int block_size) {
+  const int shared = p.group > 1 ? p.shared_context / block_size : 0;
+  std::int64_t n = 2LL * p.copies;
+  for (std::size_t i = 0; i < p.items.size(); ++i) {
+    const int blocks = (p.items[i].context + p.items[i].new_tokens + block_size - 1) / block_size;
+    const bool leads = shared == 0 || int(i) % p.group == 0;
+    n += leads ? blocks : blocks - std::min(blocks, shared);
+  }
+  return n;
+}
+
+// The pool the grid's batches are laid out on, `want` blocks where memory allows. The CPU engine
+// holds float32 KV in host memory: at most 8192 blocks, larger batches wrapping around and sharing
+// blocks. A GPU's pool is what its memory leaves this one engine at vLLM's default
+// gpu_memory_utilization (0.9), the most any run of the model on it can hold. (At 8192 blocks a
+// GPU's large reachable batches shared blocks too, and read part of their KV from L2.)
+std::int32_t pool_blocks(const std::string& backend, const GpuSpec& gpu, const EngineConfig& c,
+                         std::int64_t want) {
+  if (backend != "cuda") return std::int32_t(std::min<std::int64_t>(want, 8192));
+  EngineMemoryRequest r;
+  r.label = "profile";
+  r.model = c.model;
+  r.gpu_memory_utilization = 0.9;
+  r.block_size = c.block_size;
+  r.max_num_batched_tokens = c.max_num_batched_tokens;
+  r.max_num_seqs = c.max_num_seqs;
+  return std::int32_t(std::min<std::int64_t>(want, plan_memory(gpu, {r}).engines[0].num_blocks));
+}
+
 // An executor that does nothing: the engine around it is what the host measurement times.
 class NullExecutor final : public Executor {
  public:
@@ -271,9 +303,8 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   if (!is_real_backend(backend.name))
     throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
   const auto wall0 = std::chrono::steady_clock::now();
-  const std::vector<GridPoint> grid = profile_grid(limits);
-  // A pool for the largest decode batch at the longest context, capped at 8192 blocks (the CPU
-  // engine holds float32 KV in host memory); larger batches reuse blocks.
+  std::vector<GridPoint> grid = profile_grid(limits);
+  // A pool for the largest decode batch at the longest context, as memory allows (pool_blocks).
   const std::int64_t want = std::int64_t(limits.max_num_seqs) *
                             ((limits.max_model_len + limits.block_size - 1) / limits.block_size + 1);
   EngineConfig c = config;
@@ -286,7 +317,13 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   c.max_model_len = limits.max_model_len;
   check_model_len(c);
   EngineMemory memory;
-  memory.num_blocks = int(std::min<std::int64_t>(want, 8192));
+  memory.num_blocks = pool_blocks(backend.name, gpu, c, want);
+  // On a GPU a batch beyond the pool is one no run of this model on it makes: it is left out rather
+  // than timed on shared blocks, whose KV the caches would partly serve.
+  std::size_t beyond_pool = 0;
+  if (backend.name == "cuda")
+    beyond_pool = std::size_t(std::erase_if(
+        grid, [&](const GridPoint& p) { return blocks_of(p, c.block_size) > memory.num_blocks; }));
   std::unique_ptr<BuiltEngine> built = make_engine(backend, gpu, c, memory, 0);
   Executor& executor = built->executor();
   const int vocab = c.model.vocab_size;
@@ -349,7 +386,11 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   out.profile.created_utc = utc_now();
   out.profile.git_revision = build_revision();
   out.profile.source = "duet profile --backend " + backend.name + " (" + std::to_string(grid.size()) +
-                       " points x " + std::to_string(limits.repeats) + " repeats)";
+                       " points x " + std::to_string(limits.repeats) + " repeats" +
+                       (beyond_pool ? "; " + std::to_string(beyond_pool) + " beyond a " +
+                                          std::to_string(memory.num_blocks) + "-block pool left out"
+                                    : "") +
+                       ")";
   out.profile.grid_json = grid_json(limits, grid.size()).dump();
   out.wall_s = seconds_since(wall0);
   return out;
