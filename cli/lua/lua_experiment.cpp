@@ -743,7 +743,7 @@ void push_result(lua_State* L, const ExperimentResult& r) {
   lua_createtable(L, 0, 10);
   set_number(L, "makespan_s", r.summary.makespan_s);
   set_number(L, "wall_s", r.summary.wall_s);
-  set_number(L, "problems", double(r.problems.size()));
+  set_integer(L, "problems", lua_Integer(r.problems.size()));
   set_number(L, "problems_per_s", r.problems_per_s);
   set_number(L, "problems_per_hour", 3600.0 * r.problems_per_s);
   int correct = 0, known = 0;
@@ -762,10 +762,10 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     // What priced (or ran) its steps, as the run file's ENGINE.cost_model records it.
     if (const std::string* cost_model = r.metadata.find_text(e.name + ".cost_model"))
       set_string(L, "cost_model", cost_model->c_str());
-    set_number(L, "steps", double(e.steps));
-    set_number(L, "requests", double(e.requests));
-    set_number(L, "prompt_tokens", double(e.prompt_tokens));
-    set_number(L, "generated_tokens", double(e.generated_tokens));
+    set_integer(L, "steps", lua_Integer(e.steps));
+    set_integer(L, "requests", lua_Integer(e.requests));
+    set_integer(L, "prompt_tokens", lua_Integer(e.prompt_tokens));
+    set_integer(L, "generated_tokens", lua_Integer(e.generated_tokens));
     set_number(L, "generated_tokens_per_s", e.generated_tokens_per_s);
     set_number(L, "prompt_tokens_per_s",
                r.summary.makespan_s > 0 ? double(e.prompt_tokens) / r.summary.makespan_s : 0);
@@ -773,9 +773,9 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     set_number(L, "prefix_hit_rate", e.prefix_hit_rate);
     set_number(L, "peak_kv_utilisation", e.peak_kv_utilisation);
     set_number(L, "mean_kv_utilisation", e.mean_kv_utilisation);
-    set_number(L, "preemptions", double(e.preemptions));
-    set_number(L, "evictions", double(e.evictions));
-    set_number(L, "cow_copies", double(e.cow_copies));
+    set_integer(L, "preemptions", lua_Integer(e.preemptions));
+    set_integer(L, "evictions", lua_Integer(e.evictions));
+    set_integer(L, "cow_copies", lua_Integer(e.cow_copies));
     set_number(L, "busy_s", e.busy_s);
     push_percentiles(L, "ttft_s", e.ttft_s);
     push_percentiles(L, "tpot_s", e.tpot_s);
@@ -783,11 +783,11 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     for (std::size_t i = 0; i < r.records->size(); ++i) {
       const EngineRecords& rec = (*r.records)[i];
       if (rec.name != e.name) continue;
-      set_number(L, "total_blocks", rec.total_blocks);
+      set_integer(L, "total_blocks", rec.total_blocks);
       // Tokens the engine actually computed (prefix hits and forked KV are not recomputed).
       const double prefill =
           i < r.computed_prefill_tokens.size() ? double(r.computed_prefill_tokens[i]) : 0.0;
-      set_number(L, "prefill_tokens", prefill);
+      set_integer(L, "prefill_tokens", lua_Integer(prefill));
       set_number(L, "prefill_tokens_per_s", r.summary.makespan_s > 0 ? prefill / r.summary.makespan_s : 0);
     }
     lua_setfield(L, -2, e.name.c_str());

@@ -6,6 +6,10 @@ assert(r.problems_per_s > 0 and r.problems_per_s < math.huge, "problems/s " .. r
 for _, name in ipairs{"llm", "prm"} do
   local e = r.engines[name]
   assert(e.requests > 0, name .. " served nothing")
+  for _, count in ipairs{"requests", "steps", "prompt_tokens", "generated_tokens", "prefill_tokens", "total_blocks",
+                        "preemptions", "evictions", "cow_copies"} do
+    assert(math.type(e[count]) == "integer", name .. "." .. count .. " is a " .. tostring(math.type(e[count])))
+  end
   assert(e.prefix_hit_rate >= 0 and e.prefix_hit_rate <= 1, name .. " hit rate out of range")
   assert(e.peak_kv_utilisation > 0 and e.peak_kv_utilisation <= 1, name .. " kv utilisation out of range")
   -- A simulated H100 with no measured profile is priced by the committed operator prior.
@@ -14,6 +18,7 @@ for _, name in ipairs{"llm", "prm"} do
 end
 assert(r.engines.llm.generated_tokens_per_s > 0)
 assert(r.makespan_s > 0 and r.makespan_s < math.huge)
+assert(math.type(r.problems) == "integer" and math.type(r.makespan_s) == "float")
 local tl = r.timeline("prm")
 assert(#tl.start_s == r.engines.prm.steps, "timeline rows")
 print("quickstart ok")
