@@ -49,7 +49,7 @@ ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, c
 int bench_sim_trace(const std::string& trace_path, const std::string& model, const std::string& gpu_name,
                     double target_s) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Trace trace = load_trace(trace_path);
+  const Trace trace = load_trace(resolve_path(trace_path, source_dir()));
   const auto t1 = std::chrono::steady_clock::now();
   std::size_t finished = 0, skipped = 0;
   const ExperimentOutcome o = simulate_trace(trace, model, gpu_name, &finished, &skipped);
@@ -81,7 +81,7 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
 // The run file's compression, chosen on measurement: the records of a whole trace written with each
 // setting (the fastest of three writes), the file's size and the write time.
 int bench_hdf5(const std::string& trace_path, const std::string& model, const std::string& gpu_name) {
-  const Trace trace = load_trace(trace_path);
+  const Trace trace = load_trace(resolve_path(trace_path, source_dir()));
   const ExperimentOutcome o = simulate_trace(trace, model, gpu_name);
   const std::string path =
       (std::filesystem::temp_directory_path() / ("duet-bench-hdf5-" + std::to_string(::getpid()) + ".h5"))

@@ -17,8 +17,10 @@ namespace duet::cli {
 
 po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
   po::options_description workload("Workload (one of --trace and --synthetic)");
-  workload.add_options()("trace", po::value(&a.trace),
-                         "trace file: Azure LLM 2023 CSV or Mooncake JSONL (.gz too)")(
+  workload.add_options()(
+      "trace", po::value(&a.trace),
+      "trace file: Azure LLM 2023 CSV or Mooncake JSONL (.gz too); a relative path that is not "
+      "here is looked up in the repository, as --model's is")(
       "trace-format", po::value(&a.trace_format)->default_value("auto"), "auto, azure or mooncake")(
       "rate-scale", po::value(&a.rate_scale)->default_value(1.0, "1"),
       "replay arrivals this many times faster")("max-requests", po::value(&a.max_requests)->default_value(0),
@@ -160,8 +162,9 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
                                 : std::string();
       !f.empty())
     throw Error(f + " is for --synthetic; a trace gives its own (--rate-scale replays it faster)");
-  x.trace =
-      a.trace.empty() ? synthetic_trace(a) : load_trace(a.trace, trace_format_from_name(a.trace_format));
+  x.trace = a.trace.empty()
+                ? synthetic_trace(a)
+                : load_trace(resolve_path(a.trace, source_dir), trace_format_from_name(a.trace_format));
   x.spec.gpu = gpu_from(a.gpu, source_dir);
   x.spec.backend = a.backend;
   check_backend(a.backend);
