@@ -133,6 +133,8 @@ def load_run(path, group=None, tables=True):
             raise KeyError(f"{path}: holds {len(runs)} runs ({shown or 'none'}): pass group= (list_runs, "
                            f"find_run or sweep_table find them)")
         group = runs[0]
+    if not isinstance(group, str):
+        raise TypeError(f"{path}: group must be a string such as '/runs/0000', not {type(group).__name__}")
     with _open(path) as f, _reading(path, group):
         if group not in f or not isinstance(f[group], h5py.Group):
             raise KeyError(f"{path}: {group}: no such group")

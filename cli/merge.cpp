@@ -171,7 +171,7 @@ int merge(int argc, char** argv) {
   positional.add("out", 1).add("parts", -1);
   return run_command({"merge", options, &positional, "out"}, argc, argv, [&](const po::variables_map&) {
     if (inputs.empty()) throw Error("no shard files to merge: duet merge OUT.h5 PART.h5...");
-    check_hdf5_output(out, inputs, "OUT");
+    check_hdf5_output(out, inputs, "OUT", false);  // written beside OUT and renamed
     const std::vector<Part> parts = read_parts(inputs);
     // Every sweep planned (checked) before the output is created.
     for (const std::string& name : sweeps_of(parts)) {

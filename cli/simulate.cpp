@@ -58,9 +58,9 @@ std::string keep_what_was_recorded(RunFileWriter& file, const OutputFile& out, c
   return message;
 }
 
-// A run that failed before it recorded anything: its file goes, and an earlier one stays.
-void discard(RunFileWriter& file, const OutputFile& out) {
-  const FailedRunFile closed = close_after_failure(file, out.writing, "");
+// A run that failed with `error` before it recorded anything: its file goes, and an earlier one stays.
+void discard(RunFileWriter& file, const OutputFile& out, const std::string& error) {
+  const FailedRunFile closed = close_after_failure(file, out.writing, error);
   if (!closed.closed) throw FailedCloseError(closed.message);
   std::error_code ec;
   std::filesystem::remove(out.writing, ec);
@@ -83,33 +83,39 @@ int simulate(int argc, char** argv) {
       "help,h", "this help");
   options.add(output);
   const std::string command_line = command_line_of(argc, argv);
-  return run_command({"simulate", options}, argc, argv, [&](const po::variables_map&) {
-    // Written beside --out and renamed: a reader holding the old file keeps reading it.
-    if (!out.empty()) check_hdf5_output(out, {args.trace}, "--out", false);
-    const RecordLevel level = parse_record_level("--record", record);
-    TraceExperiment x = trace_experiment(args, source_dir(), command_line);
-    x.spec.record = level;
-    TraceReplay replay(x.trace, x.replay);
-    ProgressBar bar("simulate");
+  // A failed run exits 1; bad usage 2, and so does a configuration that cannot run: the flags are
+  // the whole of it.
+  return run_command({"simulate", options, nullptr, nullptr, 1}, argc, argv, [&](const po::variables_map&) {
+    TraceExperiment x;
+    std::optional<TraceReplay> replay_slot;
     // The records go to the file as the run makes them; memory holds a chunk per table. The file is
     // written beside --out and renamed to it when the run ends, so that a run that fails or is
-    // stopped leaves an earlier file of that name as it was.
+    // stopped leaves an earlier file of that name as it was (and a reader holding it keeps it).
     const OutputFile output = output_file(out);
     std::optional<RunFileWriter> file;
+    check_usage([&] {
+      if (!out.empty()) check_hdf5_output(out, {args.trace}, "--out", false);
+      const RecordLevel level = parse_record_level("--record", record);
+      x = trace_experiment(args, source_dir(), command_line);
+      x.spec.record = level;
+      replay_slot.emplace(x.trace, x.replay);
+      if (!out.empty()) file.emplace(output.writing);
+    });
+    TraceReplay& replay = *replay_slot;
+    ProgressBar bar("simulate");
     std::optional<RunStream> stream;
-    if (!out.empty()) file.emplace(output.writing);
     x.spec.keep_records = false;
     // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
     install_stop_handlers();
     ExperimentHooks hooks;
-    bool started = false;  // the configuration held: an error from here on is a failed run (1)
+    bool started = false;  // the configuration held, the file began: an error from here on is a failed run
     hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
-      started = true;
       rt.stop = &g_stop_signal;
       if (file) {
         stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
         rt.set_recording(x.spec.record, false, &*stream);
       }
+      started = true;  // after the file's run began: a file that could not begin is discarded
       rt.on_progress = [&](const Runtime& r) {
         char detail[64];
         std::snprintf(detail, sizeof detail, "requests, %s %.0f s",
@@ -128,9 +134,11 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (!started) {  // nothing recorded: what the flags describe cannot run (usage), or memory ran out
-        if (file) discard(*file, output);
-        if (signal == 0) throw;  // as it was: run_command reports each kind of error its way
+      if (!started) {  // nothing recorded: what the flags describe cannot run, or memory ran out
+        if (file) discard(*file, output, e.what());
+        if (signal == 0 && dynamic_cast<const Error*>(&e) && !dynamic_cast<const UsageError*>(&e))
+          throw UsageError(e.what());
+        if (signal == 0) throw;  // run_command reports each kind of error its way
         std::fprintf(stderr, "duet simulate: %s\n", e.what());
         return stopped_exit_status(signal);
       }

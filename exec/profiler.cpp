@@ -178,8 +178,8 @@ std::int64_t blocks_of(const GridPoint& p, int block_size) {
 // The pool the grid's batches are laid out on, `want` blocks where memory allows. The CPU engine
 // holds float32 KV in host memory: at most 8192 blocks, larger batches wrapping around and sharing
 // blocks. A GPU's pool is what its memory leaves this one engine at vLLM's default
-// gpu_memory_utilization (0.9), the most any run of the model on it can hold. (At 8192 blocks a
-// GPU's large reachable batches shared blocks too, and read part of their KV from L2.)
+// gpu_memory_utilization (0.9), as a run at that utilisation holds. (At 8192 blocks a GPU's large
+// batches that such a run holds shared blocks too, and read part of their KV from L2.)
 std::int32_t pool_blocks(const std::string& backend, const GpuSpec& gpu, const EngineConfig& c,
                          std::int64_t want) {
   if (backend != "cuda") return std::int32_t(std::min<std::int64_t>(want, 8192));
@@ -304,9 +304,11 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
     throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
   const auto wall0 = std::chrono::steady_clock::now();
   std::vector<GridPoint> grid = profile_grid(limits);
-  // A pool for the largest decode batch at the longest context, as memory allows (pool_blocks).
-  const std::int64_t want = std::int64_t(limits.max_num_seqs) *
-                            ((limits.max_model_len + limits.block_size - 1) / limits.block_size + 1);
+  // A pool for the largest decode batch at the longest context and every grid point's batch, as
+  // memory allows (pool_blocks).
+  std::int64_t want = std::int64_t(limits.max_num_seqs) *
+                      ((limits.max_model_len + limits.block_size - 1) / limits.block_size + 1);
+  for (const GridPoint& p : grid) want = std::max(want, blocks_of(p, limits.block_size));
   EngineConfig c = config;
   c.block_size = limits.block_size;
   c.max_num_seqs = limits.max_num_seqs;
@@ -318,8 +320,8 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   check_model_len(c);
   EngineMemory memory;
   memory.num_blocks = pool_blocks(backend.name, gpu, c, want);
-  // On a GPU a batch beyond the pool is one no run of this model on it makes: it is left out rather
-  // than timed on shared blocks, whose KV the caches would partly serve.
+  // On a GPU a batch beyond the pool is one a run at gpu_memory_utilization 0.9 cannot hold: it is
+  // left out rather than timed on shared blocks, whose KV the caches would partly serve.
   std::size_t beyond_pool = 0;
   if (backend.name == "cuda")
     beyond_pool = std::size_t(std::erase_if(

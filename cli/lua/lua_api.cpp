@@ -581,6 +581,7 @@ int l_sweep(lua_State* L) {
     call.points = grid_points(L, call.grid, call.grid_json);
     call.defaults = defaults_of(ctx);
     call.defaults.progress = false;
+    call.defaults.sweep_threads = threads;
     // Numbered only once it is sure to run: a refused call (caught by a pcall) takes no number, or
     // sweep threads, which find earlier sweeps by number, would look up the wrong one.
     call.sweep = ctx.sweeps++;

@@ -13,6 +13,7 @@
 #include "cli/progress.hpp"
 #include "core/error.hpp"
 #include "core/runtime.hpp"
+#include "exec/backend.hpp"
 #include "exec/experiment.hpp"
 #include "exec/validation.hpp"
 #include "sim/profiles.hpp"
@@ -210,6 +211,13 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   if (d.validate) ex.backend = d.validate->backend;  // validate decides: the simulator and this
   if (backend && !d.validate) t.checked("backend", [&] { check_backend(ex.backend); });
   check_backend(ex.backend);
+  // A real engine measures its step times alone (and two CUDA engines' runs would each take most of
+  // the GPU): no point of a sweep that runs several at once may choose one.
+  if (backend && !d.validate && d.sweep_threads > 1 && is_real_backend(ex.backend))
+    t.fail("backend", "'" + ex.backend + "' in a sweep of " + std::to_string(d.sweep_threads) +
+                          " threads: a real engine's points run one at a time (duet.sweep{threads = 1}, or "
+                          "duet run --backend " +
+                          ex.backend + ")");
   const std::string cost = t.string("cost_model").value_or("auto");
   t.checked("cost_model", [&] { return check_cost_model_name(cost); });
   const std::string kv_pool = t.string("kv_pool").value_or("static");

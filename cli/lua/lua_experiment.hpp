@@ -52,6 +52,7 @@ struct ExperimentDefaults {
   std::string script_text;
   std::string command_line;
   bool progress = true;
+  int sweep_threads = 1;  // a sweep point's: points beside it may run (a real engine's may not)
   RecordLevel record = RecordLevel::Steps;
   const ValidateMode* validate = nullptr;
   const std::atomic<int>* stop = nullptr;  // Runtime::stop: SIGINT/SIGTERM end a run between events

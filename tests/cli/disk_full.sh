@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A disk that fills during an HDF5 write (RLIMIT_FSIZE, with SIGXFSZ ignored so that writes fail
 # with EFBIG as on a full disk), for duet simulate (streamed) and duet run (a Lua sweep): a clear
-# error and the command's error status, no crash, and the output either opens with h5py and holds
+# error and exit status 1 (a failed run), no crash, and the output either opens with h5py and holds
 # what was recorded, or is gone.
 set -uo pipefail
 duet="$1" source="$2" out="$3" python="$4"
@@ -24,11 +24,12 @@ check() {  # NAME LIMIT_KB STATUS COMMAND...
   done
   echo "$name at ${limit_kb} KB: exit $status, $( [ -e "$file" ] && echo "file kept" || echo "file removed" )"
 }
-# The last limit fails the run's last writes (its summary and last chunks, once a crash at exit).
+# 1 KB fails the file's first run group (a crash at exit, once: the file was closed twice); the last
+# limit fails the run's last writes (its summary and last chunks, once a crash at exit).
 full_kb=$("$duet" simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" --model llama-3.1-8b \
   --gpu h100 --out "$out/full.h5" >/dev/null 2>&1 && echo $(($(stat -c %s "$out/full.h5") / 1024)))
-for limit_kb in 1000 3000 6000 $((full_kb - 100)); do
-  check simulate "$limit_kb" 2 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" \
+for limit_kb in 1 1000 3000 6000 $((full_kb - 100)); do
+  check simulate "$limit_kb" 1 simulate --trace "$source/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv" \
     --model llama-3.1-8b --gpu h100
 done
 for limit_kb in 100 300; do

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# An output file that another program holds open (a notebook reading it with h5py): duet run and
-# duet validate, which replace the file in place, refuse it before their work and leave it as it
-# was (HDF5 truncated it before its own lock test failed); duet simulate, which writes beside it
-# and renames, replaces it while the reader keeps the old one. Usage: open_elsewhere.sh DUET SOURCE OUT PYTHON
+# An output file that another program holds open (a notebook reading it with h5py): duet run, which
+# replaces the file in place, refuses it before its work and leaves it as it was (HDF5 truncated it
+# before its own lock test failed); duet simulate, which writes beside it and renames, replaces it
+# while the reader keeps the old one. Usage: open_elsewhere.sh DUET SOURCE OUT PYTHON
 set -uo pipefail
+unset HDF5_USE_FILE_LOCKING  # the reader must take HDF5's lock, as it does by default
 duet="$1" source="$2" out="$3" python="$4"
 rm -rf "$out" && mkdir -p "$out" && cd "$out" || exit 1
 quick="$source/scripts/quickstart.lua"
@@ -11,9 +12,10 @@ fail() { echo "FAIL: $*"; cat log.txt 2>/dev/null; exit 1; }
 "$duet" run "$quick" --no-progress --out held.h5 -- --problems 2 >log.txt 2>&1 || fail "the first run"
 cp held.h5 before.h5
 # The reader opens the file, says so, and holds it until told to stop.
-"$python" -c 'import h5py, sys, time
+"$python" -c 'import h5py, os, sys, time
 f = h5py.File(sys.argv[1], "r"); open("reading", "w").close()
-while not __import__("os").path.exists("stop"): time.sleep(0.05)' held.h5 &
+end = time.time() + 60  # never outlives a test that was killed
+while not os.path.exists("stop") and time.time() < end: time.sleep(0.05)' held.h5 &
 reader=$!
 trap 'touch stop; wait $reader 2>/dev/null' EXIT
 for _ in $(seq 200); do [ -e reading ] && break; sleep 0.05; done
