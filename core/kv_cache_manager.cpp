@@ -42,12 +42,26 @@ int KvCacheManager::lookup_prefix(Sequence& seq) {
   const int bs = pool_->block_size(tenant_);
   const int candidates = std::max(0, seq.max_prefix_hit_tokens()) / bs;
   extend_hashes(seq, candidates);
+  // The last lookup's hits that still stand, as the pool's lookup would find them: a block still
+  // caching the content (numbers are never reused) that no copy shares (the lookup might find the
+  // copy first; copies are marked).
+  auto& memo = seq.kv.prefix_memo;
   BlockRef parent;
-  for (int i = 0; i < candidates; ++i) {
+  int i = 0;
+  for (const int n = std::min(int(memo.size()), candidates); i < n; ++i) {
+    const auto [b, content] = memo[std::size_t(i)];
+    const Block& blk = pool_->block(b);
+    if (!blk.cached || blk.content != content || blk.copied) break;
+    hit_.push_back(b);
+    parent = content;
+  }
+  memo.resize(std::size_t(i));
+  for (; i < candidates; ++i) {
     const BlockId b = pool_->lookup(seq.kv.hashes[i], parent, block_tokens(seq, i, bs), tenant_);
     if (b == kNoBlock) break;
     hit_.push_back(b);
     parent = pool_->ref(b);
+    memo.emplace_back(b, parent);
   }
   return static_cast<int>(hit_.size()) * bs;
 }
@@ -89,7 +103,10 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   // On a shared pool, what the other models' floors reserve and this model's ceiling are not free.
   if (fresh + int(cow) > pool_->available(tenant_) - reusable_free_hits) return false;
 
-  if (kv.blocks.empty() && caching_) counters_.query_tokens += seq.num_tokens();  // an admission
+  if (kv.blocks.empty() && caching_) {  // an admission: the sequence stops waiting
+    counters_.query_tokens += seq.num_tokens();
+    std::vector<std::pair<BlockId, BlockRef>>().swap(kv.prefix_memo);
+  }
   if (hit_blocks > 0) {
     for (int i = 0; i < hit_blocks; ++i) {
       take_block(hit_[i]);

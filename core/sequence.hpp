@@ -51,6 +51,9 @@ struct KvState {
   int num_cached_blocks = 0;       // leading blocks registered in (or hit from) the prefix cache
   BlockRef last_cached;            // the content of the last of those, a child's parent
   std::int32_t naive_region = -1;  // NaiveAllocator's reservation
+  // The hits (block, content) of the last prefix lookup while it waits: a waiting head that memory
+  // keeps out is looked up again every step, and the hits that still stand need no hashing.
+  std::vector<std::pair<BlockId, BlockRef>> prefix_memo;
 };
 
 inline constexpr double kNotYet = std::numeric_limits<double>::quiet_NaN();

@@ -70,6 +70,7 @@ struct KvStats {
   std::int64_t hit_admissions = 0;  // admissions (and readmissions) that hit the prefix cache
   std::int64_t hit_tokens = 0;
   std::int64_t own_hit_checks = 0;  // preemptions whose immediate lookup was checked
+  std::int64_t memo_lookups = 0;    // lookups that began from an earlier one's hits (prefix_memo)
   std::int64_t failed_allocations = 0;
   std::int64_t copies = 0;
   std::int64_t evictions = 0;
@@ -349,8 +350,33 @@ class KvModel {
     return limit;
   }
 
+  // The pool's own walk of the sequence's prefix. The manager starts from its last lookup's hits
+  // where they still stand (KvState::prefix_memo); it must find exactly these blocks.
+  std::vector<BlockId> pool_walk(const Sequence& s) const {
+    std::vector<BlockId> out;
+    if (!caching_ || s.num_tokens() == 0) return out;
+    const BlockPool& pool = kv_.pool();
+    BlockHash h = kRootHash;
+    BlockRef parent;
+    for (int i = 0; i < std::max(0, s.max_prefix_hit_tokens()) / bs_; ++i) {
+      const std::span<const TokenId> tokens(s.tokens.data() + std::size_t(i) * std::size_t(bs_),
+                                            std::size_t(bs_));
+      h = pool.hash(h, tokens, 0);
+      const BlockId b = pool.lookup(h, parent, tokens, 0);
+      if (b == kNoBlock) break;
+      out.push_back(b);
+      parent = pool.ref(b);
+    }
+    return out;
+  }
+
   std::string try_admit(Sequence& s, bool whole, Effect& e, bool& admitted) {
+    const std::vector<BlockId> walk = pool_walk(s);
+    stats_.memo_lookups += !s.kv.prefix_memo.empty();
     const int hit = kv_.lookup_prefix(s);
+    DUET_CHECK_OR_RETURN(hit == int(walk.size()) * bs_,
+                         "lookup_prefix of sequence " << s.id << " hit " << hit << " tokens, the pool's walk "
+                                                      << walk.size() * std::size_t(bs_));
     DUET_CHECK_OR_RETURN(hit >= 0 && hit % bs_ == 0,
                          "lookup_prefix returned " << hit << ", not whole blocks");
     DUET_CHECK_OR_RETURN(hit <= s.num_tokens() - 1,
@@ -366,6 +392,9 @@ class KvModel {
     admitted = allocate(s, n, hit, e, err);
     if (!err.empty()) return err;
     if (admitted) {
+      DUET_CHECK_OR_RETURN(
+          std::equal(walk.begin(), walk.end(), s.kv.blocks.begin()),
+          "sequence " << s.id << " was admitted on other hit blocks than the pool's walk finds");
       s.num_computed_tokens = hit + n;
       ++stats_.admissions;
       if (hit > 0) ++stats_.hit_admissions;
@@ -797,6 +826,7 @@ TEST_P(KvProperty, RandomOperationsKeepInvariants) {
     EXPECT_GT(st.hit_admissions, 0);
     EXPECT_GT(st.evictions, 0);
     EXPECT_GT(st.own_hit_checks, 0);
+    EXPECT_GT(st.memo_lookups, 0) << "no lookup began from an earlier one's hits";
     EXPECT_GT(model.content_copy_checks(), 0) << "no two sequences ever cached one content side by side";
   } else {
     EXPECT_EQ(st.hit_tokens, 0);
