@@ -60,10 +60,10 @@ std::string keep_what_was_recorded(RunFileWriter& file, const OutputFile& out, c
 
 // A run that failed with `error` before it recorded anything: its file goes, and an earlier one stays.
 void discard(RunFileWriter& file, const OutputFile& out, const std::string& error) {
-  const FailedRunFile closed = close_after_failure(file, out.writing, error);
-  if (!closed.closed) throw FailedCloseError(closed.message);
+  const bool closed = close_after_failure(file, out.writing, error).closed;
   std::error_code ec;
   std::filesystem::remove(out.writing, ec);
+  if (!closed) throw FailedCloseError(error);  // HDF5 must not close it again at exit
 }
 
 }  // namespace
@@ -99,8 +99,16 @@ int simulate(int argc, char** argv) {
       x = trace_experiment(args, source_dir(), command_line);
       x.spec.record = level;
       replay_slot.emplace(x.trace, x.replay);
-      if (!out.empty()) file.emplace(output.writing);
     });
+    if (!out.empty()) {
+      try {
+        file.emplace(output.writing);
+      } catch (const Error&) {  // a full disk: a failed run, and no empty file left beside --out
+        std::error_code ec;
+        std::filesystem::remove(output.writing, ec);
+        throw;
+      }
+    }
     TraceReplay& replay = *replay_slot;
     ProgressBar bar("simulate");
     std::optional<RunStream> stream;
@@ -109,8 +117,10 @@ int simulate(int argc, char** argv) {
     install_stop_handlers();
     ExperimentHooks hooks;
     bool started = false;  // the configuration held, the file began: an error from here on is a failed run
+    bool writing = false;  // the configuration held and the file's run is being begun
     hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
       rt.stop = &g_stop_signal;
+      writing = true;
       if (file) {
         stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
         rt.set_recording(x.spec.record, false, &*stream);
@@ -134,13 +144,16 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (!started) {  // nothing recorded: what the flags describe cannot run, or memory ran out
+      if (!started) {  // nothing recorded: what the flags describe cannot run, the file could not
+                       // begin its run (a full disk: a failed run), or memory ran out
         if (file) discard(*file, output, e.what());
-        if (signal == 0 && dynamic_cast<const Error*>(&e) && !dynamic_cast<const UsageError*>(&e))
+        if (signal != 0 || writing) {
+          std::fprintf(stderr, "duet simulate: %s%s\n", signal == 0 ? "error: " : "", e.what());
+          return signal == 0 ? 1 : stopped_exit_status(signal);
+        }
+        if (dynamic_cast<const Error*>(&e) && !dynamic_cast<const UsageError*>(&e))
           throw UsageError(e.what());
-        if (signal == 0) throw;  // run_command reports each kind of error its way
-        std::fprintf(stderr, "duet simulate: %s\n", e.what());
-        return stopped_exit_status(signal);
+        throw;  // run_command reports each kind of error its way
       }
       const std::string message = stream ? cut_short(e.what()) : std::string(e.what());
       bar.finish();

@@ -308,7 +308,8 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
   // memory allows (pool_blocks).
   std::int64_t want = std::int64_t(limits.max_num_seqs) *
                       ((limits.max_model_len + limits.block_size - 1) / limits.block_size + 1);
-  for (const GridPoint& p : grid) want = std::max(want, blocks_of(p, limits.block_size));
+  if (backend.name == "cuda")  // (the CPU engine's pools, and so its profiles, stay as they were)
+    for (const GridPoint& p : grid) want = std::max(want, blocks_of(p, limits.block_size));
   EngineConfig c = config;
   c.block_size = limits.block_size;
   c.max_num_seqs = limits.max_num_seqs;

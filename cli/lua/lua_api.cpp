@@ -448,7 +448,10 @@ SweepBalance run_sweep_points(lua_State* L, ScriptContext& ctx, const SweepCall&
   h.join_threads = [&] {
     for (std::thread& t : pool) t.join();
   };
-  h.run_here = [&](std::size_t index) { return run_point(L, call, index); };
+  // Points on the main state run one at a time, whatever was asked: a real engine's may run.
+  SweepCall alone = call;
+  alone.defaults.sweep_threads = 1;
+  h.run_here = [&](std::size_t index) { return run_point(L, alone, index); };
   h.on_outcome = [&](PointOutcome& o) {
     if (write) write_outcome(ctx, call, o);
     results.outcomes[o.index] = std::move(o);
