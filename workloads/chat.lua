@@ -37,7 +37,8 @@ function M.workload(opts)
                             "at once (max_requests always is)", ctx.index, duet.now() - due, due))
       end
       local max_tokens = math.max(1, r.output_tokens)
-      local limit = ctx.engines[engine].max_model_len
+      local llm = O.engine(ctx, opts, "engine")
+      local limit = llm.max_model_len
       if r.input_tokens + max_tokens > limit then
         if skip_too_long then return {iterations = 0} end
         error(string.format("chat: request %d has %d tokens (prompt %d + output %d), more than engine '%s''s " ..
@@ -46,7 +47,7 @@ function M.workload(opts)
                             max_tokens, engine, limit))
       end
       duet.sleep_until(due)
-      local id = ctx.engines[engine]:submit{prompt = r.prompt, max_tokens = max_tokens, ignore_eos = true}
+      local id = llm:submit{prompt = r.prompt, max_tokens = max_tokens, ignore_eos = true}
       local res = duet.await(id)[1]
       return {score = res.output_tokens, iterations = 1}
     end,

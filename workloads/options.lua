@@ -90,4 +90,14 @@ function O.seeded(o, ctx)
   return setmetatable({seed = ctx.run_seed}, {__index = o})
 end
 
+-- The engine that a workload's option names (`o[option]`, e.g. llm = "llm"). A run without an engine
+-- of that name gets an error that also says which option to set, not only "unknown engine".
+function O.engine(ctx, o, option)
+  local ok, engine = pcall(function() return ctx.engines[o[option]] end)
+  if ok then return engine end
+  error(string.format("%s: the workload's option %s = '%s' names it; name an engine so, or pass %s = NAME " ..
+                      "to the workload", tostring(engine):gsub("^[^\n]-:%d+: ", ""), option, tostring(o[option]),
+                      option), 2)
+end
+
 return O

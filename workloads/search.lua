@@ -89,7 +89,7 @@ end
 -- Submits the next step of a child of `parent` on the generator; returns the child (pending).
 -- `to_end`: the last iteration runs to the end of the solution instead of stopping at "\n\n".
 function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
-  local llm = ctx.engines[o.llm]
+  local llm = O.engine(ctx, o, "llm")
   local key = same_as and same_as.step_key or (parent.key .. "." .. child_no)
   local child = {parent = parent, key = parent.key .. "." .. child_no, step_key = key, steps = parent.steps,
                  ends = copy(parent.ends), scores = copy(parent.scores), target = parent.target}
@@ -130,7 +130,7 @@ end
 
 -- Submits the PRM request that scores a child's new step; returns its id.
 function S.score(ctx, problem, child, o)
-  local prm, llm = ctx.engines[o.prm], ctx.engines[o.llm]
+  local prm, llm = O.engine(ctx, o, "prm"), O.engine(ctx, o, "llm")
   local new_score = prm_scores.step_score(child.q, o.seed, child.key)
   child.scores[#child.scores + 1] = new_score
   if o.prm_mode == "incremental" then
@@ -156,7 +156,7 @@ function S.aggregate(t, o) return prm_scores.aggregate(t.scores, o.agg) end
 
 -- Gives a trajectory's kept sequences back; pruned ones may go to the front of the eviction order.
 function S.release(ctx, t, o, pruned)
-  local llm, prm = ctx.engines[o.llm], ctx.engines[o.prm]
+  local llm, prm = O.engine(ctx, o, "llm"), O.engine(ctx, o, "prm")
   if pruned and o.priority_eviction then
     if t.llm then llm:set_priority(t.llm, 1) end
     if t.prm then prm:set_priority(t.prm, 1) end

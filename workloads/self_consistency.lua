@@ -9,7 +9,7 @@ local M = {}
 
 local function solve(ctx, problem, o)
   local root = S.root(problem, o)
-  local llm = ctx.engines[o.llm]
+  local llm = O.engine(ctx, o, "llm")
   local samples, ids = {}, {}
   for i = 1, o.n do
     samples[i] = S.generate(ctx, problem, root, i, o, true)

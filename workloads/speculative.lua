@@ -15,7 +15,7 @@ local M = {}
 M.defaults = {gamma = 4, alpha = 0.7, output_tokens = 256, draft = "draft", target = "target"}  -- seed: O.seeded
 
 local function solve(ctx, problem, o)
-  local draft, target = ctx.engines[o.draft], ctx.engines[o.target]
+  local draft, target = O.engine(ctx, o, "draft"), O.engine(ctx, o, "target")
   local d = draft:submit{prompt = problem.prompt, max_tokens = 1, ignore_eos = true, keep = true,
                          seed = duet.hash(o.seed, problem.index, "d0")}
   local t = target:submit{kind = "score", prompt = problem.prompt, keep = true}

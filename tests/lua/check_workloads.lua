@@ -175,4 +175,13 @@ assert(my_workload{problems = problems, depth = 3}.depth == 3)
 expect_error(function() my_workload{problems = problems, depth = "deep"} end, "search option depth: expected a number")
 -- Integral floats are integers (a sweep's n = 2^k is a float).
 assert(beam.workload{problems = problems, n = 4.0, seed = "a"})
+-- Engines not named as the workload's options expect: the error says which option to set.
+expect(function()
+  run(beam.workload{problems = problems}, {{name = "gen", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
+                                           {name = "ver", model = "llama-3.1-8b", gpu_memory_utilization = 0.6}})
+end, "unknown engine 'llm' %(engines: gen, ver%): the workload's option llm = 'llm' names it; name an engine so, " ..
+     "or pass llm = NAME to the workload")
+assert(run(beam.workload{problems = problems, llm = "gen", prm = "ver"},
+           {{name = "gen", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
+            {name = "ver", model = "llama-3.1-8b", gpu_memory_utilization = 0.6}}).problems == #problems)
 print("workloads ok")
