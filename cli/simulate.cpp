@@ -116,16 +116,14 @@ int simulate(int argc, char** argv) {
     // SIGINT and SIGTERM end the run between events, so that the file keeps what was recorded.
     install_stop_handlers();
     ExperimentHooks hooks;
-    bool started = false;  // the configuration held, the file began: an error from here on is a failed run
-    bool writing = false;  // the configuration held and the file's run is being begun
+    bool configured = false;  // the configuration held: an error from here on is a failed run (1)
     hooks.before_run = [&](Runtime& rt, const ExperimentOutcome& start) {
       rt.stop = &g_stop_signal;
-      writing = true;
+      configured = true;
       if (file) {
         stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
         rt.set_recording(x.spec.record, false, &*stream);
       }
-      started = true;  // after the file's run began: a file that could not begin is discarded
       rt.on_progress = [&](const Runtime& r) {
         char detail[64];
         std::snprintf(detail, sizeof detail, "requests, %s %.0f s",
@@ -144,13 +142,9 @@ int simulate(int argc, char** argv) {
       o = run_experiment(x.spec, replay, hooks);
     } catch (const std::exception& e) {
       const int signal = g_stop_signal.load();
-      if (!started) {  // nothing recorded: what the flags describe cannot run, the file could not
-                       // begin its run (a full disk: a failed run), or memory ran out
-        if (file) discard(*file, output, e.what());
-        if (signal != 0 || writing) {
-          std::fprintf(stderr, "duet simulate: %s%s\n", signal == 0 ? "error: " : "", e.what());
-          return signal == 0 ? 1 : stopped_exit_status(signal);
-        }
+      // A file whose run never began (the configuration failed, or a full disk) holds nothing: it goes.
+      if (file && !stream) discard(*file, output, e.what());
+      if (!configured && signal == 0) {  // what the flags describe cannot run, or memory ran out
         if (dynamic_cast<const Error*>(&e) && !dynamic_cast<const UsageError*>(&e))
           throw UsageError(e.what());
         throw;  // run_command reports each kind of error its way

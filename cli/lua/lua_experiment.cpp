@@ -793,10 +793,10 @@ void push_result(lua_State* L, const ExperimentResult& r) {
       if (rec.name != e.name) continue;
       set_integer(L, "total_blocks", rec.total_blocks);
       // Tokens the engine actually computed (prefix hits and forked KV are not recomputed).
-      const double prefill =
-          i < r.computed_prefill_tokens.size() ? double(r.computed_prefill_tokens[i]) : 0.0;
+      const std::int64_t prefill = i < r.computed_prefill_tokens.size() ? r.computed_prefill_tokens[i] : 0;
       set_integer(L, "prefill_tokens", lua_Integer(prefill));
-      set_number(L, "prefill_tokens_per_s", r.summary.makespan_s > 0 ? prefill / r.summary.makespan_s : 0);
+      set_number(L, "prefill_tokens_per_s",
+                 r.summary.makespan_s > 0 ? double(prefill) / r.summary.makespan_s : 0);
     }
     lua_setfield(L, -2, e.name.c_str());
   }
