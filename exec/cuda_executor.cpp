@@ -235,6 +235,9 @@ struct CudaExecutor::Impl {
   void fill_dummy(const std::vector<LlamaTensorSpec>& specs, std::uint64_t seed);
   void allocate_step_buffers(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes);
   std::size_t activation_bytes(int tokens, int rows, std::size_t meta_bytes, std::size_t ws_bytes) const;
+  // The output buffer's entries (int32 tokens, then float32 scores): a graph step samples and
+  // scores each of its rows, an eager step's rows are at most its tokens (each samples or scores).
+  static std::size_t out_entries(int tokens, int rows) { return std::size_t(std::max(2 * rows, tokens)); }
 
   // ---- a step ----
   struct Fwd {
@@ -270,6 +273,7 @@ struct CudaExecutor::Impl {
   void replay_or_capture(const Fwd& f);
   void capture(const Fwd& f, const GraphKey& key);
   void forward(const Fwd& f);
+  void logits_head(const Fwd& f, const bf16* Hn);
   void collect(const Batch& batch, const Step& step);
   StepResult outputs(const Batch& batch, const Step& step);
   void keep_item_logits(const Batch& batch, const Step& step);
@@ -326,7 +330,9 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   // A graph step's table width is rounded up to a power of two (plan_shape): sized for that, a
   // long context never grows the metadata buffer mid-run, which would drop every captured graph.
   const int width = next_pow2((o.max_model_len + block_size - 1) / block_size + 1);
-  const std::size_t meta_bytes = meta_layout(tokens, seqs, width, rows, rows, 0).total + 64 * 1024;
+  // An eager step's logits rows are at most its tokens (a Score item may score every token).
+  const std::size_t meta_bytes =
+      meta_layout(tokens, seqs, width, std::max(rows, tokens), rows, 0).total + 64 * 1024;
   std::size_t ws_bytes = 0;
   for (int b : buckets)
     ws_bytes = std::max(ws_bytes, k::decode_workspace_bytes(
@@ -372,7 +378,7 @@ std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size
                                                  std::size_t ws_bytes) const {
   const std::size_t t = std::size_t(tokens), r = std::size_t(rows);
   return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H)) +  // bf16
-         4 * r * std::size_t(V) + 8 * r + meta_bytes + ws_bytes;
+         4 * r * std::size_t(V) + 4 * out_entries(tokens, rows) + meta_bytes + ws_bytes;
 }
 
 // Each tensor straight into its place in the fused layout (a fused matrix's parts are row blocks,
@@ -394,14 +400,17 @@ void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t
     h = k::DeviceBuffer(2 * t * std::size_t(H));
     d = k::DeviceBuffer(2 * t * std::size_t(H));
     scratch = k::DeviceBuffer(2 * t * std::size_t(scratch_width));
-    cap_tokens = tokens;
   }
+  if (tokens > cap_tokens || rows > cap_rows) {
+    out = {};
+    out = k::DeviceBuffer(4 * out_entries(std::max(tokens, cap_tokens), std::max(rows, cap_rows)));
+  }
+  if (tokens > cap_tokens) cap_tokens = tokens;
   if (rows > cap_rows) {
-    gathered = {}, logits = {}, out = {};
+    gathered = {}, logits = {};
     const std::size_t r = std::size_t(rows);
     gathered = k::DeviceBuffer(2 * r * std::size_t(H));
     logits = k::DeviceBuffer(4 * r * std::size_t(V));
-    out = k::DeviceBuffer(8 * r);  // int32 tokens then float32 scores
     cap_rows = rows;
   }
   if (meta_bytes > cap_meta) {
@@ -518,20 +527,35 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
     gemm->bf16_out(act, W + L.down, D, f.T, H, F, s);
   }
   k::add_rmsnorm(X, D, W + wplan.final_norm, Hn, f.T, H, eps, s);
-  if (f.R == 0) return;
-  const bf16* rows = Hn;
-  if (!f.identity_rows) {
-    k::gather_rows(Hn, meta_ptr<const std::int32_t>(f.ml.rows), gathered.as<bf16>(), f.R, H, s);
-    rows = gathered.as<const bf16>();
-  }
-  float* L = logits.as<float>();
-  gemm->f32_out(rows, W + wplan.lm_head, L, f.R, V, H, s);
+  logits_head(f, Hn);
+}
+
+// The LM head, then sampling and PRM scores, on the step's logits rows in chunks of the logits
+// buffer's rows (a graph step's rows are one chunk). Rows are independent: a chunk samples or
+// scores the rows of [0, Rs) and [score_row0, score_row0 + Rp) that it holds.
+void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
+  const k::Stream s = stream->get();
+  const bf16* W = weights.as<const bf16>();
+  const auto* row_index = meta_ptr<const std::int32_t>(f.ml.rows);
+  const auto* params = meta_ptr<const k::SampleParams>(f.ml.params);
   auto* out_tokens = out.as<std::int32_t>();
   auto* out_scores = reinterpret_cast<float*>(out_tokens + f.Rs);
-  if (f.Rs > 0) k::sample(L, meta_ptr<const k::SampleParams>(f.ml.params), out_tokens, f.Rs, V, s);
-  if (f.Rp > 0)
-    k::prm_scores(L + std::size_t(f.score_row0) * std::size_t(V), out_scores, f.Rp, V, opt.prm_plus_id,
-                  opt.prm_minus_id, s);
+  float* L = logits.as<float>();
+  for (int r0 = 0; r0 < f.R; r0 += cap_rows) {
+    const int n = std::min(cap_rows, f.R - r0);
+    const bf16* rows = Hn + std::size_t(r0) * std::size_t(H);
+    if (!f.identity_rows) {
+      k::gather_rows(Hn, row_index + r0, gathered.as<bf16>(), n, H, s);
+      rows = gathered.as<const bf16>();
+    }
+    gemm->f32_out(rows, W + wplan.lm_head, L, n, V, H, s);
+    const int sampled_end = std::min(r0 + n, f.Rs);
+    if (sampled_end > r0) k::sample(L, params + r0, out_tokens + r0, sampled_end - r0, V, s);
+    const int p0 = std::max(r0, f.score_row0), p1 = std::min(r0 + n, f.score_row0 + f.Rp);
+    if (p1 > p0)
+      k::prm_scores(L + std::size_t(p0 - r0) * std::size_t(V), out_scores + (p0 - f.score_row0), p1 - p0, V,
+                    opt.prm_plus_id, opt.prm_minus_id, s);
+  }
 }
 
 // A step: plan it on the host, stage its metadata, launch its device work, collect its outputs.
@@ -579,8 +603,10 @@ CudaExecutor::Impl::Step CudaExecutor::Impl::plan(const Batch& batch) {
   const Fwd& f = step.f;
   const std::size_t ws_need =
       f.decode ? k::decode_workspace_bytes(f.S, spec.num_heads, spec.head_dim, f.splits) : std::size_t(0);
-  // The output buffer holds 2 entries per logits row: a graph samples and scores every row.
-  ensure(f.T, f.R, f.ml.total, ws_need);
+  // The LM head runs in chunks of the logits buffer's rows (forward), so a step scoring more
+  // positions than the memory plan's rows (max_num_seqs) leaves it, and the graphs, as they are;
+  // only keep_logits, which copies every row out at once, grows it.
+  ensure(f.T, opt.keep_logits ? f.R : std::min(f.R, cap_rows), f.ml.total, ws_need);
   prepare_gemms(f);
   const HostMeta m = host_meta(f.ml);
   write_items(batch, step, m);
@@ -719,7 +745,8 @@ void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
   gemm->prepare(f.T, H, Q, false);
   gemm->prepare(f.T, 2 * F, H, false);
   gemm->prepare(f.T, H, F, false);
-  if (f.R > 0) gemm->prepare(f.R, V, H, true);
+  if (f.R > 0) gemm->prepare(std::min(f.R, cap_rows), V, H, true);
+  if (f.R > cap_rows && f.R % cap_rows != 0) gemm->prepare(f.R % cap_rows, V, H, true);
 }
 
 // The step's metadata in one upload; the step's device time starts here.

@@ -126,6 +126,7 @@ struct RigConfig {
   bool prefix_caching = true;
   bool cuda_graphs = true;
   bool honour_scripts = true;
+  bool keep_logits = true;             // off: the Rig keeps no logits rows
   std::vector<int> graph_batch_sizes;  // empty: the executor's default buckets
   TokenId prm_plus_id = kDefaultPrmPlusId;
   TokenId prm_minus_id = kDefaultPrmMinusId;
@@ -158,7 +159,7 @@ std::unique_ptr<CudaExecutor> make_gpu(const LlamaWeights& w, const RigConfig& c
   o.max_num_batched_tokens = c.max_num_batched_tokens;
   o.max_num_seqs = c.max_num_seqs;
   o.max_model_len = c.max_model_len;
-  o.keep_logits = true;
+  o.keep_logits = c.keep_logits;
   o.kv_arena = std::move(arena);
   return std::make_unique<CudaExecutor>(w, c.num_blocks, c.block_size, o);
 }
@@ -200,14 +201,16 @@ struct Rig {
     ++steps;
     if (o.batch.empty()) return;  // on a shared pool: waiting for pages another model holds
     bool decode = false, prefill = false;
+    EXPECT_TRUE(exec->last_logits().empty() || exec->last_logits().size() == o.batch.items.size());
     for (std::size_t i = 0; i < o.batch.items.size(); ++i) {
       const BatchItem& it = o.batch.items[i];
       (it.is_decode ? decode : prefill) = true;
-      const ItemLogits& l = exec->last_logits().at(i);
-      for (std::size_t k = 0; k < l.positions.size(); ++k) {
-        const auto row = l.logits.row(Eigen::Index(k));
-        rows.push_back({it.seq->id, l.positions[k], std::vector<float>(row.begin(), row.end())});
-      }
+      const std::vector<ItemLogits>& kept = exec->last_logits();  // empty without keep_logits
+      if (i < kept.size())
+        for (std::size_t k = 0; k < kept[i].positions.size(); ++k) {
+          const auto row = kept[i].logits.row(Eigen::Index(k));
+          rows.push_back({it.seq->id, kept[i].positions[k], std::vector<float>(row.begin(), row.end())});
+        }
       const Sequence& s = *it.seq;
       seen[s.id] = {s.tokens, s.num_prompt_tokens, s.sampling.temperature, s.score_positions, s.scores};
       pages.insert(s.kv.blocks.begin(), s.kv.blocks.end());
@@ -620,6 +623,53 @@ TEST(CudaExecutor, PrmScoresMatchCpuReference) {
     }
   }
   EXPECT_GT(rig.engine.find(2)->num_cached_prompt_tokens, 0);
+}
+
+// A step that scores more positions than the logits buffer's rows (max_num_seqs, and no graph
+// bucket above it) runs the LM head in chunks, a chunk holding both a sampled and a scored row:
+// the same scores and tokens as an executor that keeps every row at once, within the CPU
+// reference's tolerance, and no buffer grows (which would drop every captured graph).
+TEST(CudaExecutor, ScoresMoreRowsThanMaxNumSeqsInChunks) {
+  DUET_REQUIRE_GPU();
+  const ModelSpec spec = tiny_model();
+  const LlamaWeights& w = rounded_weights(spec);
+  RigConfig c;
+  c.max_num_seqs = 2;
+  c.max_num_batched_tokens = 64;
+  c.graph_batch_sizes = {1, 2};
+  c.prm_plus_id = 10;
+  c.prm_minus_id = 20;
+  const std::vector<TokenId> solution = random_tokens(50, 7, spec.vocab_size);
+  std::vector<int> positions;
+  for (int p = 0; p < 50; p += 2) positions.push_back(p);
+  positions.push_back(49);  // 26 scored rows and 1 sampled: 14 chunks of 2, the last of 1
+  auto run = [&](bool keep_logits) {
+    RigConfig rc = c;
+    rc.keep_logits = keep_logits;
+    auto rig = std::make_unique<GpuRig>(w, rc, make_gpu(w, rc));
+    rig->add(2, random_tokens(10, 8, spec.vocab_size), 3);
+    Sequence s;
+    s.id = 1;
+    s.kind = SeqKind::Score;
+    s.num_prompt_tokens = int(solution.size());
+    s.tokens = solution;
+    s.score_positions = positions;
+    rig->engine.add(std::move(s), 0.0);
+    rig->run();
+    return rig;
+  };
+  const auto chunked = run(false);
+  const auto whole = run(true);
+  EXPECT_EQ(chunked->exec->stats().buffer_growths, 0);
+  EXPECT_GT(whole->exec->stats().buffer_growths, 0) << "keep_logits holds every row at once";
+  const RowsByPosition cpu = cpu_rows(w, solution, {positions.begin(), positions.end()});
+  const Sequence& scored = *chunked->engine.find(1);
+  ASSERT_EQ(scored.scores.size(), positions.size());
+  for (std::size_t k = 0; k < positions.size(); ++k) {
+    EXPECT_NEAR(scored.scores[k], whole->engine.find(1)->scores[k], 1e-5) << "score " << k;
+    EXPECT_NEAR(scored.scores[k], prm_score(cpu.at(positions[k]), 10, 20), kScoreTol) << "score " << k;
+  }
+  EXPECT_EQ(chunked->engine.find(2)->tokens, whole->engine.find(2)->tokens);
 }
 
 // Forced scripts: three requests on a 35-token prefix (the first kept), a Score request with two
