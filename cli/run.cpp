@@ -77,7 +77,8 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
       "run the rest")(
       "lua-instruction-limit", po::value(&opt.instruction_limit)->default_value(opt.instruction_limit),
       "Lua instructions one call into the script may run before it is stopped as an endless loop")(
-      "help,h", "this help");
+      "lua-memory-limit", po::value(&opt.memory_limit_mib)->default_value(opt.memory_limit_mib),
+      "MiB of memory the script's Lua state (each sweep thread's) may hold")("help,h", "this help");
   po::positional_options_description positional;
   positional.add("script", 1);
   // Everything after `--` belongs to the script.
@@ -102,6 +103,10 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
           if (opt.backend == "cuda") device_name(opt.backend);
           opt.record = parse_record_level("--record", record);
           check_at_least("--lua-instruction-limit", opt.instruction_limit, 1);
+          check_at_least("--lua-memory-limit", opt.memory_limit_mib, 1);
+          if (opt.memory_limit_mib > (std::int64_t(1) << 40))
+            throw Error("--lua-memory-limit " + std::to_string(opt.memory_limit_mib) +
+                        " MiB: more than 2^40 MiB");
           if (opt.threads < 0)
             throw Error("--threads must be 0 (every core) or more, got " + std::to_string(opt.threads));
           if (opt.threads > 1 && is_real_backend(opt.backend))

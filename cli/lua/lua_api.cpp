@@ -693,6 +693,8 @@ void execute(ScriptContext& ctx) {
   State state;
   lua_State* L = state.get();
   open_duet(L, ctx);
+  // Set after duet's own set-up, whose Lua calls are unprotected; the script's run under pcall.
+  state.limit_memory(ctx.opt.memory_limit_mib << 20);
   if (ctx.worker || ctx.opt.ranks.rank != 0) {  // sweep threads and ranks > 0 print nothing: rank 0 reports
     lua_pushcfunction(L, [](lua_State*) { return 0; });
     lua_setglobal(L, "print");

@@ -34,6 +34,7 @@ struct ScriptOptions {
   std::string source_dir;         // repository root: workloads/, traces/, models/
   int threads = 0;                // sweep threads; 0: every core
   std::int64_t instruction_limit = kDefaultInstructionLimit;  // Lua instructions per call from duet
+  std::int64_t memory_limit_mib = kDefaultMemoryLimitMiB;     // per Lua state (each sweep thread's)
   bool progress = true;                                       // draw progress bars when stderr is a terminal
   RecordLevel record = RecordLevel::Steps;  // what each run records, unless its `record` key says
   // duet validate: every duet.run and sweep point runs on the simulator and a real backend, one

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string_view>
 
@@ -35,6 +37,52 @@ State::State() : L_(luaL_newstate()) {
 }
 
 State::~State() { lua_close(L_); }
+
+namespace {
+
+// As lauxlib's allocator (realloc and free), counting what the state holds. Shrinking never fails,
+// as Lua requires.
+void* limited_alloc(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
+  auto* m = static_cast<State::Memory*>(ud);
+  const std::int64_t old = ptr ? std::int64_t(osize) : 0;  // osize is a type tag when ptr is null
+  if (nsize == 0) {
+    std::free(ptr);
+    m->used -= old;
+    return nullptr;
+  }
+  const std::int64_t grow = std::int64_t(nsize) - old;
+  if (grow > 0 && m->used + grow > m->limit) {
+    m->refused = std::int64_t(nsize);
+    return nullptr;
+  }
+  void* p = std::realloc(ptr, nsize);
+  if (p) m->used += grow;
+  return p;
+}
+
+std::string mib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+void State::limit_memory(std::int64_t bytes) {
+  memory_.limit = bytes;
+  memory_.used = std::int64_t(lua_gc(L_, LUA_GCCOUNT)) * 1024 + lua_gc(L_, LUA_GCCOUNTB);
+  lua_setallocf(L_, limited_alloc, &memory_);
+}
+
+std::string memory_error(lua_State* L) {
+  void* ud = nullptr;
+  if (lua_getallocf(L, &ud) != limited_alloc) return "not enough memory";
+  const auto* m = static_cast<const State::Memory*>(ud);
+  return "the script's Lua memory reached its limit of " + mib(m->limit) + " (" + mib(m->used) +
+         " held, an allocation of " + mib(m->refused) +
+         " refused after a full collection): a table or string that grows without end? duet run "
+         "--lua-memory-limit MiB raises the limit";
+}
 
 namespace {
 
@@ -93,7 +141,9 @@ void pcall(lua_State* L, int nargs, int nresults) {
   const int status = lua_pcall(L, nargs, nresults, base);
   lua_remove(L, base);
   if (status != LUA_OK) {
-    std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(non-string Lua error)";
+    std::string msg = status == LUA_ERRMEM  ? memory_error(L)
+                      : lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                            : "(non-string Lua error)";
     lua_pop(L, 1);
     throw Error(msg);
   }

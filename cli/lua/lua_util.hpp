@@ -17,6 +17,12 @@
 
 namespace duet::lua {
 
+// A limit on the memory one script's Lua state holds (tables, strings, closures, coroutines): a
+// runaway `s = s .. s` or an ever-growing table becomes a Lua error naming the limit, where it
+// would otherwise take the machine's memory until the kernel's OOM killer ends duet without its
+// run file. A sweep thread's state has a limit of its own.
+inline constexpr std::int64_t kDefaultMemoryLimitMiB = 4096;
+
 // Owns a lua_State with the standard libraries open.
 class State {
  public:
@@ -25,10 +31,23 @@ class State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   lua_State* get() const { return L_; }
+  // From now on an allocation that would take the state past `bytes` fails, after Lua's emergency
+  // collection, with a memory error (memory_error() describes it); what the state holds counts.
+  void limit_memory(std::int64_t bytes);
+
+  struct Memory {
+    std::int64_t used = 0, limit = 0;
+    std::int64_t refused = 0;  // the size of the last allocation refused
+  };
 
  private:
   lua_State* L_;
+  Memory memory_;
 };
+
+// The message for a LUA_ERRMEM status (Lua calls no message handler for it, so it has no
+// traceback): the allocation refused and the limit, or Lua's own message for a state without one.
+std::string memory_error(lua_State* L);
 
 // A limit on the Lua instructions one call from duet into Lua may run (a policy, the arbiter, a
 // solve() between two waits, the script's main chunk): an endless loop becomes an error naming the

@@ -221,7 +221,8 @@ void LuaWorkload::resume(Task& task, int nargs) {
     return;
   }
   if (status != LUA_OK) {
-    const char* msg = lua_tostring(task.co, -1);
+    const std::string memory = status == LUA_ERRMEM ? memory_error(task.co) : std::string();
+    const char* msg = status == LUA_ERRMEM ? memory.c_str() : lua_tostring(task.co, -1);
     luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
     std::string full =
         std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
