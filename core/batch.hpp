@@ -21,7 +21,7 @@ struct BatchItem {
   int context_len = 0;      // tokens already in the KV cache; new tokens start here
   int num_new_tokens = 0;
   Want want = Want::Nothing;
-  bool is_decode = false;  // one generated token fed back, as opposed to a prompt chunk
+  bool is_decode = false;  // one new token over a computed context (Scheduler::add_item), not a chunk
 };
 
 // The features of a batch that cost models price and calibration fits.

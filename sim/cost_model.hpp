@@ -23,10 +23,10 @@ struct StepCost {
   double total() const { return device_s + host_s; }
 };
 
-// The kernels of one decoder layer, in the order a forward pass runs them (`duet cost`'s keys).
-inline constexpr std::array<const char*, 10> kLayerOperators = {
-    "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention",
-    "norm",     "rope",   "act",          "residual",  "kv_write"};
+// The kernels of one decoder layer (`duet cost`'s keys). `norm` is both RMSNorms, each fused with
+// the residual add before it, as the CUDA engine runs them (kernels::add_rmsnorm).
+inline constexpr std::array<const char*, 9> kLayerOperators = {
+    "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "norm", "rope", "act", "kv_write"};
 enum LayerOperator : std::size_t {
   kQkvProj,
   kOProj,
@@ -36,7 +36,6 @@ enum LayerOperator : std::size_t {
   kNorm,
   kRope,
   kAct,
-  kResidual,
   kKvWrite
 };
 

@@ -69,6 +69,13 @@ OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double qu
   return {{seqs * heads, query_len, head_dim, 0}, roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
 }
 
+OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double query_len, double context,
+                                     double keys, double heads, double kv_heads, double head_dim) {
+  const OperatorPoint p =
+      prefill_attention_point(gpu, seqs, query_len, keys, seqs * context, heads, kv_heads, head_dim);
+  return {{seqs * kv_heads, context + query_len, query_len * heads / kv_heads, head_dim}, p.roofline_s};
+}
+
 const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {
   return c == OperatorClass::gemm               ? gemm
          : c == OperatorClass::decode_attention ? decode_attention
@@ -183,6 +190,29 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
 
+// The tables' prefill kernels start from an empty cache, so a few new tokens after a long cached
+// context would take their slowdown from a kernel of a few query rows and no keys, floor-bound
+// (10-27x the roofline at one token in the H100 prior), and apply it to the context's reads. Such a chunk is
+// a decode with more query rows per KV head: priced on the decode curve while its rows per KV head are within
+// that curve's measured groups (64: 16 tokens of a 4-query group), and on the prefill curve from there, where
+// a chunk fills the kernel's tiles.
+double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, StepBreakdown& b) const {
+  const ModelSpec& m = model_;
+  const double chunk = double(s.prefill_tokens) / s.prefill_seqs;
+  const double context = double(s.prefill_context_tokens) / s.prefill_seqs;
+  const double rows_per_kv_head = chunk * m.num_heads / m.num_kv_heads;
+  if (context > 0 && rows_per_kv_head <= prior_.decode_attention.axes[2].knots.back()) {
+    const OperatorPoint p =
+        chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context, s.prefill_attention_keys, m.num_heads,
+                               m.num_kv_heads, m.head_dim);
+    return kernel(OperatorClass::decode_attention, p, eager, b, "attention");
+  }
+  const OperatorPoint p =
+      prefill_attention_point(gpu_, s.prefill_seqs, chunk, s.prefill_attention_keys,
+                              double(s.prefill_context_tokens), m.num_heads, m.num_kv_heads, m.head_dim);
+  return kernel(OperatorClass::prefill_attention, p, eager, b, "attention");
+}
+
 double OperatorCostModel::elementwise(double bytes, bool eager) const {
   const double t =
       prior_.elementwise_fixed_s + bytes / (gpu_.hbm_bandwidth * prior_.elementwise_bandwidth_efficiency);
@@ -210,20 +240,16 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
       const OperatorPoint p = decode_attention_point(gpu_, s.decode_seqs, context, heads, kvh, hd);
       l[kAttention] += kernel(OperatorClass::decode_attention, p, eager, b, "attention");
     }
-    if (s.prefill_seqs > 0) {
-      const double chunk = double(s.prefill_tokens) / s.prefill_seqs;
-      const OperatorPoint p = prefill_attention_point(gpu_, s.prefill_seqs, chunk, s.prefill_attention_keys,
-                                                      double(s.prefill_context_tokens), heads, kvh, hd);
-      l[kAttention] += kernel(OperatorClass::prefill_attention, p, eager, b, "attention");
-    }
+    if (s.prefill_seqs > 0) l[kAttention] += prefill_attention(s, eager, b);
     const double act = kBf16 * tokens;  // bytes per feature of the batch's activations
-    l[kNorm] = 2 * elementwise(2 * act * h + kBf16 * h, eager);  // input and post-attention RMSNorm
-    l[kRope] = elementwise(2 * act * (q + kv), eager);           // RoPE on Q and K, in place
-    l[kAct] = elementwise(act * 3 * inter, eager);               // SiLU(gate) * up
-    l[kResidual] = 2 * elementwise(3 * act * h, eager);          // two residual adds
-    l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);          // K and V into the paged cache
-    b.other_s +=
-        elementwise(2 * act * h, eager) + elementwise(2 * act * h + kBf16 * h, eager);  // embed, final norm
+    // The input and post-attention RMSNorms, each fused with the residual add before it (it reads
+    // the residual and the delta, and writes both): one kernel each, as the CUDA engine runs them.
+    const double add_norm_bytes = 4 * act * h + kBf16 * h;
+    l[kNorm] = 2 * elementwise(add_norm_bytes, eager);
+    l[kRope] = elementwise(2 * act * (q + kv), eager);   // RoPE on Q and K, in place
+    l[kAct] = elementwise(act * 3 * inter, eager);       // SiLU(gate) * up
+    l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);  // K and V into the paged cache
+    b.other_s += elementwise(2 * act * h, eager) + elementwise(add_norm_bytes, eager);  // embed, final norm
   }
   if (s.logit_rows > 0) {
     b.lm_head_s =

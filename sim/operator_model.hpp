@@ -17,7 +17,7 @@
 // shapes, and linear sums of FLOP and byte terms fit negative costs. The surface leaves 5-7% on
 // held-out (n, k) shapes and 8-12% on held-out head configurations (bench/results/op-cost.md).
 //
-// The elementwise kernels (RMSNorm x2, RoPE, SiLU*mul, residual add x2, KV write per layer; the
+// The elementwise kernels (RMSNorm x2 fused with the residual adds, RoPE, SiLU*mul, KV write per layer; the
 // embedding, final norm and sampling per step) are not in the tables. They are priced as
 // fixed_s + bytes / (HBM bandwidth * efficiency), with the GEMM curve's floor and the efficiency
 // of a large matrix-vector product (m = 1, n = k = 4096), both from the same fit: an assumption,
@@ -58,6 +58,11 @@ OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double con
 // cached-context tokens, both summed over the chunks.
 OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys,
                                       double cached, double heads, double kv_heads, double head_dim);
+// The same chunks on the decode curve: each KV head's `query_len` x (heads / kv_heads) query rows
+// read the chunk's `context` cached tokens and its own (FlashAttention packs a chunk's rows and
+// its query group into one tile, as it packs a decode's group). The roofline is the prefill one.
+OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double query_len, double context,
+                                     double keys, double heads, double kv_heads, double head_dim);
 
 // What a prior covers: the kernels its tables measured.
 struct PriorCoverage {
@@ -109,6 +114,7 @@ class OperatorCostModel final : public CostModel {
   double kernel(OperatorClass c, const OperatorPoint& p, bool eager, StepBreakdown& b,
                 const char* what) const;
   double elementwise(double bytes, bool eager) const;
+  double prefill_attention(const BatchShape& s, bool eager, StepBreakdown& b) const;
 
   GpuSpec gpu_;
   ModelSpec model_;

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 LAYER_KEYS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention",
-              "norm", "rope", "act", "residual", "kv_write"]
+              "norm", "rope", "act", "kv_write"]
 BATCHES = [
     ["--decode-seqs", "1", "--decode-context", "512"],
     ["--decode-seqs", "64", "--decode-context", "2048"],

@@ -140,6 +140,34 @@ TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
 }
 
+// A beam's first step after its fork feeds one token (its parent's last) over the forked context:
+// a decode in shape, as vLLM V1 runs it (decode attention, a CUDA graph), while a one-token prompt
+// has no context to decode over.
+TEST(Engine, AForksFirstTokenIsADecodeStep) {
+  EngineRig r;
+  Sequence& parent = r.engine.add(prompt(1, 6, 1), 0);
+  parent.keep_kv = true;
+  while (r.engine.has_work()) r.engine.step(0);
+  Sequence child;
+  child.id = 10;
+  child.sampling.max_tokens = 2;
+  r.engine.fork(1, child, 0);
+  r.engine.add(prompt(2, 1), 0);
+  const StepOutcome o = r.engine.step(0);
+  ASSERT_EQ(o.batch.items.size(), 2u);
+  const BatchItem& fork = o.batch.items[0].seq->id == 10 ? o.batch.items[0] : o.batch.items[1];
+  const BatchItem& fresh = o.batch.items[0].seq->id == 10 ? o.batch.items[1] : o.batch.items[0];
+  EXPECT_EQ(fork.num_new_tokens, 1);
+  EXPECT_EQ(fork.context_len, 6);
+  EXPECT_TRUE(fork.is_decode);
+  EXPECT_EQ(fresh.num_new_tokens, 1);
+  EXPECT_FALSE(fresh.is_decode);
+  const BatchShape shape = shape_of(o.batch);
+  EXPECT_EQ(shape.decode_seqs, 1);
+  EXPECT_EQ(shape.decode_context_tokens, 6);
+  EXPECT_EQ(shape.prefill_seqs, 1);
+}
+
 // A fork that needs logits its parent computed past (it appends nothing, or it scores a position
 // inside its parent) starts afresh, and the prefix cache gives back what it may: it never runs as
 // an item of no tokens, and every position it asks for is scored.

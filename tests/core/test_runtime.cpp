@@ -314,7 +314,10 @@ TEST(Runtime, StepRecordsCarryKvAndCounterDeltas) {
   EXPECT_EQ(steps[1].decode_seqs, 1);
   EXPECT_EQ(steps[1].decode_context_tokens, 9);
   EXPECT_EQ(steps[2].prefix_hit_tokens, 8);
-  EXPECT_EQ(steps[2].prefill_tokens, 1);
+  // The prompt's one token left after the hit runs as a decode over the cached 8.
+  EXPECT_EQ(steps[2].prefill_tokens, 0);
+  EXPECT_EQ(steps[2].decode_tokens, 1);
+  EXPECT_EQ(steps[2].decode_context_tokens, 8);
   EXPECT_EQ(t.rt.records()[0].requests[1].cached_tokens, 8);
   const RunSummary s = t.rt.summary();
   EXPECT_NEAR(s.engines[0].prefix_hit_rate, 8.0 / 18.0, 1e-12);

@@ -281,16 +281,15 @@ class SchedulerRun {
       if (!cfg.enable_chunked_prefill)
         DUET_CHECK_OR_RETURN(end == s.num_tokens(),
                              "chunked prefill is off but sequence " << s.id << " got a partial chunk");
+      DUET_CHECK_OR_RETURN(item.is_decode == (item.num_new_tokens == 1 && item.context_len > 0),
+                           "sequence " << s.id << " is_decode wrong");
       // What the executor must produce for it.
       if (s.kind == SeqKind::Generate) {
         DUET_CHECK_OR_RETURN(
             (item.want == Want::Sample) == (end == s.num_tokens()) && item.want != Want::Score,
             "generate sequence " << s.id << " has the wrong want");
-        DUET_CHECK_OR_RETURN(
-            item.is_decode == (item.num_new_tokens == 1 && item.context_len >= s.num_prompt_tokens),
-            "sequence " << s.id << " is_decode wrong");
       } else {
-        DUET_CHECK_OR_RETURN((item.want == Want::Score) == !due_positions(item).empty() && !item.is_decode,
+        DUET_CHECK_OR_RETURN((item.want == Want::Score) == !due_positions(item).empty(),
                              "score sequence " << s.id << " has the wrong want");
         // Every position whose logits are still needed lies ahead of the context: a prefix hit
         // (or anything else) that skipped one would leave it unscored for good.

@@ -203,6 +203,48 @@ TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
       << model.extrapolation_report();
 }
 
+// The tables' prefill kernels start from an empty cache: a few new tokens after a long cached
+// context are priced on the decode curve, with their query rows per KV head (a 4-query group: up
+// to 16 tokens fill the curve's 64), and a chunk beyond that, or one with no context, on the
+// prefill curve. Here the prefill curve's slowdown is 10 and the decode curve's 1.5.
+TEST(OperatorModel, AShortChunkAfterACachedContextIsPricedLikeTheDecodeItIsShapedLike) {
+  OperatorPrior p = flat_prior("h100-sxm");
+  p.prefill_attention.log_slowdown.assign(p.prefill_attention.size(), std::log(10.0));
+  const GpuSpec gpu = gpu_by_name("h100");
+  const ModelSpec m = model_by_name("llama-3.1-8b");
+  OperatorCostModel model(gpu, m, p);
+  auto attention = [&](const BatchShape& s) { return model.by_operator(s).per_layer_s[kAttention]; };
+  auto chunks = [](int n, int context) {
+    return BatchShape{.prefill_tokens = 16 * n,
+                      .prefill_seqs = 16,
+                      .logit_rows = 16,
+                      .prefill_context_tokens = 16LL * context,
+                      .prefill_attention_keys = 16.0 * (double(n) * context + n * (n + 1) / 2.0),
+                      .prefill_tokens_squared = 16.0 * n * n};
+  };
+  const double heads = m.num_heads, kvh = m.num_kv_heads, hd = m.head_dim;
+  const BatchShape decodes{
+      .decode_tokens = 16, .decode_seqs = 16, .logit_rows = 16, .decode_context_tokens = 16 * 2048};
+  EXPECT_NEAR(attention(chunks(1, 2048)), attention(decodes), 0.02 * attention(decodes));
+  const BatchShape s16 = chunks(16, 2048), s32 = chunks(32, 2048), fresh = chunks(16, 0);
+  EXPECT_NEAR(
+      attention(s16),
+      3e-6 + 1.5 * prefill_attention_point(gpu, 16, 16, s16.prefill_attention_keys, 16 * 2048, heads, kvh, hd)
+                       .roofline_s,
+      1e-12);
+  EXPECT_NEAR(
+      attention(s32),
+      3e-6 + 10 * prefill_attention_point(gpu, 16, 32, s32.prefill_attention_keys, 16 * 2048, heads, kvh, hd)
+                      .roofline_s,
+      1e-12);
+  EXPECT_NEAR(attention(fresh),
+              std::max(gpu.kernel_launch_s,
+                       3e-6 + 10 * prefill_attention_point(gpu, 16, 16, fresh.prefill_attention_keys, 0,
+                                                           heads, kvh, hd)
+                                       .roofline_s),
+              1e-12);
+}
+
 TEST(OperatorModel, AHeadDimTheTablesLackIsPricedAndFlagged) {
   OperatorPrior p = flat_prior("a100-80gb");
   p.covers.head_dims = {128};
