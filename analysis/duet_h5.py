@@ -83,6 +83,20 @@ def list_runs(path):
     return [name for name, _ in _groups_with(path, VERSION_ATTR)]
 
 
+def failed_points(path):
+    """{group: attributes} of every sweep point that failed (/sweeps/NNNN/failed/MMMM): its
+    `error`, the sweep's label (`sweep`) and the point's parameters (point.NAME)."""
+    failed = {}
+    with _open(path) as f, _reading(path, "/sweeps"):
+        for sweep in sorted(f["sweeps"]) if "sweeps" in f else []:
+            group = f["sweeps"][sweep]
+            for name in sorted(group["failed"]) if "failed" in group else []:
+                where = f"/sweeps/{sweep}/failed/{name}"
+                with _reading(path, where):
+                    failed[where] = _attrs(f[where])
+    return failed
+
+
 def incomplete_runs(path):
     """{group: why} for every run of the file that stopped before it finished (an error or a
     signal): its tables hold the rows recorded until then, and it has no summary."""
@@ -185,7 +199,8 @@ def _prefixed(prefix, attrs):
 def sweep_table(path, sweep=None):
     """Every sweep point of a file (or of the sweep labelled `sweep`), one row each: the point's
     parameters (point.NAME), the run's numbers (problems_per_s, makespan_s, ...), and each engine's
-    summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...)."""
+    summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...). A point
+    that failed is a row too, with its `error` and no numbers (NaN); `failed` tells them apart."""
     rows = []
     for group in list_runs(path):
         if "/sweeps/" not in group:
@@ -198,7 +213,10 @@ def sweep_table(path, sweep=None):
         row.update({k: v for k, v in run["attrs"].items() if not isinstance(v, str) or k.startswith("point.")})
         for name, engine in run["engines"].items():
             row.update(_prefixed(name, engine["attrs"]))
-        rows.append(row)
+        rows.append({**row, "failed": False})
+    for group, attrs in failed_points(path).items():
+        if sweep is None or attrs.get("sweep") == sweep:
+            rows.append({"group": group, "sweep": attrs.get("sweep", ""), "failed": True, **attrs})
     if not rows:
         raise KeyError(f"{path}: no sweep points" + (f" labelled {sweep!r}" if sweep else ""))
     return pd.DataFrame(rows)
@@ -251,6 +269,8 @@ def main(argv):
         runs = list_runs(argv[1])
         for group, why in incomplete_runs(argv[1]).items():
             print(f"{argv[1]}: {group}: stopped before it finished: {why}", file=sys.stderr)
+        for group, attrs in failed_points(argv[1]).items():
+            print(f"{argv[1]}: {group}: failed: {attrs.get('error', '')}", file=sys.stderr)
         if not runs:
             print(f"{argv[1]}: holds no finished duet run", file=sys.stderr)
             return 1

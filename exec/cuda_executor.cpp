@@ -326,7 +326,10 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   const int max_bucket = buckets.empty() ? 0 : buckets.back();
   const int tokens = std::max(o.max_num_batched_tokens, max_bucket);
   const int seqs = std::max(o.max_num_seqs, max_bucket);
-  const int rows = seqs;
+  // The LM head streams its whole weight (1 GB on Llama-3.1-8B) per chunk of logits rows: chunks of
+  // fewer than 256 rows (graphs off, a small max_num_seqs) would read it many times a step.
+  constexpr int kMinLogitsRows = 256;
+  const int rows = std::max(seqs, std::min(tokens, kMinLogitsRows));
   // A graph step's table width is rounded up to a power of two (plan_shape): sized for that, a
   // long context never grows the metadata buffer mid-run, which would drop every captured graph.
   const int width = next_pow2((o.max_model_len + block_size - 1) / block_size + 1);

@@ -70,10 +70,16 @@ OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double qu
 }
 
 OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double query_len, double context,
-                                     double keys, double heads, double kv_heads, double head_dim) {
-  const OperatorPoint p =
-      prefill_attention_point(gpu, seqs, query_len, keys, seqs * context, heads, kv_heads, head_dim);
-  return {{seqs * kv_heads, context + query_len, query_len * heads / kv_heads, head_dim}, p.roofline_s};
+                                     double keys, double heads, double kv_heads, double head_dim,
+                                     double max_rows) {
+  const double rows = query_len * heads / kv_heads;
+  const double tiles = std::max(1.0, std::ceil(rows / max_rows));
+  const double tokens = seqs * query_len;
+  // Each tile reads the whole context's K and V; the FLOPs are the chunk's causal ones.
+  const double bytes =
+      kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * seqs * (query_len + context) * tiles);
+  return {{seqs * kv_heads * tiles, context + query_len, rows / tiles, head_dim},
+          roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
 }
 
 const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {
@@ -192,25 +198,31 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
 
 // The tables' prefill kernels start from an empty cache, so a few new tokens after a long cached
 // context would take their slowdown from a kernel of a few query rows and no keys, floor-bound
-// (10-27x the roofline at one token in the H100 prior), and apply it to the context's reads. Such a chunk is
-// a decode with more query rows per KV head: priced on the decode curve while its rows per KV head are within
-// that curve's measured groups (64: 16 tokens of a 4-query group), and on the prefill curve from there, where
-// a chunk fills the kernel's tiles.
+// (10-27x the roofline at one token in the H100 prior), and apply it to the context's reads. Such a
+// chunk is a decode with more query rows per KV head, in tiles of the decode curve's largest
+// measured group (64 rows: 16 tokens of a 4-query group), each tile reading the context again. A
+// chunk after a context costs the cheaper of that and the prefill curve, as a kernel picks its
+// tiling: the first for a few tokens after a long context, the second once a chunk fills tiles.
 double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, StepBreakdown& b) const {
   const ModelSpec& m = model_;
   const double chunk = double(s.prefill_tokens) / s.prefill_seqs;
   const double context = double(s.prefill_context_tokens) / s.prefill_seqs;
-  const double rows_per_kv_head = chunk * m.num_heads / m.num_kv_heads;
-  if (context > 0 && rows_per_kv_head <= prior_.decode_attention.axes[2].knots.back()) {
-    const OperatorPoint p =
-        chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context, s.prefill_attention_keys, m.num_heads,
-                               m.num_kv_heads, m.head_dim);
-    return kernel(OperatorClass::decode_attention, p, eager, b, "attention");
-  }
-  const OperatorPoint p =
+  StepBreakdown as_prefill, as_decode;
+  const double prefill = kernel(
+      OperatorClass::prefill_attention,
       prefill_attention_point(gpu_, s.prefill_seqs, chunk, s.prefill_attention_keys,
-                              double(s.prefill_context_tokens), m.num_heads, m.num_kv_heads, m.head_dim);
-  return kernel(OperatorClass::prefill_attention, p, eager, b, "attention");
+                              double(s.prefill_context_tokens), m.num_heads, m.num_kv_heads, m.head_dim),
+      eager, as_prefill, "attention");
+  const double decode =
+      context > 0 ? kernel(OperatorClass::decode_attention,
+                           chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context,
+                                                  s.prefill_attention_keys, m.num_heads, m.num_kv_heads,
+                                                  m.head_dim, prior_.decode_attention.axes[2].knots.back()),
+                           eager, as_decode, "attention")
+                  : prefill;
+  const StepBreakdown& chosen = decode < prefill ? as_decode : as_prefill;
+  b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());
+  return std::min(prefill, decode);
 }
 
 double OperatorCostModel::elementwise(double bytes, bool eager) const {

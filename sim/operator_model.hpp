@@ -59,10 +59,12 @@ OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double con
 OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys,
                                       double cached, double heads, double kv_heads, double head_dim);
 // The same chunks on the decode curve: each KV head's `query_len` x (heads / kv_heads) query rows
-// read the chunk's `context` cached tokens and its own (FlashAttention packs a chunk's rows and
-// its query group into one tile, as it packs a decode's group). The roofline is the prefill one.
+// read the chunk's `context` cached tokens and its own, in tiles of at most `max_rows` rows, each
+// tile reading them again (FlashAttention packs a chunk's rows and its query group into tiles, as
+// it packs a decode's group).
 OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double query_len, double context,
-                                     double keys, double heads, double kv_heads, double head_dim);
+                                     double keys, double heads, double kv_heads, double head_dim,
+                                     double max_rows);
 
 // What a prior covers: the kernels its tables measured.
 struct PriorCoverage {

@@ -492,6 +492,42 @@ void share_outcomes(const cli::Ranks& ranks, SweepResults& results, SweepBalance
   }
 }
 
+// The failures' first three distinct messages, not only in the file: a point that fails fails
+// most often as the others do (a mistyped option), and a user should not need h5py to read it.
+// Each names its first point and the others alike, by duet.sweep's 1-based index (the file's
+// failed/NNNN groups count from 0), and what is left unshown is counted.
+void report_failures(const SweepResults& results) {
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> by_error;
+  for (const PointOutcome& o : results.outcomes) {
+    if (o.status != PointStatus::Failed) continue;
+    auto same =
+        std::find_if(by_error.begin(), by_error.end(), [&](const auto& e) { return e.first == o.error; });
+    if (same == by_error.end()) by_error.push_back({o.error, {o.index + 1}});
+    else same->second.push_back(o.index + 1);
+  }
+  std::size_t unshown = 0;
+  for (std::size_t e = 0; e < by_error.size(); ++e) {
+    const auto& [error, points] = by_error[e];
+    if (e >= 3) {
+      unshown += points.size();
+      continue;
+    }
+    std::fprintf(stderr, "  point %zu failed: %s\n", points[0], error.c_str());
+    if (points.size() == 1) continue;
+    std::string alike;
+    for (std::size_t i = 1; i < points.size() && i <= 8; ++i)
+      alike += (i > 1 ? ", " : "") + std::to_string(points[i]);
+    if (points.size() > 9) alike += ", ...";
+    std::fprintf(stderr, "    and %zu more point%s alike: %s\n", points.size() - 1,
+                 points.size() > 2 ? "s" : "", alike.c_str());
+  }
+  if (unshown)
+    std::fprintf(
+        stderr,
+        "  and %zu more failed points with %zu other messages (each in the run file's failed groups)\n",
+        unshown, by_error.size() - 3);
+}
+
 // One line on stderr: how the points went, and each rank's busy seconds (the load balance).
 void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepResults& results,
                   const SweepBalance& balance) {
@@ -515,15 +551,7 @@ void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepRe
     }
   }
   std::fprintf(stderr, "%s\n", line.c_str());
-  // The failures' first distinct messages here, not only in the file: a point that fails fails
-  // most often as the others do (a mistyped option), and a user should not need h5py to read it.
-  std::vector<std::string> shown;
-  for (const PointOutcome& o : results.outcomes) {
-    if (o.status != PointStatus::Failed || shown.size() == 3) continue;
-    if (std::find(shown.begin(), shown.end(), o.error) != shown.end()) continue;
-    shown.push_back(o.error);
-    std::fprintf(stderr, "  point %zu failed: %s\n", o.index + 1, o.error.c_str());
-  }
+  report_failures(results);
 }
 
 // Results, in grid order: {point = {...}, result = <duet.run result>, index = i} for the points

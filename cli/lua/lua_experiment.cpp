@@ -276,7 +276,12 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   const std::string batching = t.string("batching").value_or("continuous");
   if (batching == "fixed") ex.workload.batching = ProblemBatching::Fixed;
   else if (batching != "continuous") t.fail("batching", "must be 'continuous' or 'fixed'");
-  ex.workload.min_batch = t.int32("min_batch").value_or(ex.workload.concurrency);
+  const std::optional<int> min_batch = t.int32("min_batch");
+  // Fixed batches refill only when all have finished: a min_batch would be ignored, silently.
+  if (min_batch && ex.workload.batching == ProblemBatching::Fixed)
+    t.fail("min_batch",
+           "applies to batching = 'continuous' only (fixed batches refill when all have finished)");
+  ex.workload.min_batch = min_batch.value_or(ex.workload.concurrency);
   if (ex.workload.min_batch < 1 || ex.workload.min_batch > ex.workload.concurrency)
     t.fail("min_batch", "must be in [1, concurrency = " + std::to_string(ex.workload.concurrency) +
                             "], got " + std::to_string(ex.workload.min_batch));

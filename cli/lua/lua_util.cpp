@@ -40,6 +40,10 @@ State::~State() { lua_close(L_); }
 
 namespace {
 
+// Memory for duet's own handling of an error (ErrorHeadroom): its traceback is built on the state
+// outside a protected call, where a refusal would longjmp through C++ frames.
+constexpr std::int64_t kHeadroom = 16 << 20;
+
 // As lauxlib's allocator (realloc and free), counting what the state holds. Shrinking never fails,
 // as Lua requires.
 void* limited_alloc(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
@@ -51,18 +55,20 @@ void* limited_alloc(void* ud, void* ptr, std::size_t osize, std::size_t nsize) {
     return nullptr;
   }
   const std::int64_t grow = std::int64_t(nsize) - old;
-  if (grow > 0 && m->used + grow > m->limit) {
+  if (grow > 0 && m->used + grow > m->limit + (m->handling_error ? kHeadroom : 0)) {
     m->refused = std::int64_t(nsize);
     return nullptr;
   }
   void* p = std::realloc(ptr, nsize);
   if (p) m->used += grow;
+  else m->refused = std::int64_t(nsize);
   return p;
 }
 
-std::string mib(std::int64_t bytes) {
+std::string size_text(std::int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
   return buf;
 }
 
@@ -74,12 +80,25 @@ void State::limit_memory(std::int64_t bytes) {
   lua_setallocf(L_, limited_alloc, &memory_);
 }
 
+ErrorHeadroom::ErrorHeadroom(lua_State* L) {
+  void* ud = nullptr;
+  if (lua_getallocf(L, &ud) == limited_alloc) {
+    memory_ = static_cast<State::Memory*>(ud);
+    was_ = memory_->handling_error;
+    memory_->handling_error = true;
+  }
+}
+
+ErrorHeadroom::~ErrorHeadroom() {
+  if (memory_) memory_->handling_error = was_;
+}
+
 std::string memory_error(lua_State* L) {
   void* ud = nullptr;
   if (lua_getallocf(L, &ud) != limited_alloc) return "not enough memory";
   const auto* m = static_cast<const State::Memory*>(ud);
-  return "the script's Lua memory reached its limit of " + mib(m->limit) + " (" + mib(m->used) +
-         " held, an allocation of " + mib(m->refused) +
+  return "the script's Lua memory reached its limit of " + size_text(m->limit) + " (" + size_text(m->used) +
+         " held, an allocation of " + size_text(m->refused) +
          " refused after a full collection): a table or string that grows without end? duet run "
          "--lua-memory-limit MiB raises the limit";
 }

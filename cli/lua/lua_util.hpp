@@ -37,12 +37,28 @@ class State {
 
   struct Memory {
     std::int64_t used = 0, limit = 0;
-    std::int64_t refused = 0;  // the size of the last allocation refused
+    std::int64_t refused = 0;     // the size of the last allocation refused
+    bool handling_error = false;  // while an ErrorHeadroom lives: the limit has 16 MiB more
   };
 
  private:
   lua_State* L_;
   Memory memory_;
+};
+
+// While it lives, the state's memory limit has 16 MiB more: for duet's handling of an error that
+// allocates on the state outside a protected call (a coroutine's traceback), which a state at its
+// limit would refuse with a longjmp through C++ frames.
+class ErrorHeadroom {
+ public:
+  explicit ErrorHeadroom(lua_State* L);
+  ~ErrorHeadroom();
+  ErrorHeadroom(const ErrorHeadroom&) = delete;
+  ErrorHeadroom& operator=(const ErrorHeadroom&) = delete;
+
+ private:
+  State::Memory* memory_ = nullptr;
+  bool was_ = false;
 };
 
 // The message for a LUA_ERRMEM status (Lua calls no message handler for it, so it has no

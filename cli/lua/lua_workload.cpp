@@ -221,12 +221,15 @@ void LuaWorkload::resume(Task& task, int nargs) {
     return;
   }
   if (status != LUA_OK) {
-    const std::string memory = status == LUA_ERRMEM ? memory_error(task.co) : std::string();
-    const char* msg = status == LUA_ERRMEM ? memory.c_str() : lua_tostring(task.co, -1);
-    luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
-    std::string full =
-        std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
-    lua_pop(L_, 1);
+    std::string full;
+    {
+      const ErrorHeadroom headroom(L_);  // the traceback allocates outside a protected call
+      const std::string memory = status == LUA_ERRMEM ? memory_error(task.co) : std::string();
+      const char* msg = status == LUA_ERRMEM ? memory.c_str() : lua_tostring(task.co, -1);
+      luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
+      full = std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
+      lua_pop(L_, 1);
+    }
     throw Error(full);
   }
   complete(task);

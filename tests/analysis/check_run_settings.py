@@ -32,8 +32,8 @@ with open(script, "w") as f:
 end
 duet.sweep{grid = {setup = {"defaults", "ordered", "partly"}}, run = function(p)
   if p.setup == "defaults" then return run{} end
-  if p.setup == "partly" then return run{arbiter = "priority", arbiter_priority = {"prm"}} end
-  return run{arbiter = "priority", arbiter_priority = {"prm", "llm"}, batching = "fixed", min_batch = 1}
+  if p.setup == "partly" then return run{arbiter = "priority", arbiter_priority = {"prm"}, min_batch = 1} end
+  return run{arbiter = "priority", arbiter_priority = {"prm", "llm"}, batching = "fixed"}
 end}
 """)
 subprocess.run([duet, "run", script, "--no-progress", "--out", h5], check=True, stdout=subprocess.DEVNULL)
@@ -44,7 +44,8 @@ with h5py.File(h5, "r") as f:
     assert text(defaults, "arbiter") == "alternate" and "arbiter_priority" not in defaults, dict(defaults)
     assert text(defaults, "batching") == "continuous" and defaults["min_batch"] == 2, dict(defaults)
     assert text(ordered, "arbiter") == "priority" and text(ordered, "arbiter_priority") == "prm,llm", dict(ordered)
-    assert text(ordered, "batching") == "fixed" and ordered["min_batch"] == 1, dict(ordered)
+    assert text(ordered, "batching") == "fixed" and ordered["min_batch"] == 2, dict(ordered)
+    assert text(partly, "batching") == "continuous" and partly["min_batch"] == 1, dict(partly)
     assert defaults["concurrency"] == ordered["concurrency"] == 2
     # The effective order: the engines the list leaves out follow in their declared order.
     assert text(partly, "arbiter_priority") == "prm,llm", dict(partly)

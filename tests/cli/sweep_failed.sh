@@ -16,6 +16,7 @@ grep -q "duet run: 2 sweep points failed" run.log || fail "no count of failed po
 # The failures' messages on stderr too, each distinct one once (both points fail alike).
 [ "$(grep -c '^  point 3 failed: .*llm_util 0.2 fails on purpose' run.log)" -eq 1 ] || fail "no failure message"
 [ "$(grep -c '^  point [0-9]* failed' run.log)" -eq 1 ] || fail "a repeated failure message"
+grep -q "^    and 1 more point alike: 4$" run.log || { cat run.log; fail "the other point failing alike is not named"; }
 grep -q "^point 3 failed: .*small_sweep.lua:.*: llm_util 0.2 fails on purpose" run.log || fail "results.failed"
 [ "$(grep -c '^point [0-9]: llm_util' run.log)" -eq 4 ] || fail "the good points are not the results"
 "$python" - good.h5 failed.h5 <<'PY' || fail "the file's failed points"
@@ -33,6 +34,15 @@ with h5py.File(sys.argv[1], "r") as good, h5py.File(sys.argv[2], "r") as f:
             path = f"sweeps/0000/points/{name}/engines/{engine}/steps"
             assert np.array_equal(good[path][()], f[path][()]), path
 print("failed points recorded")
+PY
+# duet_h5.sweep_table: a row per point, the failed ones with their error and no numbers.
+PYTHONPATH="$source/analysis" "$python" - failed.h5 <<'PY' || fail "sweep_table's failed points"
+import sys, duet_h5
+t = duet_h5.sweep_table(sys.argv[1])
+assert len(t) == 6 and int(t["failed"].sum()) == 2, t[["group", "failed"]]
+bad = t[t["failed"]]
+assert sorted(bad["point.max_num_seqs"]) == [64, 256] and all(bad["point.llm_util"] == 0.2), bad
+assert all("fails on purpose" in e for e in bad["error"]) and bad["problems_per_s"].isna().all(), bad
 PY
 for i in 1 2; do
   "$duet" run "$script" --no-progress --shard "$i/2" --out "part$i.h5" -- --fail 0.2 >/dev/null 2>&1

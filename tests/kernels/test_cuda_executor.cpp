@@ -38,6 +38,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <span>
@@ -625,8 +626,9 @@ TEST(CudaExecutor, PrmScoresMatchCpuReference) {
   EXPECT_GT(rig.engine.find(2)->num_cached_prompt_tokens, 0);
 }
 
-// A step that scores more positions than the logits buffer's rows (max_num_seqs, and no graph
-// bucket above it) runs the LM head in chunks, a chunk holding both a sampled and a scored row:
+// A step that scores more positions than the logits buffer's rows (max_num_seqs and the largest
+// graph bucket, at least 256 or max_num_batched_tokens) runs the LM head in chunks, a chunk
+// holding both a sampled and a scored row:
 // the same scores and tokens as an executor that keeps every row at once, within the CPU
 // reference's tolerance, and no buffer grows (which would drop every captured graph).
 TEST(CudaExecutor, ScoresMoreRowsThanMaxNumSeqsInChunks) {
@@ -635,14 +637,13 @@ TEST(CudaExecutor, ScoresMoreRowsThanMaxNumSeqsInChunks) {
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
   c.max_num_seqs = 2;
-  c.max_num_batched_tokens = 64;
+  c.max_num_batched_tokens = 320;  // logits rows: max(2, min(320, 256)) = 256
   c.graph_batch_sizes = {1, 2};
   c.prm_plus_id = 10;
   c.prm_minus_id = 20;
-  const std::vector<TokenId> solution = random_tokens(50, 7, spec.vocab_size);
-  std::vector<int> positions;
-  for (int p = 0; p < 50; p += 2) positions.push_back(p);
-  positions.push_back(49);  // 26 scored rows and 1 sampled: 14 chunks of 2, the last of 1
+  const std::vector<TokenId> solution = random_tokens(300, 7, spec.vocab_size);
+  std::vector<int> positions(300);
+  std::iota(positions.begin(), positions.end(), 0);  // and 1 sampled row: chunks of 256 and 45
   auto run = [&](bool keep_logits) {
     RigConfig rc = c;
     rc.keep_logits = keep_logits;
@@ -666,7 +667,8 @@ TEST(CudaExecutor, ScoresMoreRowsThanMaxNumSeqsInChunks) {
   const Sequence& scored = *chunked->engine.find(1);
   ASSERT_EQ(scored.scores.size(), positions.size());
   for (std::size_t k = 0; k < positions.size(); ++k) {
-    EXPECT_NEAR(scored.scores[k], whole->engine.find(1)->scores[k], 1e-5) << "score " << k;
+    // cuBLASLt may pick another algorithm for 2 rows than for 27: not bit-exact.
+    EXPECT_NEAR(scored.scores[k], whole->engine.find(1)->scores[k], 1e-4) << "score " << k;
     EXPECT_NEAR(scored.scores[k], prm_score(cpu.at(positions[k]), 10, 20), kScoreTol) << "score " << k;
   }
   EXPECT_EQ(chunked->engine.find(2)->tokens, whole->engine.find(2)->tokens);

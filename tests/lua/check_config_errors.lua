@@ -37,6 +37,7 @@ expect_error({cost_model = "magic"}, "duet.run.cost_model: unknown cost model 'm
 expect_error({concurrency = 0}, "duet.run.concurrency: problems in flight must be at least 1, got 0")
 expect_error({min_batch = 0}, "duet.run.min_batch: must be in %[1, concurrency = 64%], got 0")
 expect_error({concurrency = 4, min_batch = 5}, "duet.run.min_batch: must be in %[1, concurrency = 4%], got 5")
+expect_error({batching = "fixed", min_batch = 2}, "duet.run.min_batch: applies to batching = 'continuous' only")
 local function engine(extra)
   local e = {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}
   for k, v in pairs(extra) do e[k] = v end

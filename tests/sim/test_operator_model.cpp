@@ -203,17 +203,23 @@ TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
       << model.extrapolation_report();
 }
 
-// The tables' prefill kernels start from an empty cache: a few new tokens after a long cached
-// context are priced on the decode curve, with their query rows per KV head (a 4-query group: up
-// to 16 tokens fill the curve's 64), and a chunk beyond that, or one with no context, on the
-// prefill curve. Here the prefill curve's slowdown is 10 and the decode curve's 1.5.
-TEST(OperatorModel, AShortChunkAfterACachedContextIsPricedLikeTheDecodeItIsShapedLike) {
-  OperatorPrior p = flat_prior("h100-sxm");
-  p.prefill_attention.log_slowdown.assign(p.prefill_attention.size(), std::log(10.0));
+// The tables' prefill kernels start from an empty cache: a chunk after a cached context is also
+// priced as a decode with more query rows per KV head, in tiles of the decode curve's 64 rows (16
+// tokens of a 4-query group), each reading the context, and costs the cheaper of that and the
+// prefill curve; a chunk with no context stays on the prefill curve.
+TEST(OperatorModel, AChunkAfterACachedContextCostsTheCheaperOfADecodeAndAPrefillKernel) {
   const GpuSpec gpu = gpu_by_name("h100");
   const ModelSpec m = model_by_name("llama-3.1-8b");
-  OperatorCostModel model(gpu, m, p);
-  auto attention = [&](const BatchShape& s) { return model.by_operator(s).per_layer_s[kAttention]; };
+  auto prior = [](double decode_slowdown, double prefill_slowdown) {
+    OperatorPrior p = flat_prior("h100-sxm");
+    p.decode_attention.log_slowdown.assign(p.decode_attention.size(), std::log(decode_slowdown));
+    p.prefill_attention.log_slowdown.assign(p.prefill_attention.size(), std::log(prefill_slowdown));
+    return p;
+  };
+  const OperatorCostModel cheap_decode(gpu, m, prior(1.5, 10)), cheap_prefill(gpu, m, prior(10, 1.5));
+  auto attention = [](const OperatorCostModel& model, const BatchShape& s) {
+    return model.by_operator(s).per_layer_s[kAttention];
+  };
   auto chunks = [](int n, int context) {
     return BatchShape{.prefill_tokens = 16 * n,
                       .prefill_seqs = 16,
@@ -223,26 +229,33 @@ TEST(OperatorModel, AShortChunkAfterACachedContextIsPricedLikeTheDecodeItIsShape
                       .prefill_tokens_squared = 16.0 * n * n};
   };
   const double heads = m.num_heads, kvh = m.num_kv_heads, hd = m.head_dim;
+  auto as_decode = [&](int n, int context) {
+    return chunk_on_context_point(gpu, 16, n, context, chunks(n, context).prefill_attention_keys, heads, kvh,
+                                  hd, 64);
+  };
+  auto as_prefill = [&](int n, int context) {
+    return prefill_attention_point(gpu, 16, n, chunks(n, context).prefill_attention_keys, 16.0 * context,
+                                   heads, kvh, hd);
+  };
+  // One token over a context costs what a decode at that context does.
   const BatchShape decodes{
       .decode_tokens = 16, .decode_seqs = 16, .logit_rows = 16, .decode_context_tokens = 16 * 2048};
-  EXPECT_NEAR(attention(chunks(1, 2048)), attention(decodes), 0.02 * attention(decodes));
-  const BatchShape s16 = chunks(16, 2048), s32 = chunks(32, 2048), fresh = chunks(16, 0);
-  EXPECT_NEAR(
-      attention(s16),
-      3e-6 + 1.5 * prefill_attention_point(gpu, 16, 16, s16.prefill_attention_keys, 16 * 2048, heads, kvh, hd)
-                       .roofline_s,
-      1e-12);
-  EXPECT_NEAR(
-      attention(s32),
-      3e-6 + 10 * prefill_attention_point(gpu, 16, 32, s32.prefill_attention_keys, 16 * 2048, heads, kvh, hd)
-                      .roofline_s,
-      1e-12);
-  EXPECT_NEAR(attention(fresh),
-              std::max(gpu.kernel_launch_s,
-                       3e-6 + 10 * prefill_attention_point(gpu, 16, 16, fresh.prefill_attention_keys, 0,
-                                                           heads, kvh, hd)
-                                       .roofline_s),
-              1e-12);
+  EXPECT_NEAR(attention(cheap_decode, chunks(1, 2048)), attention(cheap_decode, decodes),
+              0.02 * attention(cheap_decode, decodes));
+  // 16 tokens are one tile, with the prefill roofline; 17 are two, each reading the context.
+  EXPECT_NEAR(as_decode(16, 2048).roofline_s, as_prefill(16, 2048).roofline_s, 1e-15);
+  EXPECT_EQ(as_decode(16, 2048).coords[2], 64);
+  EXPECT_EQ(as_decode(17, 2048).coords[0], 2 * 16 * kvh);
+  EXPECT_GT(as_decode(17, 2048).roofline_s, 1.9 * as_decode(16, 2048).roofline_s);
+  for (int n : {4, 16, 17, 32, 200}) {
+    EXPECT_NEAR(attention(cheap_decode, chunks(n, 2048)), 3e-6 + 1.5 * as_decode(n, 2048).roofline_s, 1e-12)
+        << n;
+    EXPECT_NEAR(attention(cheap_prefill, chunks(n, 2048)), 3e-6 + 1.5 * as_prefill(n, 2048).roofline_s, 1e-12)
+        << n;
+  }
+  // No context: the prefill curve, whichever is cheaper.
+  EXPECT_NEAR(attention(cheap_decode, chunks(16, 0)),
+              std::max(gpu.kernel_launch_s, 3e-6 + 10 * as_prefill(16, 0).roofline_s), 1e-12);
 }
 
 TEST(OperatorModel, AHeadDimTheTablesLackIsPricedAndFlagged) {
