@@ -21,8 +21,15 @@ struct BatchItem {
   int context_len = 0;      // tokens already in the KV cache; new tokens start here
   int num_new_tokens = 0;
   Want want = Want::Nothing;
-  bool is_decode = false;  // one new token over a computed context (Scheduler::add_item), not a chunk
+  bool is_decode = false;  // decode_shaped(num_new_tokens, context_len): not a prompt chunk
 };
+
+// One new token over a computed context runs as a decode, also where that token ends a prompt whose
+// rest was cached or forked (a beam's first step after its fork), as vLLM V1 runs every one-token
+// request of a batch alike: decode attention, and a CUDA graph when all are.
+inline bool decode_shaped(int num_new_tokens, int context_len) {
+  return num_new_tokens == 1 && context_len > 0;
+}
 
 // The features of a batch that cost models price and calibration fits.
 struct BatchShape {

@@ -187,10 +187,7 @@ bool Scheduler::release_own_idle_kv() {
 }
 
 void Scheduler::add_item(Batch& batch, Sequence& seq, int n) {
-  // One token over a computed context is a decode in shape, also where that token ends a prompt
-  // whose rest was cached or forked (a beam's first step after its fork), as vLLM V1 runs every
-  // one-token request of a batch alike: decode attention, and a CUDA graph when all are.
-  BatchItem item{&seq, seq.num_computed_tokens, n, Want::Nothing, n == 1 && seq.num_computed_tokens > 0};
+  BatchItem item{&seq, seq.num_computed_tokens, n, Want::Nothing, decode_shaped(n, seq.num_computed_tokens)};
   const int end = seq.num_computed_tokens + n;
   if (seq.kind == SeqKind::Generate) {
     if (end == seq.num_tokens()) item.want = Want::Sample;

@@ -143,7 +143,7 @@ SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int bl
     it.context_len = context;
     it.num_new_tokens = new_tokens;
     it.want = want;
-    it.is_decode = new_tokens == 1 && context > 0;
+    it.is_decode = decode_shaped(new_tokens, context);
     s.batch.items.push_back(it);
     if (it.is_decode) s.batch.num_decode_tokens += new_tokens;
     else s.batch.num_prefill_tokens += new_tokens;

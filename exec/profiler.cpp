@@ -151,7 +151,7 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
     it.context_len = g.context;
     it.num_new_tokens = g.new_tokens;
     it.want = g.want;
-    it.is_decode = g.new_tokens == 1 && g.context > 0;
+    it.is_decode = decode_shaped(g.new_tokens, g.context);
     d.batch.items.push_back(it);
     (it.is_decode ? d.batch.num_decode_tokens : d.batch.num_prefill_tokens) += g.new_tokens;
   }

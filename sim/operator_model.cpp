@@ -54,6 +54,13 @@ OperatorPoint gemm_point(const GpuSpec& gpu, double m, double n, double k) {
   return {{m, n, k, 0}, roofline_time(gpu, 2 * m * n * k, kBf16 * (n * k + m * (n + k)))};
 }
 
+// Attention's HBM traffic: Q read and O written for each query token, K and V read for each key
+// token of each KV head.
+double attention_bytes(double query_tokens, double kv_tokens, double heads, double kv_heads,
+                       double head_dim) {
+  return kBf16 * head_dim * (2 * heads * query_tokens + 2 * kv_heads * kv_tokens);
+}
+
 OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads,
                                      double kv_heads, double head_dim) {
   // Each query reads its sequence's K and V once per KV head; Q and O are negligible beside them.
@@ -65,8 +72,9 @@ OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double con
 OperatorPoint prefill_attention_point(const GpuSpec& gpu, double seqs, double query_len, double keys,
                                       double cached, double heads, double kv_heads, double head_dim) {
   const double tokens = seqs * query_len;
-  const double bytes = kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * (tokens + cached));
-  return {{seqs * heads, query_len, head_dim, 0}, roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
+  return {{seqs * heads, query_len, head_dim, 0},
+          roofline_time(gpu, 4 * heads * head_dim * keys,
+                        attention_bytes(tokens, tokens + cached, heads, kv_heads, head_dim))};
 }
 
 OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double query_len, double context,
@@ -74,12 +82,11 @@ OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double que
                                      double max_rows) {
   const double rows = query_len * heads / kv_heads;
   const double tiles = std::max(1.0, std::ceil(rows / max_rows));
-  const double tokens = seqs * query_len;
   // Each tile reads the whole context's K and V; the FLOPs are the chunk's causal ones.
-  const double bytes =
-      kBf16 * head_dim * (2 * heads * tokens + 2 * kv_heads * seqs * (query_len + context) * tiles);
   return {{seqs * kv_heads * tiles, context + query_len, rows / tiles, head_dim},
-          roofline_time(gpu, 4 * heads * head_dim * keys, bytes)};
+          roofline_time(gpu, 4 * heads * head_dim * keys,
+                        attention_bytes(seqs * query_len, seqs * (query_len + context) * tiles, heads,
+                                        kv_heads, head_dim))};
 }
 
 const OperatorCurve& OperatorPrior::curve(OperatorClass c) const {

@@ -80,10 +80,18 @@ void State::limit_memory(std::int64_t bytes) {
   lua_setallocf(L_, limited_alloc, &memory_);
 }
 
-ErrorHeadroom::ErrorHeadroom(lua_State* L) {
+namespace {
+
+// The state's memory account, or null for a state without a limit.
+State::Memory* memory_of(lua_State* L) {
   void* ud = nullptr;
-  if (lua_getallocf(L, &ud) == limited_alloc) {
-    memory_ = static_cast<State::Memory*>(ud);
+  return lua_getallocf(L, &ud) == limited_alloc ? static_cast<State::Memory*>(ud) : nullptr;
+}
+
+}  // namespace
+
+ErrorHeadroom::ErrorHeadroom(lua_State* L) : memory_(memory_of(L)) {
+  if (memory_) {
     was_ = memory_->handling_error;
     memory_->handling_error = true;
   }
@@ -94,9 +102,8 @@ ErrorHeadroom::~ErrorHeadroom() {
 }
 
 std::string memory_error(lua_State* L) {
-  void* ud = nullptr;
-  if (lua_getallocf(L, &ud) != limited_alloc) return "not enough memory";
-  const auto* m = static_cast<const State::Memory*>(ud);
+  const State::Memory* m = memory_of(L);
+  if (!m) return "not enough memory";
   return "the script's Lua memory reached its limit of " + size_text(m->limit) + " (" + size_text(m->used) +
          " held, an allocation of " + size_text(m->refused) +
          " refused after a full collection): a table or string that grows without end? duet run "
