@@ -86,30 +86,18 @@ struct Gemm::Impl {
       check(cublaslt().MatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "cublasLtMatrixLayoutCreate(x)");
       check(cublaslt().MatrixLayoutCreate(&p.d, out, n, m, n), "cublasLtMatrixLayoutCreate(y)");
 
-      cublasLtMatmulPreference_t pref = nullptr;
-      check(cublaslt().MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-      const std::uint64_t ws = workspace.bytes();
-      const std::uint32_t align = 16;
-      cublasStatus_t st = cublaslt().MatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-      for (auto attr :
-           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        if (st == CUBLAS_STATUS_SUCCESS)
-          st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
       // Split-K partial sums in float32 only: the in-place and output-type schemes add them in the
       // output type, bf16, which costs about one bf16 ulp of the partials (cublasLt.h,
-      // cublasLtReductionScheme_t) and makes results depend on the heuristic's choice.
-      const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                     &reductions, sizeof reductions);
+      // cublasLtReductionScheme_t) and makes results depend on the heuristic's choice. Should a
+      // cuBLASLt read the mask as excluding the schemeless (no split-K) algorithms too, and so find
+      // none, the query is made again without it rather than failing every GEMM.
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublaslt().MatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-      cublaslt().MatmulPreferenceDestroy(pref);
-      check(st, "cublasLtMatmulAlgoGetHeuristic");
+      for (const std::uint32_t reductions : {std::uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                                             std::uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)}) {
+        found = heuristic(handle, p, workspace.bytes(), reductions, result);
+        if (found > 0) break;
+      }
       if (found == 0)
         throw Error("Gemm: cuBLASLt has no algorithm for " + shape(m, n, k) +
                     (out == CUDA_R_16BF ? " (bf16 out)" : " (float32 out)"));
@@ -119,6 +107,30 @@ struct Gemm::Impl {
       throw;
     }
     return plans.emplace(key, p).first->second;
+  }
+
+  // cuBLASLt's best algorithm for the plan's shapes within the workspace, with split-K reductions
+  // limited to `reductions` (a cublasLtReductionScheme_t mask); returns how many it found (0 or 1).
+  static int heuristic(cublasLtHandle_t handle, const Plan& p, std::uint64_t workspace_bytes,
+                       std::uint32_t reductions, cublasLtMatmulHeuristicResult_t& result) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublaslt().MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const std::uint32_t align = 16;
+    cublasStatus_t st = cublaslt().MatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                   &reductions, sizeof reductions);
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublaslt().MatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+    cublaslt().MatmulPreferenceDestroy(pref);
+    check(st, "cublasLtMatmulAlgoGetHeuristic");
+    return found;
   }
 
   static const char* call_name(cudaDataType_t out) {
