@@ -225,6 +225,9 @@ void BlockPool::touch(BlockId b) {
     unlink(b);
     --num_free_;
     ++tenants_[blk.tenant].used;
+    // A hit makes the content live again: a pruned owner's low priority no longer says what it is
+    // worth, while a pin (a priority above the default) stays.
+    blk.priority = std::max(blk.priority, std::int8_t(kDefaultPriority));
   }
   ++blk.ref_count;
 }

@@ -129,7 +129,8 @@ class BlockPool {
   // A cached block whose content another block in use also caches is uncached first (no eviction:
   // nothing is lost), and its retention priority passes to that block if higher.
   void free(BlockId b);
-  // Takes one more reference (a prefix hit or a fork); a free block leaves the free lists.
+  // Takes one more reference (a prefix hit or a fork); a free block leaves the free lists, its
+  // retention priority raised to at least the default (a pin above it stays).
   void touch(BlockId b);
   // Sets the retention priority a block is freed with (reset to the default when it is
   // reallocated); a cached free block moves to the back of the new priority's list.

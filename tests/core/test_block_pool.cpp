@@ -95,17 +95,24 @@ TEST(BlockPool, CachedBlocksAreEvictedInFreeingOrder) {
   EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[1], b[2], b[0]}));
 }
 
-TEST(BlockPool, LowerRetentionPriorityIsEvictedFirst) {
-  BlockPool pool(3, 1);
+// Caches a one-token block each in a pool of 3 (token i in block i), sets the retention
+// priorities of a pinned prefix (block 0), the default (1) and a pruned beam (2), and frees them.
+std::vector<BlockId> free_pinned_default_pruned(BlockPool& pool) {
   std::vector<BlockId> b;
   for (int i = 0; i < 3; ++i) {
     b.push_back(pool.allocate());
     const auto t = toks({i});
     pool.cache(b.back(), pool.hash(kRootHash, t), {}, t);
   }
-  pool.set_priority(b[0], kDefaultPriority + 2);  // pinned prefix
-  pool.set_priority(b[2], 1);                     // a pruned beam
+  pool.set_priority(b[0], kDefaultPriority + 2);
+  pool.set_priority(b[2], 1);
   for (BlockId x : b) pool.free(x);
+  return b;
+}
+
+TEST(BlockPool, LowerRetentionPriorityIsEvictedFirst) {
+  BlockPool pool(3, 1);
+  const std::vector<BlockId> b = free_pinned_default_pruned(pool);
   EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[2], b[1], b[0]}));
   // Re-prioritising a free block moves it.
   pool.set_priority(b[0], 0);
@@ -114,6 +121,26 @@ TEST(BlockPool, LowerRetentionPriorityIsEvictedFirst) {
   EXPECT_EQ(pool.block(b[0]).priority, kDefaultPriority) << "a reallocated block starts at the default";
   EXPECT_THROW(pool.set_priority(b[1], kNumPriorities), Error);
   EXPECT_THROW(pool.set_priority(b[1], -1), Error);
+  pool.check_consistency();
+}
+
+// A prefix hit on a pruned beam's free block makes it live again: freed once more, it is not
+// evicted ahead of the default; a pinned block hit and freed keeps its pin.
+TEST(BlockPool, AHitClearsAPrunedPriorityButKeepsAPin) {
+  BlockPool pool(3, 1);
+  const std::vector<BlockId> b = free_pinned_default_pruned(pool);
+  pool.touch(b[2]);  // hits: the pruned beam's block and the pinned one
+  pool.touch(b[0]);
+  EXPECT_EQ(pool.block(b[2]).priority, kDefaultPriority);
+  EXPECT_EQ(pool.block(b[0]).priority, kDefaultPriority + 2);
+  pool.free(b[2]);
+  pool.free(b[0]);
+  EXPECT_EQ(pool.eviction_order(), (std::vector<BlockId>{b[1], b[2], b[0]}));
+  // A fork of a block in use keeps whatever priority its holder set.
+  const BlockId held = pool.allocate();
+  pool.set_priority(held, 1);
+  pool.touch(held);
+  EXPECT_EQ(pool.block(held).priority, 1);
   pool.check_consistency();
 }
 
