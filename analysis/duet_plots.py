@@ -95,7 +95,7 @@ def heatmap(table, value, title, rows="point.max_num_seqs", columns="point.max_n
 
 def latency_cdfs(requests):
     """CDFs of TTFT, TPOT and end-to-end latency of the finished requests, in seconds."""
-    r = requests
+    r = requests[requests["finish_reason"] != 4]  # 4: Aborted, released unfinished (no latencies)
     decoded = r["output_tokens"] > 1
     data = {
         "ttft_s": np.sort((r["first_token_s"] - r["arrival_s"]).to_numpy()),

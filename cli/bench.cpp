@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -126,6 +127,14 @@ int bench_hdf5(const std::string& trace_path, const std::string& model, const st
 // prefill of `batch` prompts of `prompt` tokens in one step, then `decode` decode steps.
 int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) {
   const ModelSpec spec = model_from(model_path);
+  // Each sequence within the model's positions, and the KV pool's block count within int32.
+  if (std::int64_t(prompt) + decode >= spec.max_position_embeddings)
+    throw UsageError("--prompt + --decode is " + std::to_string(std::int64_t(prompt) + decode) + ", beyond " +
+                     spec.name + "'s max_position_embeddings " +
+                     std::to_string(spec.max_position_embeddings));
+  if (std::int64_t(batch) * ((prompt + decode) / 16 + 2) > std::numeric_limits<std::int32_t>::max())
+    throw UsageError("--batch " + std::to_string(batch) + " of " + std::to_string(prompt + decode) +
+                     " tokens each needs more KV blocks than an engine holds (2^31)");
   const LlamaWeights weights = dummy_llama_weights(spec, 0);
   const int block_size = 16;
   const int blocks = batch * ((prompt + decode) / block_size + 2);

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -71,6 +73,24 @@ std::string unknown_option_hint(const Command& c, const std::string& given) {
   return "";
 }
 
+// A text value that names another option of the command ("--out --resume": --out's value was
+// forgotten) would be taken as a file called "--resume", and an empty --out as no file or the
+// default one: both are errors naming the option.
+void check_text_values(const Command& c, const po::variables_map& vm) {
+  for (const auto& [name, value] : vm) {
+    if (value.defaulted()) continue;
+    const auto* text = boost::any_cast<std::string>(&value.value());
+    if (!text) continue;
+    if (text->empty() && name == "out") throw UsageError("--out: an empty file name");
+    if (text->rfind("--", 0) != 0) continue;
+    const std::string other =
+        text->substr(2, text->find('=') == std::string::npos ? std::string::npos : text->find('=') - 2);
+    if (c.options.find_nothrow(other, false))
+      throw UsageError("--" + name + " " + *text + ": the value of --" + name + " is missing (" + *text +
+                       " is an option)");
+  }
+}
+
 }  // namespace
 
 int run_command(const Command& c, int argc, char** argv,
@@ -88,6 +108,7 @@ int run_command(const Command& c, int argc, char** argv,
       return vm.count("help") ? 0 : 2;
     }
     po::notify(vm);
+    check_text_values(c, vm);
     return body(vm);
   } catch (const po::unknown_option& e) {
     const std::string hint = unknown_option_hint(c, e.get_option_name());
@@ -183,6 +204,15 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
     throw Error(what + " " + out + ": directory " + dir.string() + " is not writable");
   if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
     throw Error(what + " " + out + ": the file is not writable");
+  // access() grants root everything, yet root cannot create files in /sys or under NFS's
+  // root_squash: a file not there yet is created and removed again, so that a run does not end
+  // in an output it cannot write.
+  if (!fs::exists(out, ec) && !fs::is_symlink(out, ec)) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error(what + " " + out + ": cannot create it: " + std::strerror(errno));
+    ::close(fd);
+    fs::remove(out, ec);
+  }
 }
 
 void check_hdf5_output(const std::string& out, const std::vector<std::string>& inputs,

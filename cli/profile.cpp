@@ -110,31 +110,39 @@ int profile(int argc, char** argv) {
       "timed warm, for an engine alone (0: warm only)")(
       "load-format", po::value(&load_format)->default_value("dummy"), "dummy, or a checkpoint path")(
       "seed", po::value(&seed)->default_value(0), "dummy weights' seed")("help,h", "this help");
-  return run_command({"profile", options}, argc, argv, [&](const po::variables_map&) {
-    if (!is_real_backend(backend))
-      throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
-    check_at_least("--max-num-seqs", limits.max_num_seqs, 1);
-    check_at_least("--max-num-batched-tokens", limits.max_num_batched_tokens, 1);
-    check_at_least("--max-model-len", limits.max_model_len, 1);
-    check_at_least("--block-size", limits.block_size, 1);
-    check_at_least("--repeats", limits.repeats, 1);
-    check_at_least("--evict-mib", evict_mib, 0);
-    limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
-    const GpuSpec spec =
-        gpu.empty() ? (backend == "cuda" ? gpu_by_device_name(device_name(backend)) : gpu_by_name("h100"))
-                    : gpu_from(gpu);
+  // Bad flags and inputs exit 2 (check_usage), a measurement or write that fails 1.
+  return run_command({"profile", options, nullptr, nullptr, 1}, argc, argv, [&](const po::variables_map&) {
+    GpuSpec spec;
     EngineConfig c;
-    c.name = "profile";
-    c.model = model_from(model);
-    // Before the measurement, not after it: the output's directory, and outputs that can be written.
-    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir);
-    const std::string h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
-    check_output(out, {model});
-    check_hdf5_output(h5, {model}, "--out's measurements");
+    std::string h5;
     BackendOptions b;
+    check_usage([&] {
+      if (!is_real_backend(backend))
+        throw Error("--backend must be a real engine (cpu or cuda), got '" + backend + "'");
+      check_at_least("--max-num-seqs", limits.max_num_seqs, 1);
+      check_at_least("--max-num-batched-tokens", limits.max_num_batched_tokens, 1);
+      check_at_least("--max-model-len", limits.max_model_len, 1);
+      check_at_least("--block-size", limits.block_size, 1);
+      check_at_least("--repeats", limits.repeats, 1);
+      check_at_least("--evict-mib", evict_mib, 0);
+      limits.evict_bytes = backend == "cpu" ? std::int64_t(evict_mib) << 20 : 0;
+      spec = gpu.empty()
+                 ? (backend == "cuda" ? gpu_by_device_name(device_name(backend)) : gpu_by_name("h100"))
+                 : gpu_from(gpu);
+      c.name = "profile";
+      c.model = model_from(model);
+      // Before the measurement, not after it: the output's directory, and outputs that can be written.
+      const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+      if (ec)
+        throw Error("--out " + out + ": cannot create its directory " + dir.string() + ": " + ec.message());
+      h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
+      check_output(out, {model});
+      check_hdf5_output(h5, {model}, "--out's measurements");
+      b.load_format = checkpoint_from(load_format);
+    });
     b.name = backend;
-    b.load_format = checkpoint_from(load_format);
     b.seed = seed;
     b.source_dir = source_dir();
     ProgressBar bar("profile");
@@ -142,8 +150,9 @@ int profile(int argc, char** argv) {
       bar.update(double(done), double(total), "points");
     });
     bar.finish();
-    save_profile(r.profile, out);
+    // The measurements first: should the profile's write fail, `duet fit --run PROFILE.h5` refits them.
     write_measurements(r, c, h5);
+    save_profile(r.profile, out);
     print_profile(r);
     std::printf("wrote %s and %s\n", out.c_str(), h5.c_str());
     return 0;

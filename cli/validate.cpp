@@ -68,7 +68,7 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
   std::printf("wrote %s\nopen analysis/notebooks/validation.ipynb with DUET_RUN=%s\n", out.c_str(),
               absolute_path(out).c_str());
   if (max_error > 0 && !(worst <= max_error)) {
-    std::printf("validate: max |error| %.1f%% exceeds --max-error %.1f%%\n", 100 * worst, 100 * max_error);
+    std::printf("validate: max |error| %.3g%% exceeds --max-error %.3g%%\n", 100 * worst, 100 * max_error);
     return 1;
   }
   return 0;

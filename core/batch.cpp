@@ -13,6 +13,12 @@ std::span<const int> positions_to_score(const BatchItem& item) {
   return {first, last};
 }
 
+void add_item(Batch& batch, Sequence& seq, int context_len, int num_new_tokens, Want want) {
+  const BatchItem item{&seq, context_len, num_new_tokens, want, decode_shaped(num_new_tokens, context_len)};
+  (item.is_decode ? batch.num_decode_tokens : batch.num_prefill_tokens) += num_new_tokens;
+  batch.items.push_back(item);
+}
+
 void add_prefill_chunk(BatchShape& s, int new_tokens, std::int64_t context) {
   const double n = new_tokens;
   s.prefill_tokens += new_tokens;

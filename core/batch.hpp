@@ -66,6 +66,9 @@ struct Batch {
   int num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
 };
 
+// Appends `seq`'s next `num_new_tokens` after its `context_len` computed ones, a decode where
+// decode_shaped() says so, and counts them in the batch's prefill or decode tokens.
+void add_item(Batch& batch, Sequence& seq, int context_len, int num_new_tokens, Want want);
 BatchShape shape_of(const Batch& batch);
 // Context tokens of the batch's decodes that another decode reads from the same blocks, reached
 // through the same leading blocks (see batch.cpp).

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/sequence.hpp"
 
 namespace duet {
 
@@ -82,9 +83,12 @@ void SummaryAccumulator::add(const StepRecord& st) {
 }
 
 void SummaryAccumulator::add(const RequestRecord& q) {
-  ++s_.requests;
+  // An aborted request's tokens were computed (they are in the steps), but it has no latencies and
+  // is not a served request.
   s_.prompt_tokens += q.prompt_tokens;
   s_.generated_tokens += q.output_tokens;
+  if (q.finish_reason == std::uint8_t(FinishReason::Aborted)) return;
+  ++s_.requests;
   ttft_.push_back(time_to_first_token(q));
   e2e_.push_back(end_to_end_latency(q));
   if (const double tpot = time_per_output_token(q); !std::isnan(tpot)) tpot_.push_back(tpot);

@@ -43,7 +43,7 @@ struct RequestRecord {
   std::uint64_t seq_id = 0;
   std::uint64_t owner = 0;         // the workload's handle (problem, trace row)
   std::uint8_t kind = 0;           // SeqKind
-  std::uint8_t finish_reason = 0;  // FinishReason
+  std::uint8_t finish_reason = 0;  // FinishReason; Aborted: released unfinished, no latencies
   double arrival_s = 0.0;
   double first_scheduled_s = 0.0;
   double first_token_s = 0.0;  // first sampled token, or the score for a PRM request

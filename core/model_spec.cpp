@@ -250,6 +250,25 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
   return s;
 }
 
+// Fields of a Llama config.json that change what a step computes or stores, where duet models only
+// the plain Llama: a present value that differs is an error, never a silently different model.
+void check_llama_variant(const json& j, const std::string& origin) {
+  const auto refuse = [&](const char* key, const std::string& why) {
+    throw Error(origin + ": field '" + key + "' is " + j[key].dump() + "; " + why);
+  };
+  if (j.contains("model_type") && !j["model_type"].is_null() && j["model_type"] != "llama")
+    refuse("model_type", "duet models Llama-architecture decoders only");
+  if (j.contains("hidden_act") && !j["hidden_act"].is_null() && j["hidden_act"] != "silu")
+    refuse("hidden_act", "duet's MLP is Llama's SwiGLU ('silu')");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (j.contains(key) && !j[key].is_null() && j[key] != false)
+      refuse(key, "duet's Llama layers have no bias terms");
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    throw Error(origin +
+                ": field 'quantization_config': quantized weights are not modelled (duet prices and "
+                "runs the weights in 'torch_dtype', bf16 by default)");
+}
+
 }  // namespace
 
 ModelSpec from_hf_config_text(const std::string& text, const std::string& origin) {
@@ -263,6 +282,7 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
         throw Error(origin + ": field 'architectures' is " + arch.dump() +
                     "; duet models Llama-architecture decoders only");
     }
+    check_llama_variant(j, origin);
     ModelSpec m;
     m.name = optional_string(j, "_name_or_path", origin);
     if (m.name.empty()) m.name = origin;
@@ -291,14 +311,23 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
       if (!v.is_boolean()) throw Error(origin + ": field 'tie_word_embeddings' must be true or false");
       return v.get<bool>();
     });
-    m.dtype = optional_field<DType>(j, "torch_dtype", DType::BF16, [&](const json& v) {
-      if (!v.is_string()) throw Error(origin + ": field 'torch_dtype' must be a string");
-      try {
-        return dtype_from_name(v.get<std::string>());
-      } catch (const Error& e) {
-        throw Error(origin + ": field 'torch_dtype': " + e.what());
-      }
-    });
+    // transformers 4.56 writes the weights' type as 'dtype', earlier versions as 'torch_dtype'.
+    const auto dtype_of = [&](const char* key) {
+      return optional_field<DType>(j, key, DType::BF16, [&](const json& v) {
+        if (!v.is_string()) throw Error(origin + ": field '" + key + "' must be a string");
+        try {
+          return dtype_from_name(v.get<std::string>());
+        } catch (const Error& e) {
+          throw Error(origin + ": field '" + key + "': " + e.what());
+        }
+      });
+    };
+    const bool has_dtype = j.contains("dtype") && !j["dtype"].is_null();
+    const bool has_torch_dtype = j.contains("torch_dtype") && !j["torch_dtype"].is_null();
+    m.dtype = dtype_of(has_dtype ? "dtype" : "torch_dtype");
+    if (has_dtype && has_torch_dtype && dtype_of("torch_dtype") != m.dtype)
+      throw Error(origin + ": fields 'dtype' (" + j["dtype"].dump() + ") and 'torch_dtype' (" +
+                  j["torch_dtype"].dump() + ") disagree");
     m.rope_scaling = parse_rope_scaling(j, origin);
     try {
       m.validate();

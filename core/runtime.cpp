@@ -91,7 +91,17 @@ Sequence& Runtime::fork(int e, SeqId src, Sequence child) {
   return engine.fork(src, std::move(child), now());
 }
 
-void Runtime::release(int e, SeqId id) { engines_.at(std::size_t(e)).engine->release(id); }
+void Runtime::release(int e, SeqId id) {
+  Engine& engine = *engines_.at(std::size_t(e)).engine;
+  // Released before it finished, a request is aborted (a search that stops waiting for it): it is
+  // recorded as such, so that the requests table accounts for every token the steps computed.
+  if (Sequence* seq = engine.find(id); seq && !seq->finished()) {
+    seq->finish_reason = FinishReason::Aborted;
+    seq->finish_time = now();
+    record_request(e, *seq);
+  }
+  engine.release(id);
+}
 
 void Runtime::wake_at(double t, std::uint64_t tag) { push(std::max(t, now()), EventType::Wakeup, -1, tag); }
 

@@ -187,20 +187,15 @@ bool Scheduler::release_own_idle_kv() {
 }
 
 void Scheduler::add_item(Batch& batch, Sequence& seq, int n) {
-  BatchItem item{&seq, seq.num_computed_tokens, n, Want::Nothing, decode_shaped(n, seq.num_computed_tokens)};
   const int end = seq.num_computed_tokens + n;
+  Want want = Want::Nothing;
   if (seq.kind == SeqKind::Generate) {
-    if (end == seq.num_tokens()) item.want = Want::Sample;
+    if (end == seq.num_tokens()) want = Want::Sample;
   } else {
     const auto pending = seq.unscored_positions();
-    if (!pending.empty() && pending.front() < end) item.want = Want::Score;
+    if (!pending.empty() && pending.front() < end) want = Want::Score;
   }
-  if (item.is_decode) {
-    batch.num_decode_tokens += n;
-  } else {
-    batch.num_prefill_tokens += n;
-  }
-  batch.items.push_back(item);
+  duet::add_item(batch, seq, seq.num_computed_tokens, n, want);
 }
 
 void Scheduler::preempt(Sequence& victim, Batch& batch) {

@@ -137,17 +137,7 @@ SyntheticBatch synthetic_batch(int num_seqs, int context, int new_tokens, int bl
     q.kv.num_slots = blocks * block_size;
   }
   s.batch.block_size = block_size;
-  for (Sequence& q : s.seqs) {
-    BatchItem it;
-    it.seq = &q;
-    it.context_len = context;
-    it.num_new_tokens = new_tokens;
-    it.want = want;
-    it.is_decode = decode_shaped(new_tokens, context);
-    s.batch.items.push_back(it);
-    if (it.is_decode) s.batch.num_decode_tokens += new_tokens;
-    else s.batch.num_prefill_tokens += new_tokens;
-  }
+  for (Sequence& q : s.seqs) add_item(s.batch, q, context, new_tokens, want);
   s.batch.shape = shape_of(s.batch);
   return s;
 }

@@ -146,14 +146,7 @@ DesignedBatch design(const GridPoint& p, int block_size, int num_blocks, int voc
       s.kv.blocks.push_back(b < shared_blocks && !leads_group ? BlockId((group_first + b) % num_blocks)
                                                               : BlockId(next++ % num_blocks));
     s.kv.num_slots = blocks * block_size;
-    BatchItem it;
-    it.seq = &s;
-    it.context_len = g.context;
-    it.num_new_tokens = g.new_tokens;
-    it.want = g.want;
-    it.is_decode = decode_shaped(g.new_tokens, g.context);
-    d.batch.items.push_back(it);
-    (it.is_decode ? d.batch.num_decode_tokens : d.batch.num_prefill_tokens) += g.new_tokens;
+    add_item(d.batch, s, g.context, g.new_tokens, g.want);
   }
   for (int c = 0; c < p.copies; ++c)
     d.batch.copies.push_back(

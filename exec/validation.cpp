@@ -1,33 +1,31 @@
 #include "exec/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/record_columns.hpp"
+#include "core/sequence.hpp"
 
 namespace duet {
 
 namespace {
 
 // The columns that say what a step did, as opposed to how long it took.
-struct Column {
-  const char* name;
-  double (*get)(const StepRecord&);
-};
-constexpr Column kBatchColumns[] = {
-    {"prefill_tokens", [](const StepRecord& r) { return double(r.prefill_tokens); }},
-    {"decode_tokens", [](const StepRecord& r) { return double(r.decode_tokens); }},
-    {"num_seqs", [](const StepRecord& r) { return double(r.num_seqs); }},
-    {"decode_context_tokens", [](const StepRecord& r) { return double(r.decode_context_tokens); }},
-    {"decode_distinct_context_tokens",
-     [](const StepRecord& r) { return double(r.decode_distinct_context_tokens); }},
-    {"logit_rows", [](const StepRecord& r) { return double(r.logit_rows); }},
-    {"kv_blocks_used", [](const StepRecord& r) { return double(r.kv_blocks_used); }},
-    {"prefix_hit_tokens", [](const StepRecord& r) { return double(r.prefix_hit_tokens); }},
-    {"cow_copies", [](const StepRecord& r) { return double(r.cow_copies); }},
-    {"preemptions", [](const StepRecord& r) { return double(r.preemptions); }},
+constexpr std::array kBatchColumns{
+    &step_column("prefill_tokens"),
+    &step_column("decode_tokens"),
+    &step_column("num_seqs"),
+    &step_column("decode_context_tokens"),
+    &step_column("decode_distinct_context_tokens"),
+    &step_column("logit_rows"),
+    &step_column("kv_blocks_used"),
+    &step_column("prefix_hit_tokens"),
+    &step_column("cow_copies"),
+    &step_column("preemptions"),
 };
 
 }  // namespace
@@ -41,12 +39,12 @@ void check_identical_batches(const std::vector<EngineRecords>& predicted,
     const std::string& name = predicted[e].name;
     const std::size_t n = std::min(a.size(), b.size());
     for (std::size_t i = 0; i < n; ++i)
-      for (const Column& c : kBatchColumns)
-        if (c.get(a[i]) != c.get(b[i]))
+      for (const Column* c : kBatchColumns)
+        if (c->number(&a[i]) != c->number(&b[i]))
           throw Error(
               "validate: the token streams differ between the simulator and the real engine: engine '" +
-              name + "' step " + std::to_string(i + 1) + " has " + c.name + " " +
-              std::to_string(c.get(a[i])) + " predicted, " + std::to_string(c.get(b[i])) +
+              name + "' step " + std::to_string(i + 1) + " has " + c->name + " " +
+              std::to_string(c->integer(&a[i])) + " predicted, " + std::to_string(c->integer(&b[i])) +
               " measured (force output lengths and scores in the workload, and use a time-independent "
               "arbiter)");
     if (a.size() != b.size())
@@ -78,10 +76,16 @@ PairedErrors paired_errors(std::vector<double> err) {
 RequestComparison compare_requests(const std::vector<RequestRecord>& predicted,
                                    const std::vector<RequestRecord>& measured) {
   std::unordered_multimap<std::uint64_t, const RequestRecord*> by_id;
-  for (const RequestRecord& q : measured) by_id.emplace(q.seq_id, &q);
+  // An aborted request has no latencies to compare (the workload released it unfinished).
+  const auto aborted = [](const RequestRecord& q) {
+    return q.finish_reason == std::uint8_t(FinishReason::Aborted);
+  };
+  for (const RequestRecord& q : measured)
+    if (!aborted(q)) by_id.emplace(q.seq_id, &q);
   RequestComparison c;
   std::vector<double> ttft, tpot, e2e;
   for (const RequestRecord& p : predicted) {
+    if (aborted(p)) continue;
     auto [it, end] = by_id.equal_range(p.seq_id);
     while (it != end && (it->second->owner != p.owner || it->second->prompt_tokens != p.prompt_tokens)) ++it;
     if (it == end) {

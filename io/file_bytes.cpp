@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string_view>
@@ -93,10 +94,43 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent) {
-  std::ofstream out(path);
-  if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  out << json.dump(indent) << "\n";
-  if (!out) fail_file(path, "cannot write");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string text = json.dump(indent) + "\n";
+  // A device or a pipe (/dev/stdout) is written as it is; a file is written beside itself (beside
+  // the file a link names) and renamed over it, so that a failed write, a full disk, leaves the
+  // earlier file whole and no half-written one.
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    std::ofstream out(path);
+    if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) fail_file(path, "cannot write");
+    return;
+  }
+  fs::path target = path;
+  if (fs::is_symlink(path, ec)) {
+    const fs::path resolved = fs::weakly_canonical(path, ec);
+    if (!ec) target = resolved;
+  }
+  const std::string writing = target.string() + ".writing";
+  {
+    std::ofstream out(writing);
+    if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(writing, ec);
+      fail_file(path, "cannot write (a full disk?); an earlier file there is unchanged");
+    }
+  }
+  fs::rename(writing, target, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(writing, ec);
+    fail_file(path, "cannot replace it: " + why);
+  }
 }
 
 }  // namespace duet

@@ -15,7 +15,8 @@ std::string read_file_bytes(const std::string& path);
 // "PATH: cannot open: ..." (text in memory: json_fields::parse).
 nlohmann::json read_json_file(const std::string& path);
 
-// Writes `json` indented by `indent` spaces and a newline; throws duet::Error naming the file.
+// Writes `json` indented by `indent` spaces and a newline, to PATH.writing renamed over PATH (a
+// failed write leaves an earlier file as it was); throws duet::Error naming the file.
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent);
 
 }  // namespace duet

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/record_columns.hpp"
 #include "core/sequence.hpp"
 
 namespace duet {
@@ -107,31 +108,17 @@ std::string join(const std::string& parent, const std::string& name) {
 
 // ---- Table layouts -----------------------------------------------------------------------------
 
-enum class Kind { I32, I64, U64, U8, F64 };
-
-template <class T>
-constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, std::int32_t>) return Kind::I32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return Kind::I64;
-  else if constexpr (std::is_same_v<T, std::uint64_t>) return Kind::U64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return Kind::U8;
-  else {
-    static_assert(std::is_same_v<T, double>, "no HDF5 type chosen for this field type");
-    return Kind::F64;
-  }
-}
-
-const H5::PredType& native(Kind kind) {
+const H5::PredType& native(ColumnKind kind) {
   switch (kind) {
-    case Kind::I32:
+    case ColumnKind::I32:
       return H5::PredType::NATIVE_INT32;
-    case Kind::I64:
+    case ColumnKind::I64:
       return H5::PredType::NATIVE_INT64;
-    case Kind::U64:
+    case ColumnKind::U64:
       return H5::PredType::NATIVE_UINT64;
-    case Kind::U8:
+    case ColumnKind::U8:
       return H5::PredType::NATIVE_UINT8;
-    case Kind::F64:
+    case ColumnKind::F64:
       break;
   }
   return H5::PredType::NATIVE_DOUBLE;
@@ -139,112 +126,31 @@ const H5::PredType& native(Kind kind) {
 
 template <class T>
 const H5::PredType& native() {
-  return native(kind_of<T>());
+  return native(column_kind<T>());
 }
 
-struct Field {
-  const char* name;
-  std::size_t offset;
-  Kind kind;
-  const char* unit;
-};
-
-// The column name is the member's name and its type the member's type, by construction.
-#define DUET_FIELD(Row, member, unit) \
-  Field { #member, offsetof(Row, member), kind_of < decltype(Row::member)>(), unit }
-
-constexpr std::array kStepFields{
-    DUET_FIELD(StepRecord, start_s, "s"),
-    DUET_FIELD(StepRecord, duration_s, "s"),
-    DUET_FIELD(StepRecord, host_s, "s"),
-    DUET_FIELD(StepRecord, cpu_s, "s"),
-    DUET_FIELD(StepRecord, prefill_tokens, "tokens"),
-    DUET_FIELD(StepRecord, decode_tokens, "tokens"),
-    DUET_FIELD(StepRecord, num_seqs, "count"),
-    DUET_FIELD(StepRecord, decode_seqs, "count"),
-    DUET_FIELD(StepRecord, decode_context_tokens, "tokens"),
-    DUET_FIELD(StepRecord, decode_distinct_context_tokens, "tokens"),
-    DUET_FIELD(StepRecord, prefill_attention_keys, "count"),
-    DUET_FIELD(StepRecord, prefill_context_tokens, "tokens"),
-    DUET_FIELD(StepRecord, prefill_tokens_squared, "tokens^2"),
-    DUET_FIELD(StepRecord, logit_rows, "rows"),
-    DUET_FIELD(StepRecord, num_running, "count"),
-    DUET_FIELD(StepRecord, num_waiting, "count"),
-    DUET_FIELD(StepRecord, kv_blocks_used, "blocks"),
-    DUET_FIELD(StepRecord, kv_blocks_free, "blocks"),
-    DUET_FIELD(StepRecord, kv_blocks_cached, "blocks"),
-    DUET_FIELD(StepRecord, kv_filled_tokens, "tokens"),
-    DUET_FIELD(StepRecord, prefix_query_tokens, "tokens"),
-    DUET_FIELD(StepRecord, prefix_hit_tokens, "tokens"),
-    DUET_FIELD(StepRecord, evictions, "blocks"),
-    DUET_FIELD(StepRecord, preemptions, "count"),
-    DUET_FIELD(StepRecord, cow_copies, "blocks"),
-};
-
-constexpr std::array kRequestFields{
-    DUET_FIELD(RequestRecord, seq_id, "id"),
-    DUET_FIELD(RequestRecord, owner, "id"),
-    DUET_FIELD(RequestRecord, kind, "enum"),
-    DUET_FIELD(RequestRecord, finish_reason, "enum"),
-    DUET_FIELD(RequestRecord, arrival_s, "s"),
-    DUET_FIELD(RequestRecord, first_scheduled_s, "s"),
-    DUET_FIELD(RequestRecord, first_token_s, "s"),
-    DUET_FIELD(RequestRecord, finish_s, "s"),
-    DUET_FIELD(RequestRecord, prompt_tokens, "tokens"),
-    DUET_FIELD(RequestRecord, output_tokens, "tokens"),
-    DUET_FIELD(RequestRecord, cached_tokens, "tokens"),
-    DUET_FIELD(RequestRecord, preemptions, "count"),
-};
-
-constexpr std::array kProblemFields{
-    DUET_FIELD(ProblemRecord, index, "id"),         DUET_FIELD(ProblemRecord, level, "enum"),
-    DUET_FIELD(ProblemRecord, iterations, "count"), DUET_FIELD(ProblemRecord, correct, "enum"),
-    DUET_FIELD(ProblemRecord, start_s, "s"),        DUET_FIELD(ProblemRecord, finish_s, "s"),
-    DUET_FIELD(ProblemRecord, requests, "count"),   DUET_FIELD(ProblemRecord, generated_tokens, "tokens"),
-    DUET_FIELD(ProblemRecord, score, "score"),
-};
-
-#undef DUET_FIELD
-
-// Number of members of an aggregate: the most initialisers that Row{...} accepts. It makes the
-// build fail when core/metrics.hpp gains a field that the tables here (and the schema in
-// analysis/README.md) do not have yet.
-struct AnyValue {
-  template <class T>
-  operator T() const;
-};
-
-template <class Row, class... Values>
-constexpr std::size_t member_count() {
-  if constexpr (requires { Row{Values{}..., AnyValue{}}; }) return member_count<Row, Values..., AnyValue>();
-  else return sizeof...(Values);
-}
-
-static_assert(member_count<StepRecord>() == kStepFields.size(), "add the new StepRecord field");
-static_assert(member_count<RequestRecord>() == kRequestFields.size(), "add the new RequestRecord field");
-static_assert(member_count<ProblemRecord>() == kProblemFields.size(), "add the new ProblemRecord field");
 static_assert(member_count<EngineSummary>() == 18, "add the new EngineSummary field to visit_summary");
 static_assert(member_count<EngineRecords>() == 6 && member_count<RunSummary>() == 3,
               "the run layout changed: update write_run and read_run");
 static_assert(std::uint8_t(SeqKind::Score) == 1 && std::uint8_t(FinishReason::Aborted) == 4,
               "the enums changed: update enums_json and analysis/README.md");
 
-H5::CompType memory_type(std::span<const Field> fields, std::size_t row_size) {
+H5::CompType memory_type(std::span<const Column> fields, std::size_t row_size) {
   H5::CompType type(row_size);
-  for (const Field& f : fields) type.insertMember(f.name, f.offset, native(f.kind));
+  for (const Column& f : fields) type.insertMember(f.name, f.offset, native(f.kind));
   return type;
 }
 
 // On disk without the structs' padding.
-H5::CompType file_type(std::span<const Field> fields, std::size_t row_size) {
+H5::CompType file_type(std::span<const Column> fields, std::size_t row_size) {
   H5::CompType type = memory_type(fields, row_size);
   type.pack();
   return type;
 }
 
-std::string units_json(std::span<const Field> fields) {
+std::string units_json(std::span<const Column> fields) {
   nlohmann::ordered_json units = nlohmann::ordered_json::object();
-  for (const Field& f : fields) units[f.name] = f.unit;
+  for (const Column& f : fields) units[f.name] = f.unit;
   return units.dump();
 }
 
@@ -408,7 +314,7 @@ bool path_exists(const H5::Group& root, const std::string& path) {
 constexpr hsize_t kChunkRows = 4096;
 
 // An empty, extendible table of `fields` rows, chunked `chunk` rows at a time.
-H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<const Field> fields,
+H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<const Column> fields,
                          std::size_t row_size, hsize_t chunk, bool with_enums, TableCompression compression) {
   const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   H5::DSetCreatPropList dcpl;
@@ -426,7 +332,7 @@ H5::DataSet create_table(const H5::Group& parent, const char* name, std::span<co
 // Appends n rows at the end of the table, which holds `size` rows (updated).
 template <class Row>
 void append_rows(const H5::DataSet& table, hsize_t& size, const Row* rows, hsize_t n,
-                 std::span<const Field> fields) {
+                 std::span<const Column> fields) {
   if (n == 0) return;
   const hsize_t grown = size + n;
   table.extend(&grown);
@@ -444,7 +350,7 @@ hsize_t chunk_rows(std::size_t n) { return std::clamp<hsize_t>(n, 1, kChunkRows)
 
 template <class Row>
 void write_table(const H5::Group& parent, const char* name, const std::vector<Row>& rows,
-                 std::span<const Field> fields, TableCompression compression) {
+                 std::span<const Column> fields, TableCompression compression) {
   hsize_t size = 0;
   const H5::DataSet table =
       create_table(parent, name, fields, sizeof(Row), chunk_rows(rows.size()), has_enums<Row>, compression);
@@ -457,7 +363,7 @@ void write_table(const H5::Group& parent, const char* name, const std::vector<Ro
 template <class Row>
 struct TableStream {
   const char* name;
-  std::span<const Field> fields;
+  std::span<const Column> fields;
   std::vector<Row> rows;  // buffered, at most kChunkRows
   std::optional<H5::DataSet> table;
   hsize_t size = 0;  // rows in the file
@@ -566,11 +472,11 @@ void write_engine(const H5::Group& engines, const std::string& path, const Engin
   put_summary(engine, summary);
   if (keeps_steps(level)) {
     where.object = join(path, "steps");
-    write_table(engine, "steps", records.steps, kStepFields, compression);
+    write_table(engine, "steps", records.steps, kStepColumns, compression);
   }
   if (keeps_requests(level)) {
     where.object = join(path, "requests");
-    write_table(engine, "requests", records.requests, kRequestFields, compression);
+    write_table(engine, "requests", records.requests, kRequestColumns, compression);
   }
 }
 
@@ -653,16 +559,16 @@ bool has_group(const H5::Group& root, const std::string& path) {
   return path == "/" || (path_exists(root, path) && root.childObjType(path) == H5O_TYPE_GROUP);
 }
 
-void check_columns(const H5::DataSet& table, std::span<const Field> fields, const Where& where) {
+void check_columns(const H5::DataSet& table, std::span<const Column> fields, const Where& where) {
   if (table.getTypeClass() != H5T_COMPOUND) where.fail("is not a table of compound rows");
   const H5::CompType type = table.getCompType();
   std::map<std::string, H5T_class_t> found;
   for (unsigned i = 0; i < unsigned(type.getNmembers()); ++i)
     found[type.getMemberName(i)] = type.getMemberClass(i);
   std::string problems;
-  for (const Field& f : fields) {
+  for (const Column& f : fields) {
     const auto it = found.find(f.name);
-    const H5T_class_t want = f.kind == Kind::F64 ? H5T_FLOAT : H5T_INTEGER;
+    const H5T_class_t want = f.kind == ColumnKind::F64 ? H5T_FLOAT : H5T_INTEGER;
     if (it == found.end()) {
       problems += std::string(" missing ") + f.name + ";";
       continue;
@@ -675,7 +581,7 @@ void check_columns(const H5::DataSet& table, std::span<const Field> fields, cons
 }
 
 template <class Row>
-std::vector<Row> read_table(const H5::Group& engine, const char* name, std::span<const Field> fields,
+std::vector<Row> read_table(const H5::Group& engine, const char* name, std::span<const Column> fields,
                             const Where& where) {
   if (!engine.nameExists(name) || engine.childObjType(name) != H5O_TYPE_DATASET)
     where.fail("no such dataset");
@@ -707,11 +613,11 @@ void read_engine(const H5::Group& engines, const std::string& path, const std::s
   });
   if (keeps_steps(run.level)) {
     where.object = join(path, name) + "/steps";
-    records.steps = read_table<StepRecord>(engine, "steps", kStepFields, where);
+    records.steps = read_table<StepRecord>(engine, "steps", kStepColumns, where);
   }
   if (keeps_requests(run.level)) {
     where.object = join(path, name) + "/requests";
-    records.requests = read_table<RequestRecord>(engine, "requests", kRequestFields, where);
+    records.requests = read_table<RequestRecord>(engine, "requests", kRequestColumns, where);
   }
   run.engines.push_back(std::move(records));
   run.summary.engines.push_back(std::move(summary));
@@ -763,7 +669,7 @@ RunData read_run_group(const H5::H5File& file, const std::string& group, Where& 
     read_engine(engines, engines_path, name, data, where);
   if (run.nameExists("problems")) {
     where.object = join(group, "problems");
-    data.problems = read_table<ProblemRecord>(run, "problems", kProblemFields, where);
+    data.problems = read_table<ProblemRecord>(run, "problems", kProblemColumns, where);
   }
   return data;
 }
@@ -872,7 +778,7 @@ void RunFileWriter::write_run(const std::string& group, const RunMetadata& metad
                    impl_->compression, where);
     if (problems && keeps_requests(level)) {
       where.object = join(path, "problems");
-      write_table(run, "problems", *problems, kProblemFields, impl_->compression);
+      write_table(run, "problems", *problems, kProblemColumns, impl_->compression);
     }
     where.object = path;
     mark_run(run, level);
@@ -885,8 +791,8 @@ struct RunStream::Impl {
     EngineRecords engine;  // name, model and pool
     std::string path;      // of its group, for messages
     H5::Group group;
-    TableStream<StepRecord> steps{"steps", kStepFields, {}, {}, 0};
-    TableStream<RequestRecord> requests{"requests", kRequestFields, {}, {}, 0};
+    TableStream<StepRecord> steps{"steps", kStepColumns, {}, {}, 0};
+    TableStream<RequestRecord> requests{"requests", kRequestColumns, {}, {}, 0};
   };
   Where where;
   std::string path;  // the run's group
@@ -1003,7 +909,7 @@ void RunStream::add_request(int e, const RequestRecord& request) {
 
 void RunStream::add_problem(const ProblemRecord& problem) {
   if (!impl_->problems)
-    impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemFields, {}, {}, 0});
+    impl_->problems.emplace(TableStream<ProblemRecord>{"problems", kProblemColumns, {}, {}, 0});
   if (!keeps_requests(impl_->level)) return;
   impl_->problems->rows.push_back(problem);
   if (impl_->problems->full()) impl_->post(impl_->run, join(impl_->path, "problems"), *impl_->problems);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -322,6 +323,10 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
     for (const auto& [i, set] : used) {
       const double v = parse_number(f[i], where);
       if (v < 0) throw Error(where + ": " + header[i] + " is " + f[i] + ", a count that cannot be negative");
+      // The two sums of squares are real numbers; every other feature is a whole count of 32 bits.
+      const bool real = header[i] == "prefill_attention_keys" || header[i] == "prefill_tokens_squared";
+      if (!real && !(v == std::floor(v) && v <= double(std::numeric_limits<std::int32_t>::max())))
+        throw Error(where + ": " + header[i] + " is " + f[i] + ", not a whole count below 2^31");
       set(m.shape, v);
     }
     m.device_s = parse_number(f[col["duration_s"]], where);

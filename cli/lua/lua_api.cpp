@@ -584,9 +584,10 @@ int l_sweep(lua_State* L) {
     ScriptContext& ctx = context(L);
     SweepCall call;
     // Each point is a duet.run, which cannot run inside another: refused here, not point by point.
-    if (LuaWorkload::running(L))
+    if (run_under_way(L))
       throw Error(where(L) +
-                  "duet.sweep: cannot sweep inside a run's workload (call it from the script's top level)");
+                  "duet.sweep: cannot sweep inside a run's workload or callbacks (call it from the script's "
+                  "top level)");
     TableReader t(L, 1, "duet.sweep");
     t.known({"grid", "run", "threads", "label", "out"});
     t.finish();  // a misspelt key is named before the keys it replaces are missed
@@ -726,6 +727,10 @@ void execute(ScriptContext& ctx) {
   if (ctx.worker || ctx.opt.ranks.rank != 0) {  // sweep threads and ranks > 0 print nothing: rank 0 reports
     lua_pushcfunction(L, [](lua_State*) { return 0; });
     lua_setglobal(L, "print");
+    // io.write goes to the default output file: /dev/null here, so that io.write(...):write(...) still
+    // chains.
+    if (luaL_dostring(L, "io.output('/dev/null')") != LUA_OK)
+      throw Error(std::string("cannot silence io.write: ") + lua_tostring(L, -1));
   }
   load_script(L, ctx.script_text, ctx.opt.script);
   pcall(L, 0, 0);

@@ -12,6 +12,7 @@
 #include "cli/lua/lua_util.hpp"
 #include "cli/progress.hpp"
 #include "core/error.hpp"
+#include "core/record_columns.hpp"
 #include "core/runtime.hpp"
 #include "exec/backend.hpp"
 #include "exec/experiment.hpp"
@@ -95,8 +96,9 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   if (utilization) c.gpu_memory_utilization = *utilization;
   if (auto g = t.number("budget_gib")) {
     if (utilization) t.fail("budget_gib", "give either budget_gib or gpu_memory_utilization, not both");
-    if (!(*g > 0) || !std::isfinite(*g))
-      t.fail("budget_gib", "must be a positive number of GiB, got " + std::to_string(*g));
+    // 2^33 GiB is 2^63 bytes, beyond the int64 of budget_bytes.
+    if (!(*g > 0) || !(*g < 8589934592.0))
+      t.fail("budget_gib", "must be a positive number of GiB below 2^33, got " + std::to_string(*g));
     c.budget_bytes = std::int64_t(*g * 1024.0 * 1024.0 * 1024.0);
     c.gpu_memory_utilization.reset();
   }
@@ -672,7 +674,43 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kRunKey = "duet.run_under_way";
+
+// While it lives, run_under_way(L) is true.
+class RunUnderWay {
+ public:
+  explicit RunUnderWay(lua_State* L) : L_(L) {
+    lua_pushboolean(L_, 1);
+    lua_setfield(L_, LUA_REGISTRYINDEX, kRunKey);
+  }
+  ~RunUnderWay() {
+    lua_pushnil(L_);
+    lua_setfield(L_, LUA_REGISTRYINDEX, kRunKey);
+  }
+  RunUnderWay(const RunUnderWay&) = delete;
+  RunUnderWay& operator=(const RunUnderWay&) = delete;
+
+ private:
+  lua_State* L_;
+};
+
+}  // namespace
+
+bool run_under_way(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kRunKey);
+  const bool set = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return set;
+}
+
 ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefaults& d) {
+  if (run_under_way(L))
+    throw Error(
+        "duet.run: cannot run inside another run's workload or callbacks (call it from the script's top "
+        "level)");
+  const RunUnderWay under_way(L);
   index = lua_absindex(L, index);
   Experiment ex = read_experiment(L, index, d);
   apply_memory_split(L, ex);
@@ -696,18 +734,19 @@ int records_gc(lua_State* L) {
   return 0;
 }
 
-template <typename T>
-void push_column(lua_State* L, const std::vector<StepRecord>& steps, T StepRecord::*field, const char* name) {
+// One column of the steps table as a Lua array: integers stay integers.
+void push_column(lua_State* L, const std::vector<StepRecord>& steps, const Column& column) {
   lua_createtable(L, int(steps.size()), 0);
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    lua_pushnumber(L, double(steps[i].*field));
+    if (column.kind == ColumnKind::F64) lua_pushnumber(L, column.number(&steps[i]));
+    else lua_pushinteger(L, column.integer(&steps[i]));
     lua_rawseti(L, -2, lua_Integer(i + 1));
   }
-  lua_setfield(L, -2, name);
+  lua_setfield(L, -2, column.name);
 }
 
 // result.timeline(engine name) -> {start_s = {...}, duration_s = {...}, ...}: the per-step
-// timeline as columns, for quick prints and plots from Lua.
+// timeline as columns, those of the run file's steps table, for quick prints and plots from Lua.
 int timeline(lua_State* L) {
   auto* records = static_cast<RecordsPtr*>(luaL_checkudata(L, lua_upvalueindex(1), kRecordsMeta));
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
@@ -718,22 +757,8 @@ int timeline(lua_State* L) {
       return luaL_error(L, "timeline: this run kept no timeline (record = '%s'; 'steps' keeps it)",
                         lua_tostring(L, lua_upvalueindex(3)));
     const auto& s = r.steps;
-    lua_createtable(L, 0, 16);
-    push_column(L, s, &StepRecord::start_s, "start_s");
-    push_column(L, s, &StepRecord::duration_s, "duration_s");
-    push_column(L, s, &StepRecord::prefill_tokens, "prefill_tokens");
-    push_column(L, s, &StepRecord::decode_tokens, "decode_tokens");
-    push_column(L, s, &StepRecord::num_seqs, "num_seqs");
-    push_column(L, s, &StepRecord::num_running, "num_running");
-    push_column(L, s, &StepRecord::num_waiting, "num_waiting");
-    push_column(L, s, &StepRecord::kv_blocks_used, "kv_blocks_used");
-    push_column(L, s, &StepRecord::kv_blocks_free, "kv_blocks_free");
-    push_column(L, s, &StepRecord::kv_blocks_cached, "kv_blocks_cached");
-    push_column(L, s, &StepRecord::kv_filled_tokens, "kv_filled_tokens");
-    push_column(L, s, &StepRecord::prefix_hit_tokens, "prefix_hit_tokens");
-    push_column(L, s, &StepRecord::evictions, "evictions");
-    push_column(L, s, &StepRecord::preemptions, "preemptions");
-    push_column(L, s, &StepRecord::cow_copies, "cow_copies");
+    lua_createtable(L, 0, int(kStepColumns.size()) + 2);
+    for (const Column& column : kStepColumns) push_column(L, s, column);
     set_integer(L, "total_blocks", r.total_blocks);
     set_integer(L, "block_size", r.block_size);
     return 1;

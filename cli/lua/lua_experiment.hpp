@@ -59,8 +59,11 @@ struct ExperimentDefaults {
 };
 
 // Runs the duet.run configuration at `index` of L's stack. Lua errors inside callbacks and the
-// workload propagate as duet::Error.
+// workload propagate as duet::Error. A run cannot start inside another (from its memory_split,
+// memory_policy, policies or workload): that is an error.
 ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefaults& defaults);
+// Whether a duet.run is under way in L's state, from its configuration's callbacks to its end.
+bool run_under_way(lua_State* L);
 
 // The result table that duet.run returns to Lua.
 void push_result(lua_State* L, const ExperimentResult& result);

@@ -73,8 +73,6 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
                          LuaWorkloadOptions options)
     : L_(L), engines_(std::move(engines)), opt_(options) {
   index = lua_absindex(L, index);
-  if (running(L))
-    throw Error("duet.run: cannot run inside another run's workload (call it from the script's top level)");
   if (!lua_istable(L, index))
     throw Error("duet.run: 'workload' must be a table {problems = ..., solve = ...}");
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
@@ -125,13 +123,6 @@ LuaWorkload::~LuaWorkload() {
   luaL_unref(L_, LUA_REGISTRYINDEX, engines_meta_ref_);
   lua_pushnil(L_);
   lua_setfield(L_, LUA_REGISTRYINDEX, kWorkloadKey);
-}
-
-bool LuaWorkload::running(lua_State* L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, kWorkloadKey);
-  const bool set = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  return set;
 }
 
 LuaWorkload& LuaWorkload::from(lua_State* L, const char* what) {
@@ -573,6 +564,8 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
     else spec.fail("stop_with", "expected a token name ('step', 'eos') or id");
     lua_pop(co, 1);
   }
+  if (!spec.has("stop_at") && spec.has("stop_with"))
+    spec.fail("stop_with", "the token emitted at stop_at: needs stop_at (the output index that emits it)");
   s.script.scores = read_number_list<float>(co, spec, "scores");
   s.score_positions = read_number_list<int>(co, spec, "score_positions");
   if (s.kind != SeqKind::Score && spec.has("scores"))

@@ -50,7 +50,6 @@ class LuaWorkload final : public Workload {
   // Called from the Lua bindings (lua_api.cpp, lua_engine_handle.cpp).
   // The workload under way; outside one an error naming `what` ("duet.await") and the caller's line.
   static LuaWorkload& from(lua_State* L, const char* what);
-  static bool running(lua_State* L);  // a run's workload is under way in L's state
   lua_Integer lua_submit(lua_State* co, int engine, int spec_index);  // the new sequence's id
   int lua_await(lua_State* co);
   int lua_sleep_until(lua_State* co, double t);  // -1: the caller yields

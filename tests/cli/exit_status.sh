@@ -27,6 +27,17 @@ expect 2 run "$quick" --backend cpu --threads 2
 expect 2 run "$quick" --lua-instruction-limit 0
 expect 2 run "$quick" --out "$out/no-such-dir/x.h5"
 expect 2 run "$quick" --no-such-flag
+# A forgotten value ("--out --resume") is not a file called --resume; an empty --out names no file.
+expect 2 run "$quick" --out --resume
+[ ! -e ./--resume ] || { echo "FAIL: --out --resume wrote a file called --resume"; failed=1; }
+expect 2 run "$quick" --out ""
+# A directory that root may write by access() yet cannot create files in: refused before the run.
+if [ -d /sys ] && [ ! -e /sys/duet-exit-status.h5 ]; then
+  expect 2 run "$quick" --out /sys/duet-exit-status.h5
+  grep -Eq -- "--out /sys/duet-exit-status.h5: (cannot create it|directory /sys is not writable)" log.txt ||
+    { echo "FAIL: --out in /sys:"; cat log.txt; failed=1; }
+fi
+expect 2 profile --backend cpu --model gpt-5 --out "$out/p.json"
 expect 2 validate --synthetic 2
 expect 2 validate --synthetic 2 --backend sim
 expect 2 validate --synthetic 2 --backend cpu --repeats 0

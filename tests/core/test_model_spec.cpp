@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -365,6 +368,48 @@ TEST_F(ModelSpecHfConfig, OptionalFieldsTakeHuggingFaceDefaults) {
   EXPECT_FALSE(m.tie_word_embeddings);
   EXPECT_EQ(m.dtype, DType::BF16);
   EXPECT_FALSE(m.rope_scaling.has_value());
+}
+
+// transformers 4.56 writes 'dtype' where earlier versions wrote 'torch_dtype': either is read, and
+// two that disagree are an error.
+TEST_F(ModelSpecHfConfig, DtypeIsReadUnderEitherName) {
+  const std::string renamed = write_edited([](json& j) {
+    j.erase("torch_dtype");
+    j["dtype"] = "float32";
+  });
+  EXPECT_EQ(from_hf_config(renamed).dtype, DType::F32);
+  const std::string both = write_edited([](json& j) { j["dtype"] = "float32"; });  // torch_dtype bfloat16
+  const std::string msg = error_of([&] { from_hf_config(both); });
+  EXPECT_TRUE(contains(msg, "fields 'dtype' (\"float32\") and 'torch_dtype' (\"bfloat16\") disagree")) << msg;
+  const std::string same = write_edited([](json& j) { j["dtype"] = "bfloat16"; });
+  EXPECT_EQ(from_hf_config(same).dtype, DType::BF16);
+}
+
+// A Llama variant duet does not model (biases, another activation, quantized weights, another
+// model type) is an error naming the field, not a plain Llama priced in its place.
+TEST_F(ModelSpecHfConfig, VariantsDuetDoesNotModelNameTheField) {
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["hidden_act"] = "gelu"; }, "field 'hidden_act' is \"gelu\""},
+      {[](json& j) { j["attention_bias"] = true; }, "field 'attention_bias' is true"},
+      {[](json& j) { j["mlp_bias"] = true; }, "field 'mlp_bias' is true"},
+      {[](json& j) {
+         j["quantization_config"] = {{"quant_method", "awq"}};
+       },
+       "field 'quantization_config'"},
+      {[](json& j) {
+         j.erase("architectures");
+         j["model_type"] = "gpt2";
+       },
+       "field 'model_type' is \"gpt2\""},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string path = write_edited(edit);
+    const std::string msg = error_of([&] { from_hf_config(path); });
+    EXPECT_TRUE(contains(msg, path) && contains(msg, expected)) << msg;
+  }
+  // The plain Llama's own values pass (the real config holds hidden_act, mlp_bias, model_type).
+  const std::string plain = write_edited([](json& j) { j["attention_bias"] = false; });
+  EXPECT_EQ(from_hf_config(plain).num_layers, 16);
 }
 
 TEST_F(ModelSpecHfConfig, MissingHiddenSizeNamesFileAndField) {

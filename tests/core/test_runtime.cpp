@@ -235,6 +235,35 @@ TEST(Runtime, WorkloadsChainRequestsAndWakeUps) {
   EXPECT_DOUBLE_EQ(t.rt.records()[1].requests[0].finish_s, 1.25);
 }
 
+// A request released before it finished (a search that stops waiting for it) is recorded as
+// aborted at its release, so that the requests table accounts for every token the steps computed;
+// the summary counts its tokens but not its latencies.
+TEST(Runtime, ARequestReleasedUnfinishedIsRecordedAsAborted) {
+  TwoEngines t;
+  Script w;
+  SeqId slow = 0;
+  w.on_start = [&](Runtime& rt) {
+    rt.submit(0, gen(rt.next_seq_id(), 4, 1));
+    slow = rt.next_seq_id();
+    rt.submit(0, gen(slow, 4, 50));
+  };
+  w.finished = [&](Runtime& rt, int, Sequence&) { rt.release(0, slow); };  // the first is enough
+  t.rt.run(w);
+  const auto& requests = t.rt.records()[0].requests;
+  ASSERT_EQ(requests.size(), 2u);
+  const RequestRecord& aborted = requests[1];
+  EXPECT_EQ(aborted.seq_id, slow);
+  EXPECT_EQ(aborted.finish_reason, std::uint8_t(FinishReason::Aborted));
+  EXPECT_DOUBLE_EQ(aborted.finish_s, 1.0);  // released at the first step's end
+  EXPECT_EQ(aborted.output_tokens, 1);
+  const EngineSummary s = t.rt.summary().engines[0];
+  EXPECT_EQ(s.requests, 1);
+  EXPECT_EQ(s.generated_tokens, 2);
+  std::int64_t decoded = 0;
+  for (const StepRecord& r : t.rt.records()[0].steps) decoded += r.prefill_tokens + r.decode_tokens;
+  EXPECT_EQ(decoded, 8) << "both prompts; the released one is never stepped again";
+}
+
 TEST(Runtime, KeptSequencesCanBeForkedLater) {
   TwoEngines t;
   Script w;

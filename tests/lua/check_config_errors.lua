@@ -48,7 +48,9 @@ expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: u
 expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
 expect_error({engines = engine{load_format = "ckpt/dumy"}}, "engines%[1%].load_format: 'ckpt/dumy' is neither 'dummy' nor a checkpoint that exists")
 expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
-expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = -1}}}, "engines%[1%].budget_gib: must be a positive number of GiB, got %-1")
+expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = -1}}}, "engines%[1%].budget_gib: must be a positive number of GiB below 2%^33, got %-1")
+-- Beyond int64's bytes: an error with the value given, never a wrapped count.
+expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = 1e30}}}, "engines%[1%].budget_gib: must be a positive number of GiB below 2%^33, got 1000000000000000019884624838656")
 expect_error({engines = {llm = {model = "llama-3.2-1b"}}}, "duet.run.engines: expected a list of engine tables")
 -- Checked as the run is put together (core's checks, for every front end): the line of duet.run.
 expect_error({engines = engine{gpu_memory_utilization = 1.5}},
@@ -88,6 +90,7 @@ local submit_errors = {
   {{stop = {-3}}, "stop.*token id %-3 is outside the vocabulary"},
   {{stop_at = -1}, "stop_at.*must be an output index >= 0"},
   {{stop_at = 3, stop_with = {}}, "stop_with.*expected a token name"},
+  {{stop_with = "eos"}, "stop_with.*needs stop_at"},
   {{scores = {0.5, "high"}}, "scores.*entry 2 is a string, not a number"},
   {{scores = {1/0}}, "scores.*entry 1 must be finite"},
   {{scores = {1e39}}, "scores.*entry 1 must be finite in single precision"},

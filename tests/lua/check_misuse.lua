@@ -261,6 +261,16 @@ duet.run(config{workload = {problems = {{}}, solve = function()
                "check_misuse.lua:%d+: duet.sweep: cannot sweep inside a run's workload")
   return {score = 0}
 end}})
+-- A run started from another run's memory_split is refused too (it took the outer run's place in
+-- the file, and the outer run's result was lost), and a run after it runs.
+local nested_in_split = config{}
+nested_in_split.memory_split = function()
+  duet.run(config{})
+  return {llm = 0.3}
+end
+expect_error(function() return duet.run(nested_in_split) end,
+             "duet.run: cannot run inside another run's workload or callbacks")
+assert(duet.run(config{workload = {problems = {{}}, solve = function() return {score = 0} end}}).problems == 1)
 expect_error(function() return duet.sweep{grid = {x = {1}}, runn = function() return config{} end} end,
              "check_misuse.lua:%d+: duet.sweep: unknown key 'runn' %(valid keys: grid, label, out, run, threads%)")
 
@@ -271,5 +281,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 41, "checked " .. support.checked)
+assert(support.checked == 42, "checked " .. support.checked)
 print("misuse: ok")

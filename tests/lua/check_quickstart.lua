@@ -21,4 +21,14 @@ assert(r.makespan_s > 0 and r.makespan_s < math.huge)
 assert(math.type(r.problems) == "integer" and math.type(r.makespan_s) == "float")
 local tl = r.timeline("prm")
 assert(#tl.start_s == r.engines.prm.steps, "timeline rows")
+-- Every column of the run file's steps table, counts as integers, times as floats.
+for _, column in ipairs{"start_s", "duration_s", "host_s", "cpu_s", "prefill_tokens", "decode_tokens", "num_seqs",
+                        "decode_seqs", "decode_context_tokens", "logit_rows", "kv_blocks_used", "kv_filled_tokens",
+                        "prefix_query_tokens", "prefix_hit_tokens", "evictions", "preemptions", "cow_copies"} do
+  assert(tl[column] and #tl[column] == #tl.start_s, "timeline column " .. column)
+end
+assert(math.type(tl.decode_tokens[1]) == "integer" and math.type(tl.host_s[1]) == "float")
+local scored = 0
+for i = 1, #tl.logit_rows do scored = scored + tl.logit_rows[i] end
+assert(scored > 0, "the PRM scored no rows")
 print("quickstart ok")
