@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -178,6 +181,32 @@ int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) 
   return 0;
 }
 
+// The options each benchmark reads: another one given (--json to sim-trace) would be silently
+// ignored, so it is an error naming what the benchmark takes.
+void check_bench_options(const std::string& which, const po::variables_map& vm) {
+  static const std::map<std::string, std::set<std::string>> kTakes = {
+      {"sim-trace", {"trace", "model", "gpu", "target-s"}},
+      {"hdf5", {"trace", "model", "gpu"}},
+      {"cpu", {"cpu-model", "batch", "prompt", "decode"}},
+      {"decode", {"gpu", "gpu-model", "iters", "block-size", "json", "peer"}},
+      {"attention", {"gpu", "gpu-model", "iters", "block-size", "json"}},
+      {"prefill", {"gpu", "gpu-model", "layers", "prefill-seq", "iters", "block-size", "json"}},
+      {"cpu-overhead", {"gpu", "gpu-model", "json"}},
+  };
+  const auto takes = kTakes.find(which);
+  if (takes == kTakes.end()) {
+    std::string valid;
+    for (const auto& [name, options] : kTakes) valid += (valid.empty() ? "" : ", ") + name;
+    throw Error("unknown benchmark '" + which + "' (valid: " + valid + ")");
+  }
+  for (const auto& [name, value] : vm) {
+    if (value.defaulted() || name == "name" || takes->second.count(name)) continue;
+    std::string list;
+    for (const std::string& o : takes->second) list += (list.empty() ? "--" : ", --") + o;
+    throw Error("--" + name + " is not an option of bench " + which + " (it takes " + list + ")");
+  }
+}
+
 }  // namespace
 
 int bench(int argc, char** argv) {
@@ -221,6 +250,7 @@ int bench(int argc, char** argv) {
   po::positional_options_description positional;
   positional.add("name", 1);
   return run_command({"bench", options, &positional, "name"}, argc, argv, [&](const po::variables_map& vm) {
+    check_usage([&] { check_bench_options(which, vm); });
     if (!vm["gpu"].defaulted()) g.gpu = gpu;
     check_at_least("--iters", g.iters, 1);
     check_at_least("--block-size", g.block_size, 1);
@@ -240,8 +270,7 @@ int bench(int argc, char** argv) {
     if (which == "attention") return gpu_bench::bench_attention(g);
     if (which == "prefill") return gpu_bench::bench_prefill(g);
     if (which == "cpu-overhead") return gpu_bench::bench_cpu_overhead(g);
-    throw Error("unknown benchmark '" + which +
-                "' (valid: sim-trace, hdf5, cpu, decode, attention, prefill, cpu-overhead)");
+    throw std::logic_error("bench: '" + which + "' is in check_bench_options' table but not run");
   });
 }
 

@@ -22,10 +22,12 @@ inline std::string source_dir() {
 
 // A file as given when it exists, else relative to the repository: what scripts and flags name
 // (models/tiny-llama/config.json works from any directory).
+// A name the file system refuses (too long) resolves to itself, and its reader says why it fails.
 inline std::string resolve_path(const std::string& path, const std::string& dir) {
-  if (std::filesystem::exists(path)) return path;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
   const std::string in_repo = dir + "/" + path;
-  return std::filesystem::exists(in_repo) ? in_repo : path;
+  return std::filesystem::exists(in_repo, ec) ? in_repo : path;
 }
 
 // An output file's absolute path, for the notebook it is printed for (a notebook's kernel runs in

@@ -10,6 +10,7 @@
 #include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "core/memory_plan.hpp"
+#include "sim/profiles.hpp"
 
 namespace po = boost::program_options;
 
@@ -140,6 +141,11 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;
   cfg.allocator = allocator_kind_from_name(a.allocator);
+  try {
+    check_cost_model_name(a.cost_model);
+  } catch (const Error& e) {
+    throw Error(std::string("--cost-model: ") + e.what());
+  }
   check_at_least("--num-gpu-blocks-override", a.num_gpu_blocks_override, 0);
   if (a.num_gpu_blocks_override > 0) cfg.num_gpu_blocks_override = a.num_gpu_blocks_override;
   if (a.synthetic < 0)

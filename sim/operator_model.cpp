@@ -125,22 +125,54 @@ OperatorPrior parse_prior(std::string_view text, const std::string& path) {
   if (!j.is_object() || j.value("format", "") != kOperatorPriorFormat)
     throw Error(path + ": field 'format' must be \"" + std::string(kOperatorPriorFormat) +
                 "\" (a prior from `duet fit-ops`)");
+  using namespace json_fields;
   OperatorPrior p;
+  const auto text_field = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+    const nlohmann::json& v = require(o, key, where);
+    if (!v.is_string()) throw Error(where + ": field '" + key + "' must be a string, got " + v.dump());
+    return v.get<std::string>();
+  };
+  const auto object_field = [&](const char* key) -> const nlohmann::json& {
+    const nlohmann::json& v = require(j, key, path);
+    if (!v.is_object()) throw Error(path + ": field '" + key + "' must be an object, got " + v.dump());
+    return v;
+  };
+  p.device = text_field(j, "device", path);
+  p.gpu_name = optional_string(j, "gpu", path);
+  p.created_utc = optional_string(j, "created_utc", path);
+  p.git_revision = optional_string(j, "git_revision", path);
+  p.source = optional_string(j, "source", path);
+  const std::string covers = path + ": covers";
+  const nlohmann::json& cov = object_field("covers");
+  p.covers.dtype = text_field(cov, "dtype", covers);
   try {
-    p.device = j.at("device").get<std::string>();
-    p.gpu_name = j.value("gpu", "");
-    p.created_utc = j.value("created_utc", "");
-    p.git_revision = j.value("git_revision", "");
-    p.source = j.value("source", "");
-    const auto& cov = j.at("covers");
-    p.covers.dtype = cov.at("dtype").get<std::string>();
-    p.covers.architecture = cov.at("architecture").get<std::string>();
-    p.covers.head_dims = cov.at("head_dims").get<std::vector<int>>();
-    p.elementwise_fixed_s = j.at("elementwise").at("fixed_s").get<double>();
-    p.elementwise_bandwidth_efficiency = j.at("elementwise").at("bandwidth_efficiency").get<double>();
-    if (j.contains("held_out")) p.held_out_json = j["held_out"].dump();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": bad or missing field (" + e.what() + ")");
+    dtype_from_name(p.covers.dtype);
+  } catch (const Error& e) {
+    throw Error(covers + ": field 'dtype': " + e.what());
+  }
+  p.covers.architecture = text_field(cov, "architecture", covers);
+  const nlohmann::json& dims = require(cov, "head_dims", covers);
+  if (!dims.is_array())
+    throw Error(covers + ": field 'head_dims' must be a list of integers, got " + dims.dump());
+  for (const nlohmann::json& d : dims) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() <= 0 || d.get<std::int64_t>() > 1024)
+      throw Error(covers + ": field 'head_dims' holds " + d.dump() + ", not a head size in 1 to 1024");
+    p.covers.head_dims.push_back(d.get<int>());
+  }
+  const nlohmann::json& elementwise = object_field("elementwise");
+  p.elementwise_fixed_s = require_number(elementwise, "fixed_s", path + ": elementwise");
+  p.elementwise_bandwidth_efficiency =
+      require_number(elementwise, "bandwidth_efficiency", path + ": elementwise");
+  if (j.contains("held_out")) p.held_out_json = j["held_out"].dump();
+  // Every key is one this duet reads: a misspelt one would be a setting silently left out.
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const bool known = key == "format" || key == "device" || key == "gpu" || key == "created_utc" ||
+                       key == "git_revision" || key == "source" || key == "covers" || key == "elementwise" ||
+                       key == "held_out" ||
+                       std::any_of(kOperatorClasses.begin(), kOperatorClasses.end(),
+                                   [&](OperatorClass c) { return key == operator_class_name(c); });
+    if (!known) throw Error(path + ": unknown field '" + key + "'");
   }
   for (OperatorClass c : kOperatorClasses) {
     const std::string what = path + ": " + operator_class_name(c);

@@ -245,6 +245,9 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
                    "entries (give each engine its name inside its table)"
                  : "needs at least one engine");
   }
+  if (const std::string stray = list_stray(L, -1, std::size_t(n)); !stray.empty())
+    t.fail("engines", "has " + stray + " in or beside its list of " + std::to_string(n) +
+                          " engine tables (give engines as a list without holes)");
   for (lua_Integer i = 1; i <= n; ++i) {
     t.checked("engines", [&] { return get_index(L, -1, i); });
     ex.engines.push_back(read_engine(L, -1, ex, cost, d.source_dir));

@@ -258,6 +258,46 @@ int get_index(lua_State* L, int index, lua_Integer i) {
   return lua_type(L, -1);
 }
 
+std::string list_stray(lua_State* L, int index, std::size_t n) {
+  index = lua_absindex(L, index);
+  if (lua_getmetatable(L, index)) {
+    lua_pop(L, 1);
+    return "";
+  }
+  std::size_t listed = 0;
+  lua_pushnil(L);
+  while (lua_next(L, index) != 0) {  // raw traversal: no metamethod runs
+    lua_pop(L, 1);
+    lua_Integer i = 0;
+    if (lua_type(L, -1) == LUA_TNUMBER && lua_isinteger(L, -1) && (i = lua_tointeger(L, -1)) >= 1 &&
+        std::size_t(i) <= n) {
+      ++listed;
+      continue;
+    }
+    std::string key;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      key = "key '" + std::string(lua_tostring(L, -1)) + "'";
+    } else if (lua_type(L, -1) == LUA_TNUMBER) {
+      char buf[64];
+      if (lua_isinteger(L, -1))
+        std::snprintf(buf, sizeof buf, "index %lld", static_cast<long long>(lua_tointeger(L, -1)));
+      else std::snprintf(buf, sizeof buf, "index %g", double(lua_tonumber(L, -1)));
+      key = buf;
+    } else {
+      key = std::string("a ") + luaL_typename(L, -1) + " key";
+    }
+    lua_pop(L, 1);
+    return key;
+  }
+  // A hole inside the border # found: {p1, nil, p3} may have a length of 3.
+  for (std::size_t i = 1; listed < n && i <= n; ++i) {
+    const bool hole = lua_rawgeti(L, index, lua_Integer(i)) == LUA_TNIL;
+    lua_pop(L, 1);
+    if (hole) return "a hole at index " + std::to_string(i);
+  }
+  return "";
+}
+
 lua_Integer length(lua_State* L, int index) {
   index = lua_absindex(L, index);
   if (lua_istable(L, index) && !has_metatable(L, index)) return lua_Integer(lua_rawlen(L, index));

@@ -100,6 +100,10 @@ void load_script(lua_State* L, const std::string& text, const std::string& path)
 int get_field(lua_State* L, int index, const char* key);
 int get_index(lua_State* L, int index, lua_Integer i);
 lua_Integer length(lua_State* L, int index);
+// What a plain table holds besides the list 1..n: a key outside it ("key 'x'", "index 7") or a hole
+// in it ("a hole at index 2"); "" when nothing. A proxied list (one with a metatable) is taken as
+// its __len and __index say: "".
+std::string list_stray(lua_State* L, int index, std::size_t n);
 
 // f()'s value; a duet::Error from it is thrown again as context() + its message. The context
 // (a field's name and the script's line, say) is built only then.

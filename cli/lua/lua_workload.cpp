@@ -93,10 +93,14 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
     lua_pop(L, 1);
     throw Error(std::string("workload: field 'problems': ") + e.what());
   }
+  const std::string stray = list_stray(L, -1, total_);
   lua_pop(L, 1);
-  if (total_ == 0) {
+  if (total_ == 0 || !stray.empty()) {
     luaL_unref(L, LUA_REGISTRYINDEX, solve_ref_);
     luaL_unref(L, LUA_REGISTRYINDEX, problems_ref_);
+    if (!stray.empty())
+      throw Error(where(L) + "duet.run.workload: problems has " + stray + " in or beside its list 1.." +
+                  std::to_string(total_) + " (give problems as a list without holes)");
     throw Error(where(L) +
                 "duet.run.workload: problems is empty: nothing to run (a filter that matched nothing?)");
   }

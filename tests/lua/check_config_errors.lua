@@ -52,6 +52,17 @@ expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = -1}
 -- Beyond int64's bytes: an error with the value given, never a wrapped count.
 expect_error({engines = {{name = "llm", model = "llama-3.2-1b", budget_gib = 1e30}}}, "engines%[1%].budget_gib: must be a positive number of GiB below 2%^33, got 1000000000000000019884624838656")
 expect_error({engines = {llm = {model = "llama-3.2-1b"}}}, "duet.run.engines: expected a list of engine tables")
+-- Lists with something beside or a hole in them: a problem or engine there was silently never run.
+local e1 = {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}
+expect_error({engines = {e1, x = 1}}, "duet.run.engines: has key 'x' in or beside its list of 1 engine tables")
+local solve = function() return {score = 0} end
+expect_error({workload = {problems = {{}, x = {}}, solve = solve}},
+             "duet.run.workload: problems has key 'x' in or beside its list 1..1")
+expect_error({workload = {problems = {{}, [5] = {}}, solve = solve}},
+             "duet.run.workload: problems has index 5 in or beside its list 1..1")
+local holed = {{}, {}, {}}
+holed[2] = nil
+expect_error({workload = {problems = holed, solve = solve}}, "duet.run.workload: problems has .* in or beside its list")
 -- Checked as the run is put together (core's checks, for every front end): the line of duet.run.
 expect_error({engines = engine{gpu_memory_utilization = 1.5}},
              "duet.run: engine 'llm': gpu_memory_utilization must be in %(0, 1%], got 1.5")

@@ -5,7 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "sim/operator_fit.hpp"
@@ -335,6 +340,37 @@ TEST(OperatorPrior, RejectsATruncatedOrForeignFile) {
   std::ofstream(dir.file("other.json")) << "{\"format\": \"duet-cost-profile/2\"}";
   EXPECT_TRUE(
       contains(error_of([&] { load_prior(dir.file("other.json")); }), "other.json: field 'format' must be"));
+}
+
+// A prior edited by hand: each wrong field is named, with the file, and an unknown key is refused
+// (a misspelt one would be a setting silently left out).
+TEST(OperatorPrior, NamesTheFieldOfAnEditedPrior) {
+  TempDir dir;
+  const std::string good = dir.file("good.json");
+  save_prior(flat_prior("h100-sxm"), good);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(good));
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& e) { e["covers"]["dtype"] = "fp8"; }, "covers: field 'dtype': unknown dtype 'fp8'"},
+      {[](nlohmann::json& e) { e["covers"]["dtype"] = 5; }, "covers: field 'dtype' must be a string, got 5"},
+      {[](nlohmann::json& e) {
+         e["covers"]["head_dims"] = {128, -1};
+       },
+       "field 'head_dims' holds -1"},
+      {[](nlohmann::json& e) { e.erase("device"); }, "missing field 'device'"},
+      {[](nlohmann::json& e) { e["elementwise"]["fixed_s"] = "0"; },
+       "elementwise: field 'fixed_s' must be a number"},
+      {[](nlohmann::json& e) { e["elementwise"] = 1; }, "field 'elementwise' must be an object"},
+      {[](nlohmann::json& e) { e["decode_atention"] = e["decode_attention"]; },
+       "unknown field 'decode_atention'"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    nlohmann::json e = j;
+    edit(e);
+    const std::string path = dir.file("edited.json");
+    std::ofstream(path) << e.dump();
+    const std::string msg = error_of([&] { load_prior(path); });
+    EXPECT_TRUE(contains(msg, path + ": ") && contains(msg, expected)) << msg;
+  }
 }
 
 TEST(OperatorTables, ReadsRowsAndNamesTheLineOfABadOne) {
