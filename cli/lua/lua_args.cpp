@@ -58,12 +58,14 @@ int l_args(lua_State* L) {
       const int t = lua_getfield(L, -1, name.c_str());  // the copy: no metamethods
       lua_pop(L, 1);
       if (t == LUA_TNIL) {
-        std::string valid;
+        std::set<std::string> names;  // sorted: the table's own order changes from run to run
         lua_pushnil(L);
         while (lua_next(L, -2) != 0) {
           lua_pop(L, 1);
-          valid += std::string(valid.empty() ? "" : ", ") + "--" + lua_tostring(L, -1);
+          if (lua_type(L, -1) == LUA_TSTRING) names.insert(lua_tostring(L, -1));
         }
+        std::string valid;
+        for (const std::string& n : names) valid += (valid.empty() ? "--" : ", --") + n;
         throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
       }
       // A flag alone is true; "--flag false" and "--flag=false" are false (a bare "false" could

@@ -42,6 +42,16 @@ int l_tokens(lua_State* L) {  // duet.tokens(text [, bos]) -> TokenList
   std::size_t n = 0;
   const char* text = luaL_checklstring(L, 1, &n);
   const bool bos = lua_toboolean(L, 2);
+  // sentencepiece's working memory, outside the Lua state's account, is about 230 bytes per byte
+  // of text (1e7 bytes took 2.3 GB): a text whose encoding would pass the script's memory limit
+  // is refused, where it would take the machine's memory.
+  constexpr std::int64_t kEncodeBytesPerByte = 256;
+  if (const std::int64_t limit = memory_limit(L); limit > 0 && std::int64_t(n) > limit / kEncodeBytesPerByte)
+    return luaL_error(L,
+                      "duet.tokens: a text of %I bytes would take about %I MiB to tokenize, beyond the script's "
+                      "Lua memory limit of %I MiB (duet run --lua-memory-limit MiB raises it)",
+                      lua_Integer(n), lua_Integer(std::int64_t(n) * kEncodeBytesPerByte >> 20),
+                      lua_Integer(limit >> 20));
   return guarded(L, [&] {
     const Tokenizer& t = tokenizer(L);
     std::vector<TokenId> ids;

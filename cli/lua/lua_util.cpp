@@ -101,6 +101,11 @@ ErrorHeadroom::~ErrorHeadroom() {
   if (memory_) memory_->handling_error = was_;
 }
 
+std::int64_t memory_limit(lua_State* L) {
+  const State::Memory* m = memory_of(L);
+  return m ? m->limit : 0;
+}
+
 std::string memory_error(lua_State* L) {
   const State::Memory* m = memory_of(L);
   if (!m) return "not enough memory";

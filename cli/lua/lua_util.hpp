@@ -61,6 +61,9 @@ class ErrorHeadroom {
   bool was_ = false;
 };
 
+// The state's memory limit in bytes (State::limit_memory), or 0 for a state without one.
+std::int64_t memory_limit(lua_State* L);
+
 // The message for a LUA_ERRMEM status (Lua calls no message handler for it, so it has no
 // traceback): the allocation refused and the limit, or Lua's own message for a state without one.
 std::string memory_error(lua_State* L);

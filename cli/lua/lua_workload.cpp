@@ -221,7 +221,10 @@ void LuaWorkload::resume(Task& task, int nargs) {
       const ErrorHeadroom headroom(L_);  // the traceback allocates outside a protected call
       const std::string memory = status == LUA_ERRMEM ? memory_error(task.co) : std::string();
       const char* msg = status == LUA_ERRMEM ? memory.c_str() : lua_tostring(task.co, -1);
-      luaL_traceback(L_, task.co, msg ? msg : "(non-string error)", 0);
+      // As Lua's own message handler words it: error() with a table or with nothing.
+      const std::string other =
+          msg ? std::string() : std::string("(error object is a ") + luaL_typename(task.co, -1) + " value)";
+      luaL_traceback(L_, task.co, msg ? msg : other.c_str(), 0);
       full = std::string("problem ") + std::to_string(task.problem + 1) + ": " + lua_tostring(L_, -1);
       lua_pop(L_, 1);
     }
