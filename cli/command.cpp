@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace po = boost::program_options;
 
@@ -178,19 +179,6 @@ void check_script(const std::string& path) {
     throw Error(path + ": a device, not a script");
 }
 
-std::string output_target(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p = path;
-  for (int links = 0; links < 40 && fs::is_symlink(p, ec); ++links) {  // 40: Linux's own limit
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  const fs::path resolved = fs::weakly_canonical(p, ec);
-  return ec ? p.string() : resolved.string();
-}
-
 void check_output(const std::string& out, const std::vector<std::string>& inputs, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -205,13 +193,15 @@ void check_output(const std::string& out, const std::vector<std::string>& inputs
   if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
     throw Error(what + " " + out + ": the file is not writable");
   // access() grants root everything, yet root cannot create files in /sys or under NFS's
-  // root_squash: a file not there yet is created and removed again, so that a run does not end
-  // in an output it cannot write.
-  if (!fs::exists(out, ec) && !fs::is_symlink(out, ec)) {
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // root_squash: for a file not there yet, a file of this process's own is created beside it (a
+  // link's target, where the output will go) and removed again, so that a run does not end in
+  // an output it cannot write.
+  if (!fs::exists(out, ec)) {
+    const std::string probe = output_target(out) + ".probe." + std::to_string(::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throw Error(what + " " + out + ": cannot create it: " + std::strerror(errno));
     ::close(fd);
-    fs::remove(out, ec);
+    fs::remove(probe, ec);
   }
 }
 

@@ -61,10 +61,6 @@ void check_usage(F&& checks) {
 // duet::Error naming it otherwise.
 void check_script(const std::string& path);
 
-// The file an output path names: itself, or where its symbolic links lead (a link to a file not
-// made yet included), so that a command writing beside it and renaming keeps the link a link.
-std::string output_target(const std::string& path);
-
 // An error after which HDF5 could not close a file (a full disk). run_command reports it as any
 // error and ends the process without the exit handlers: HDF5 1.10's own would close the file
 // again and crash, after the error and the file were already dealt with.

@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/sweep_file.hpp"
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 #include "io/hdf5_run.hpp"
 
 namespace po = boost::program_options;

@@ -138,6 +138,10 @@ int profile(int argc, char** argv) {
       if (ec)
         throw Error("--out " + out + ": cannot create its directory " + dir.string() + ": " + ec.message());
       h5 = (std::filesystem::path(out).replace_extension(".h5")).string();
+      if (h5 == out)
+        throw Error("--out " + out +
+                    ": the profile is JSON, and its measurements go beside it as PROFILE.h5 (give "
+                    "--out PROFILE.json)");
       check_output(out, {model});
       check_hdf5_output(h5, {model}, "--out's measurements");
       b.load_format = checkpoint_from(load_format);

@@ -13,6 +13,7 @@
 #include "cli/stop_signal.hpp"
 #include "cli/trace_experiment.hpp"
 #include "core/error.hpp"
+#include "io/file_bytes.hpp"
 
 namespace po = boost::program_options;
 

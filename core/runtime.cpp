@@ -92,13 +92,23 @@ Sequence& Runtime::fork(int e, SeqId src, Sequence child) {
 }
 
 void Runtime::release(int e, SeqId id) {
-  Engine& engine = *engines_.at(std::size_t(e)).engine;
-  // Released before it finished, a request is aborted (a search that stops waiting for it): it is
-  // recorded as such, so that the requests table accounts for every token the steps computed.
-  if (Sequence* seq = engine.find(id); seq && !seq->finished()) {
-    seq->finish_reason = FinishReason::Aborted;
-    seq->finish_time = now();
-    record_request(e, *seq);
+  EngineSlot& slot = engines_.at(std::size_t(e));
+  Engine& engine = *slot.engine;
+  // Every request the workload lets go of is recorded, so that the requests table accounts for
+  // every token the steps computed: one released before it finished is aborted (a search that
+  // stops waiting for it); one that finished in the step in flight is recorded as it finished, now
+  // rather than at the step's end, where it would no longer be found.
+  if (Sequence* seq = engine.find(id)) {
+    const auto pending = std::find(slot.finished.begin(), slot.finished.end(), id);
+    if (pending != slot.finished.end()) {
+      record_request(e, *seq);
+      last_finish_ = std::max(last_finish_, seq->finish_time);
+      slot.finished.erase(pending);
+    } else if (!seq->finished()) {
+      seq->finish_reason = FinishReason::Aborted;
+      seq->finish_time = now();
+      record_request(e, *seq);
+    }
   }
   engine.release(id);
 }
@@ -246,11 +256,15 @@ void Runtime::handle(const Event& ev, Workload& workload) {
       slot.ready_since = now();
       const std::vector<SeqId> finished = std::move(slot.finished);
       slot.finished.clear();
+      // Each is recorded before any workload callback runs: a callback may release another one of
+      // them (a search that has what it waited for), which then is no longer found below.
+      for (SeqId id : finished) {
+        if (const Sequence* seq = slot.engine->find(id)) record_request(ev.engine, *seq);
+        last_finish_ = std::max(last_finish_, now());
+      }
       for (SeqId id : finished) {
         Sequence* seq = slot.engine->find(id);
-        if (!seq) continue;  // released by the workload while the step ran
-        record_request(ev.engine, *seq);
-        last_finish_ = std::max(last_finish_, now());
+        if (!seq) continue;  // released by a callback of this loop
         workload.on_finished(*this, ev.engine, *seq);
         seq = slot.engine->find(id);
         if (seq && !seq->keep_kv) slot.engine->release(id);

@@ -1,6 +1,7 @@
 #include "io/file_bytes.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -93,6 +94,19 @@ nlohmann::json read_json_file(const std::string& path) {
   return json_fields::parse(read_file_bytes(path), path);
 }
 
+std::string output_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = path;
+  for (int links = 0; links < 40 && fs::is_symlink(p, ec); ++links) {  // 40: Linux's own limit
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  const fs::path resolved = fs::weakly_canonical(p, ec);
+  return ec ? p.string() : resolved.string();
+}
+
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -108,12 +122,9 @@ void write_json_file(const std::string& path, const nlohmann::json& json, int in
     if (!out) fail_file(path, "cannot write");
     return;
   }
-  fs::path target = path;
-  if (fs::is_symlink(path, ec)) {
-    const fs::path resolved = fs::weakly_canonical(path, ec);
-    if (!ec) target = resolved;
-  }
-  const std::string writing = target.string() + ".writing";
+  const fs::path target = output_target(path);
+  // A name of this process's own: two writers of one file do not share a half-written one.
+  const std::string writing = target.string() + ".writing." + std::to_string(::getpid());
   {
     std::ofstream out(writing);
     if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
@@ -125,6 +136,9 @@ void write_json_file(const std::string& path, const nlohmann::json& json, int in
       fail_file(path, "cannot write (a full disk?); an earlier file there is unchanged");
     }
   }
+  // The earlier file's permissions (a profile shared with a group stays shared).
+  if (const fs::file_status earlier = fs::status(target, ec); !ec && fs::is_regular_file(earlier))
+    fs::permissions(writing, earlier.permissions(), ec);
   fs::rename(writing, target, ec);
   if (ec) {
     const std::string why = ec.message();

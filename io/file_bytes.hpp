@@ -15,8 +15,13 @@ std::string read_file_bytes(const std::string& path);
 // "PATH: cannot open: ..." (text in memory: json_fields::parse).
 nlohmann::json read_json_file(const std::string& path);
 
-// Writes `json` indented by `indent` spaces and a newline, to PATH.writing renamed over PATH (a
-// failed write leaves an earlier file as it was); throws duet::Error naming the file.
+// The file an output path names: itself, or where its symbolic links lead (a link to a file not
+// made yet included), so that a command writing beside it and renaming keeps the link a link.
+std::string output_target(const std::string& path);
+
+// Writes `json` indented by `indent` spaces and a newline, beside the file (output_target) and
+// renamed over it with the earlier file's permissions: a failed write leaves the earlier file as it
+// was (a hard link to it keeps the earlier content); throws duet::Error naming the file.
 void write_json_file(const std::string& path, const nlohmann::json& json, int indent);
 
 }  // namespace duet

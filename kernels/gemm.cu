@@ -129,6 +129,8 @@ struct Gemm::Impl {
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublaslt().MatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
     cublaslt().MatmulPreferenceDestroy(pref);
+    // No algorithm for these preferences comes back as NOT_SUPPORTED, not only as a count of 0.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return 0;
     check(st, "cublasLtMatmulAlgoGetHeuristic");
     return found;
   }

@@ -323,10 +323,16 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
     for (const auto& [i, set] : used) {
       const double v = parse_number(f[i], where);
       if (v < 0) throw Error(where + ": " + header[i] + " is " + f[i] + ", a count that cannot be negative");
-      // The two sums of squares are real numbers; every other feature is a whole count of 32 bits.
-      const bool real = header[i] == "prefill_attention_keys" || header[i] == "prefill_tokens_squared";
-      if (!real && !(v == std::floor(v) && v <= double(std::numeric_limits<std::int32_t>::max())))
-        throw Error(where + ": " + header[i] + " is " + f[i] + ", not a whole count below 2^31");
+      // The two sums of squares are real numbers; the context sums whole counts of 64 bits (taken
+      // below 2^53, where a double holds every integer); the rest whole counts of 32 bits.
+      const std::string& name = header[i];
+      const bool real = name == "prefill_attention_keys" || name == "prefill_tokens_squared";
+      const bool wide = name == "decode_context_tokens" || name == "decode_distinct_context_tokens" ||
+                        name == "prefill_context_tokens";
+      const double bound = wide ? 9007199254740992.0 : double(std::numeric_limits<std::int32_t>::max());
+      if (!real && !(v == std::floor(v) && v <= bound))
+        throw Error(where + ": " + name + " is " + f[i] + ", not a whole count below 2^" +
+                    (wide ? "53" : "31"));
       set(m.shape, v);
     }
     m.device_s = parse_number(f[col["duration_s"]], where);

@@ -47,11 +47,11 @@ int l_tokens(lua_State* L) {  // duet.tokens(text [, bos]) -> TokenList
   // is refused, where it would take the machine's memory.
   constexpr std::int64_t kEncodeBytesPerByte = 256;
   if (const std::int64_t limit = memory_limit(L); limit > 0 && std::int64_t(n) > limit / kEncodeBytesPerByte)
-    return luaL_error(L,
-                      "duet.tokens: a text of %I bytes would take about %I MiB to tokenize, beyond the script's "
-                      "Lua memory limit of %I MiB (duet run --lua-memory-limit MiB raises it)",
-                      lua_Integer(n), lua_Integer(std::int64_t(n) * kEncodeBytesPerByte >> 20),
-                      lua_Integer(limit >> 20));
+    return luaL_error(
+        L,
+        "duet.tokens: a text of %I bytes would take about %I MiB to tokenize, beyond the script's "
+        "Lua memory limit of %I MiB (duet run --lua-memory-limit MiB raises it)",
+        lua_Integer(n), lua_Integer(std::int64_t(n) * kEncodeBytesPerByte >> 20), lua_Integer(limit >> 20));
   return guarded(L, [&] {
     const Tokenizer& t = tokenizer(L);
     std::vector<TokenId> ids;

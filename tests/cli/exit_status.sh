@@ -38,6 +38,7 @@ if [ -d /sys ] && [ ! -e /sys/duet-exit-status.h5 ]; then
     { echo "FAIL: --out in /sys:"; cat log.txt; failed=1; }
 fi
 expect 2 profile --backend cpu --model gpt-5 --out "$out/p.json"
+expect 2 profile --backend cpu --model "$source/models/tiny-llama/config.json" --out "$out/p.h5"
 # An option the benchmark does not read (it was silently ignored), and an unknown benchmark.
 expect 2 bench sim-trace --json "$out/sim.json"
 expect 2 bench cpu --layers 3

@@ -264,6 +264,36 @@ TEST(Runtime, ARequestReleasedUnfinishedIsRecordedAsAborted) {
   EXPECT_EQ(decoded, 8) << "both prompts; the released one is never stepped again";
 }
 
+// A request that finished is recorded as it finished even when the workload releases it before
+// its step's end is handled: from another's on_finished in the same step, or from a wake-up while
+// the step is in flight (it was lost from the requests table both ways).
+TEST(Runtime, ARequestReleasedOnceFinishedIsRecordedAsFinished) {
+  for (const bool in_flight : {false, true}) {
+    TwoEngines t;
+    Script w;
+    SeqId second = 0;
+    w.on_start = [&](Runtime& rt) {
+      rt.submit(0, gen(rt.next_seq_id(), 4, 1));
+      second = rt.next_seq_id();
+      rt.submit(0, gen(second, 4, 1));  // both finish in the first step (1 s)
+      if (in_flight) rt.wake_at(0.5, 1);
+    };
+    w.wakeup = [&](Runtime& rt, std::uint64_t) { rt.release(0, second); };
+    w.finished = [&](Runtime& rt, int, Sequence& s) {
+      if (!in_flight && s.id != second) rt.release(0, second);
+    };
+    t.rt.run(w);
+    const auto& requests = t.rt.records()[0].requests;
+    ASSERT_EQ(requests.size(), 2u) << (in_flight ? "in flight" : "same event");
+    for (const RequestRecord& r : requests) {
+      EXPECT_EQ(r.finish_reason, std::uint8_t(FinishReason::Length));
+      EXPECT_DOUBLE_EQ(r.finish_s, 1.0);
+    }
+    EXPECT_EQ(t.rt.summary().engines[0].requests, 2);
+    EXPECT_DOUBLE_EQ(t.rt.summary().makespan_s, 1.0);
+  }
+}
+
 TEST(Runtime, KeptSequencesCanBeForkedLater) {
   TwoEngines t;
   Script w;

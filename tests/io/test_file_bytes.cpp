@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,10 @@ using test_support::contains;
 using test_support::error_of;
 using test_support::TempDir;
 
+std::size_t files_in(const fs::path& dir) {
+  return std::size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+
 nlohmann::json big_document() {
   nlohmann::json j;
   j["rows"] = nlohmann::json::array();
@@ -36,7 +41,7 @@ TEST(WriteJsonFile, WritesAndReplacesAWholeDocument) {
   write_json_file(path, {{"a", 1}}, 2);
   write_json_file(path, {{"b", 2}}, 2);
   EXPECT_EQ(read_json_file(path), (nlohmann::json{{"b", 2}}));
-  EXPECT_FALSE(fs::exists(path + ".writing"));
+  EXPECT_EQ(files_in(dir.path()), 1) << "a temporary file was left";
 }
 
 // A child process limited to 4 KiB of file (RLIMIT_FSIZE, SIGXFSZ ignored, as a full disk fails a
@@ -60,10 +65,10 @@ TEST(WriteJsonFile, AFailedWriteLeavesTheEarlierFileWhole) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the write did not fail with an error naming the file";
   EXPECT_EQ(read_json_file(path), (nlohmann::json{{"earlier", true}}));
-  EXPECT_FALSE(fs::exists(path + ".writing"));
+  EXPECT_EQ(files_in(dir.path()), 1) << "a temporary file was left";
 }
 
-// A link stays a link: the file it names is replaced.
+// A link stays a link: the file it names is replaced, or made when it does not exist yet.
 TEST(WriteJsonFile, ALinkStaysALink) {
   const TempDir dir;
   const std::string target = dir.file("real.json"), link = dir.file("link.json");
@@ -72,6 +77,23 @@ TEST(WriteJsonFile, ALinkStaysALink) {
   write_json_file(link, {{"v", 2}}, 0);
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(read_json_file(target), (nlohmann::json{{"v", 2}}));
+  const std::string dangling = dir.file("dangling.json"), later = dir.file("later.json");
+  fs::create_symlink(later, dangling);
+  write_json_file(dangling, {{"v", 3}}, 0);
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_json_file(later), (nlohmann::json{{"v", 3}}));
+}
+
+// The file keeps its permissions when it is replaced (a profile shared with a group stays shared).
+TEST(WriteJsonFile, KeepsTheEarlierFilesPermissions) {
+  const TempDir dir;
+  const std::string path = dir.file("p.json");
+  write_json_file(path, {{"v", 1}}, 0);
+  const fs::perms shared = fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                           fs::perms::group_write | fs::perms::others_read;
+  fs::permissions(path, shared);
+  write_json_file(path, {{"v", 2}}, 0);
+  EXPECT_EQ(fs::status(path).permissions(), shared);
 }
 
 TEST(WriteJsonFile, AnUnwritablePlaceIsAnErrorNamingTheFile) {

@@ -422,6 +422,16 @@ TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   EXPECT_TRUE(
       contains(error_of([&] { fit_profile_csv(write("zero.csv", "prefill_tokens,duration_s\n1,0\n")); }),
                "zero.csv:2: duration_s is 0, not a positive time"));
+  // A count that is no whole number, or beyond its field (it was cast, wrapping to -2^31): named.
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("half.csv", "prefill_tokens,duration_s\n2.5,1\n")); }),
+               "half.csv:2: prefill_tokens is 2.5, not a whole count below 2^31"));
+  EXPECT_TRUE(
+      contains(error_of([&] { fit_profile_csv(write("huge.csv", "prefill_tokens,duration_s\n3e9,1\n")); }),
+               "huge.csv:2: prefill_tokens is 3e9, not a whole count below 2^31"));
+  EXPECT_TRUE(contains(
+      error_of([&] { fit_profile_csv(write("ctx.csv", "decode_context_tokens,duration_s\n1e17,1\n")); }),
+      "ctx.csv:2: decode_context_tokens is 1e17, not a whole count below 2^53"));
   EXPECT_TRUE(contains(error_of([&] { load_profile(dir.file("nope.json")); }), "nope.json: cannot open"));
   EXPECT_TRUE(
       contains(error_of([] { parse_profile(R"({"format":"duet-cost-profile/3","model":5})", "p.json"); }),
