@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -212,6 +213,14 @@ int l_now(lua_State* L) {
 
 void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& error);
 
+// A grid value as the script wrote it: 2, not JSON's 2.0.
+std::string shown(const nlohmann::ordered_json& v) {
+  if (!v.is_number()) return v.dump();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.14g", v.get<double>());
+  return buf;
+}
+
 // The values of grid.KEY (on the stack top) as JSON, checked: numbers, booleans or strings.
 nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
   const auto context = [&] {
@@ -220,6 +229,7 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
   const lua_Integer n = lua_istable(L, -1) ? with_context(context, [&] { return length(L, -1); }) : 0;
   if (n <= 0) throw Error(where(L) + "duet.sweep: grid." + key + " must be a non-empty list of values");
   nlohmann::ordered_json values = nlohmann::ordered_json::array();
+  std::map<std::string, lua_Integer> first_index;  // each value's JSON text -> its position
   int first_type = LUA_TNONE;
   for (lua_Integer i = 1; i <= n; ++i) {
     with_context(context, [&] { return get_index(L, -1, i); });
@@ -240,6 +250,11 @@ nlohmann::ordered_json grid_values(lua_State* L, const std::string& key) {
       throw Error(where(L) + "duet.sweep: grid." + key + " mixes " + lua_typename(L, first_type) + "s and " +
                   lua_typename(L, type) + "s (value " + std::to_string(i) + ")");
     first_type = type;
+    // A repeated value would run the same point twice, and the file would hold it twice.
+    const auto [seen, fresh] = first_index.emplace(values.back().dump(), i);
+    if (!fresh)
+      throw Error(where(L) + "duet.sweep: grid." + key + " holds " + shown(values.back()) +
+                  " twice (values " + std::to_string(seen->second) + " and " + std::to_string(i) + ")");
   }
   return values;
 }

@@ -108,6 +108,8 @@ expect_error(function() return duet.sweep{grid = {u = {1, 0 / 0}}, run = functio
              "duet.sweep: grid.u value 2 is not a finite number")
 expect_error(function() return duet.sweep{grid = {x = {true, 0.5}}, run = function() return config{} end} end,
              "duet.sweep: grid.x mixes booleans and numbers %(value 2%)")
+expect_error(function() return duet.sweep{grid = {x = {1, 2, 2}}, run = function() return config{} end} end,
+             "duet.sweep: grid.x holds 2 twice %(values 2 and 3%)")
 
 -- JSON: nesting beyond any real file (a stack overflow), and integers beyond int64.
 local path = os.tmpname()
@@ -281,5 +283,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 42, "checked " .. support.checked)
+assert(support.checked == 43, "checked " .. support.checked)
 print("misuse: ok")
