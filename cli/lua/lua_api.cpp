@@ -181,6 +181,8 @@ int l_trace(lua_State* L) {
       if (max_requests < 0) t.fail("max_requests", "must be >= 0 (0: every request)");
       max = std::size_t(max_requests);
       vocab = t.int32("vocab_size").value_or(vocab);
+      if (vocab < 1)
+        t.fail("vocab_size", "must be a positive number of token ids, got " + std::to_string(vocab));
       seed = std::uint64_t(t.integer("seed").value_or(0));
       t.finish();
     }

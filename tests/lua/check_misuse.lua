@@ -140,6 +140,8 @@ local trace = duet.source_dir .. "/traces/azure_llm_2023/AzureLLMInferenceTrace_
 expect_error(function() return duet.trace(trace, 5) end, "duet.trace: options must be a table")
 expect_error(function() return duet.trace(trace, {max_requests = -1}) end,
              "duet.trace.max_requests: must be >= 0 %(0: every request%)")
+expect_error(function() return duet.trace(trace, {vocab_size = 0}) end,
+             "check_misuse.lua:%d+: duet.trace.vocab_size: must be a positive number of token ids, got 0")
 assert(#duet.trace(trace, {max_requests = 3}) == 3)
 
 -- An arbiter's answer that is no engine: wrapped into range once, now an error.
@@ -283,5 +285,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 43, "checked " .. support.checked)
+assert(support.checked == 44, "checked " .. support.checked)
 print("misuse: ok")
