@@ -84,8 +84,8 @@ void check_text_values(const Command& c, const po::variables_map& vm) {
     if (!text) continue;
     if (text->empty() && name == "out") throw UsageError("--out: an empty file name");
     if (text->rfind("--", 0) != 0) continue;
-    const std::string other =
-        text->substr(2, text->find('=') == std::string::npos ? std::string::npos : text->find('=') - 2);
+    const std::size_t eq = text->find('=');  // --name=value names the option before '='
+    const std::string other = text->substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     if (c.options.find_nothrow(other, false))
       throw UsageError("--" + name + " " + *text + ": the value of --" + name + " is missing (" + *text +
                        " is an option)");

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <set>
 
 #include "core/error.hpp"
 #include "core/json_fields.hpp"
@@ -97,13 +96,10 @@ void GpuSpec::validate() const {
 GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin) {
   using json_fields::json;
   const json j = json_fields::parse_object(text, origin);
-  static const std::set<std::string> kFields = {"name",     "hbm_bytes",       "hbm_bandwidth", "bf16_flops",
-                                                "sm_count", "kernel_launch_s", "efficiency_of", "source"};
-  for (const auto& [key, value] : j.items())
-    if (!kFields.contains(key))
-      throw Error(origin + ": unknown field '" + key +
-                  "' (valid: name, hbm_bytes, hbm_bandwidth, bf16_flops, sm_count, kernel_launch_s, "
-                  "efficiency_of, source)");
+  json_fields::check_known_fields(j,
+                                  {"name", "hbm_bytes", "hbm_bandwidth", "bf16_flops", "sm_count",
+                                   "kernel_launch_s", "efficiency_of", "source"},
+                                  origin);
   GpuSpec g;
   g.name = json_fields::optional_string(j, "name", origin);
   if (g.name.empty()) throw Error(origin + ": missing field 'name'");

@@ -1,6 +1,7 @@
 #pragma once
 // Reading the fields of a small JSON description (a model's config.json, a GPU's description):
 // each error starts with `origin` (the file, or the Lua field) and names the field.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +80,24 @@ inline json parse_object(const std::string& text, const std::string& origin) {
   return j;
 }
 
+// Whether the field is given: present and not null (a null field stands for its default).
+inline bool has_field(const json& j, const char* field) {
+  auto it = j.find(field);
+  return it != j.end() && !it->is_null();
+}
+
+// Every field of the object is one of `known` (a misspelt one would be a setting silently left out);
+// the error lists them in the given order.
+inline void check_known_fields(const json& j, const std::vector<std::string>& known,
+                               const std::string& origin) {
+  for (const auto& item : j.items()) {
+    if (std::find(known.begin(), known.end(), item.key()) != known.end()) continue;
+    std::string valid;
+    for (const std::string& k : known) valid += (valid.empty() ? "" : ", ") + k;
+    throw Error(origin + ": unknown field '" + item.key() + "' (valid: " + valid + ")");
+  }
+}
+
 inline const json& require(const json& j, const char* field, const std::string& origin) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) throw Error(origin + ": missing field '" + field + "'");
@@ -100,6 +119,12 @@ inline int require_int(const json& j, const char* field, const std::string& orig
   if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
     throw Error(origin + ": field '" + field + "' is out of range: " + require(j, field, origin).dump());
   return static_cast<int>(wide);
+}
+
+inline std::string require_string(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_string()) throw Error(origin + ": field '" + field + "' must be a string, got " + v.dump());
+  return v.get<std::string>();
 }
 
 inline std::string optional_string(const json& j, const char* field, const std::string& origin) {

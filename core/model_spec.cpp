@@ -225,6 +225,7 @@ std::vector<std::string> builtin_model_names() {
 
 namespace {
 
+using json_fields::has_field;
 using json_fields::json;
 using json_fields::optional_field;
 using json_fields::optional_string;
@@ -256,14 +257,13 @@ void check_llama_variant(const json& j, const std::string& origin) {
   const auto refuse = [&](const char* key, const std::string& why) {
     throw Error(origin + ": field '" + key + "' is " + j[key].dump() + "; " + why);
   };
-  if (j.contains("model_type") && !j["model_type"].is_null() && j["model_type"] != "llama")
+  if (has_field(j, "model_type") && j["model_type"] != "llama")
     refuse("model_type", "duet models Llama-architecture decoders only");
-  if (j.contains("hidden_act") && !j["hidden_act"].is_null() && j["hidden_act"] != "silu")
+  if (has_field(j, "hidden_act") && j["hidden_act"] != "silu")
     refuse("hidden_act", "duet's MLP is Llama's SwiGLU ('silu')");
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (j.contains(key) && !j[key].is_null() && j[key] != false)
-      refuse(key, "duet's Llama layers have no bias terms");
-  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    if (has_field(j, key) && j[key] != false) refuse(key, "duet's Llama layers have no bias terms");
+  if (has_field(j, "quantization_config"))
     throw Error(origin +
                 ": field 'quantization_config': quantized weights are not modelled (duet prices and "
                 "runs the weights in 'torch_dtype', bf16 by default)");
@@ -297,7 +297,7 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     m.max_position_embeddings = require_int(j, "max_position_embeddings", origin);
     if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
     // Without a head_dim field, HF's Llama derives it: the heads must split hidden_size evenly.
-    if ((!j.contains("head_dim") || j["head_dim"].is_null()) && m.hidden_size % m.num_heads != 0)
+    if (!has_field(j, "head_dim") && m.hidden_size % m.num_heads != 0)
       throw Error(origin + ": field 'hidden_size' (" + std::to_string(m.hidden_size) +
                   ") is not a multiple of 'num_attention_heads' (" + std::to_string(m.num_heads) +
                   "), and there is no 'head_dim' field");
@@ -322,10 +322,9 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
         }
       });
     };
-    const bool has_dtype = j.contains("dtype") && !j["dtype"].is_null();
-    const bool has_torch_dtype = j.contains("torch_dtype") && !j["torch_dtype"].is_null();
+    const bool has_dtype = has_field(j, "dtype");
     m.dtype = dtype_of(has_dtype ? "dtype" : "torch_dtype");
-    if (has_dtype && has_torch_dtype && dtype_of("torch_dtype") != m.dtype)
+    if (has_dtype && has_field(j, "torch_dtype") && dtype_of("torch_dtype") != m.dtype)
       throw Error(origin + ": fields 'dtype' (" + j["dtype"].dump() + ") and 'torch_dtype' (" +
                   j["torch_dtype"].dump() + ") disagree");
     m.rope_scaling = parse_rope_scaling(j, origin);

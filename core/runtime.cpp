@@ -258,10 +258,9 @@ void Runtime::handle(const Event& ev, Workload& workload) {
       slot.finished.clear();
       // Each is recorded before any workload callback runs: a callback may release another one of
       // them (a search that has what it waited for), which then is no longer found below.
-      for (SeqId id : finished) {
+      for (SeqId id : finished)
         if (const Sequence* seq = slot.engine->find(id)) record_request(ev.engine, *seq);
-        last_finish_ = std::max(last_finish_, now());
-      }
+      if (!finished.empty()) last_finish_ = std::max(last_finish_, now());
       for (SeqId id : finished) {
         Sequence* seq = slot.engine->find(id);
         if (!seq) continue;  // released by a callback of this loop

@@ -111,30 +111,27 @@ void write_json_file(const std::string& path, const nlohmann::json& json, int in
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string text = json.dump(indent) + "\n";
+  // Writes `text` to `file`: false when the write fails (an open that fails names the path).
+  const auto write_text = [&](const std::string& file) {
+    std::ofstream out(file);
+    if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
+    out << text;
+    out.flush();
+    return bool(out);
+  };
   // A device or a pipe (/dev/stdout) is written as it is; a file is written beside itself (beside
   // the file a link names) and renamed over it, so that a failed write, a full disk, leaves the
   // earlier file whole and no half-written one.
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
-    std::ofstream out(path);
-    if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) fail_file(path, "cannot write");
+    if (!write_text(path)) fail_file(path, "cannot write");
     return;
   }
   const fs::path target = output_target(path);
   // A name of this process's own: two writers of one file do not share a half-written one.
   const std::string writing = target.string() + ".writing." + std::to_string(::getpid());
-  {
-    std::ofstream out(writing);
-    if (!out) fail_file(path, std::string("cannot open for writing: ") + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(writing, ec);
-      fail_file(path, "cannot write (a full disk?); an earlier file there is unchanged");
-    }
+  if (!write_text(writing)) {
+    fs::remove(writing, ec);
+    fail_file(path, "cannot write (a full disk?); an earlier file there is unchanged");
   }
   // The earlier file's permissions (a profile shared with a group stays shared).
   if (const fs::file_status earlier = fs::status(target, ec); !ec && fs::is_regular_file(earlier))

@@ -462,13 +462,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
     const std::size_t device_terms = kNumDeviceFeatures - (format == kFormatWithoutDistinct);
     CalibrationProfile p;
     // Optional texts, each named when it is not one (nlohmann's type error names no field).
-    auto text = [&](const char* field) {
-      const auto it = j.find(field);
-      if (it == j.end() || it->is_null()) return std::string();
-      if (!it->is_string())
-        throw Error(origin + ": field '" + field + "' must be a string, got " + it->dump());
-      return it->get<std::string>();
-    };
+    auto text = [&](const char* field) { return json_fields::optional_string(j, field, origin); };
     p.model = text("model");
     p.model_shape = text("model_shape");
     p.device = text("device");

@@ -127,30 +127,25 @@ OperatorPrior parse_prior(std::string_view text, const std::string& path) {
                 "\" (a prior from `duet fit-ops`)");
   using namespace json_fields;
   OperatorPrior p;
-  const auto text_field = [&](const nlohmann::json& o, const char* key, const std::string& where) {
-    const nlohmann::json& v = require(o, key, where);
-    if (!v.is_string()) throw Error(where + ": field '" + key + "' must be a string, got " + v.dump());
-    return v.get<std::string>();
-  };
   const auto object_field = [&](const char* key) -> const nlohmann::json& {
     const nlohmann::json& v = require(j, key, path);
     if (!v.is_object()) throw Error(path + ": field '" + key + "' must be an object, got " + v.dump());
     return v;
   };
-  p.device = text_field(j, "device", path);
+  p.device = require_string(j, "device", path);
   p.gpu_name = optional_string(j, "gpu", path);
   p.created_utc = optional_string(j, "created_utc", path);
   p.git_revision = optional_string(j, "git_revision", path);
   p.source = optional_string(j, "source", path);
   const std::string covers = path + ": covers";
   const nlohmann::json& cov = object_field("covers");
-  p.covers.dtype = text_field(cov, "dtype", covers);
+  p.covers.dtype = require_string(cov, "dtype", covers);
   try {
     dtype_from_name(p.covers.dtype);
   } catch (const Error& e) {
     throw Error(covers + ": field 'dtype': " + e.what());
   }
-  p.covers.architecture = text_field(cov, "architecture", covers);
+  p.covers.architecture = require_string(cov, "architecture", covers);
   const nlohmann::json& dims = require(cov, "head_dims", covers);
   if (!dims.is_array())
     throw Error(covers + ": field 'head_dims' must be a list of integers, got " + dims.dump());
@@ -164,16 +159,10 @@ OperatorPrior parse_prior(std::string_view text, const std::string& path) {
   p.elementwise_bandwidth_efficiency =
       require_number(elementwise, "bandwidth_efficiency", path + ": elementwise");
   if (j.contains("held_out")) p.held_out_json = j["held_out"].dump();
-  // Every key is one this duet reads: a misspelt one would be a setting silently left out.
-  for (const auto& item : j.items()) {
-    const std::string& key = item.key();
-    const bool known = key == "format" || key == "device" || key == "gpu" || key == "created_utc" ||
-                       key == "git_revision" || key == "source" || key == "covers" || key == "elementwise" ||
-                       key == "held_out" ||
-                       std::any_of(kOperatorClasses.begin(), kOperatorClasses.end(),
-                                   [&](OperatorClass c) { return key == operator_class_name(c); });
-    if (!known) throw Error(path + ": unknown field '" + key + "'");
-  }
+  std::vector<std::string> known = {"format", "device", "gpu",         "created_utc", "git_revision",
+                                    "source", "covers", "elementwise", "held_out"};
+  for (OperatorClass c : kOperatorClasses) known.emplace_back(operator_class_name(c));
+  check_known_fields(j, known, path);
   for (OperatorClass c : kOperatorClasses) {
     const std::string what = path + ": " + operator_class_name(c);
     if (!j.contains(operator_class_name(c))) throw Error(what + ": missing");
