@@ -26,6 +26,12 @@
 # default: from nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation
 # passes, default 2), PROBLEMS (the memory and batching sweeps' problems, default 32), PYTHON (the
 # peer's interpreter, with PyTorch and transformers; default python3).
+# For a job with a time limit: DEADLINE (s from this script's start) lets a command start only while
+# MIN_STEP s (default 20) are left before it, less RESERVE s (default 30) kept for what comes after,
+# and cuts each command at that point; what it leaves out is in steps.tsv with the status 'skipped'.
+# Name the phases in the order they are worth running. ARCHIVE=FILE.tar.gz packs OUT_DIR into one
+# file at the end (the steps it ran, cut or not, included).
+#   DEADLINE=540 ARCHIVE=results.tar.gz measure_gpu.sh results tests profile memory bench
 set -uo pipefail
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2; }
 out="$1"
@@ -36,6 +42,9 @@ for p in "$@"; do
     *) echo "measure_gpu: unknown phase '$p' (valid: tests, sanitize, bench, profile, validate, memory," \
       "batching, shape, azure, load, wide, pool)" >&2; exit 2 ;;
   esac
+done
+for v in DEADLINE MIN_STEP RESERVE STEP_TIMEOUT; do
+  case "${!v:-0}" in '' | *[!0-9]*) echo "measure_gpu: $v must be a whole number of seconds, got '${!v}'" >&2; exit 2 ;; esac
 done
 mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
 here="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -59,18 +68,30 @@ if [ -z "${GPU:-}" ]; then
   esac
 fi
 repeats="${REPEATS:-2}"
+started="$(date +%s)"
+reserve="${RESERVE:-30}"
 problems="${PROBLEMS:-32}"
 beam="$DUET_HOME/scripts/validation/beam_gpu.lua"
 azure="$DUET_HOME/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 
 # step NAME COMMAND...: runs it with its output in OUT_DIR/NAME.txt, and its status and time in
-# steps.tsv (124: it ran past STEP_TIMEOUT).
+# steps.tsv (124: it ran past STEP_TIMEOUT or DEADLINE; skipped: DEADLINE left it no time).
 step() {
-  local name="$1" start rc
+  local name="$1" start rc limit="${STEP_TIMEOUT:-900}" left
   shift
+  if [ -n "${DEADLINE:-}" ]; then
+    left=$((DEADLINE - reserve - ($(date +%s) - started)))
+    if [ "$left" -lt "${MIN_STEP:-20}" ]; then
+      echo "== $name: skipped, ${left}s left before DEADLINE less RESERVE: $*" | tee "$out/$name.txt"
+      printf '%s\tskipped\t0\n' "$name" | tee -a "$out/steps.tsv"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit="$left"
+  fi
   echo "== $name: $*" | tee "$out/$name.txt"
   start="$(date +%s)"
-  timeout --kill-after=10 "${STEP_TIMEOUT:-900}" "$@" 2>&1 | tee -a "$out/$name.txt"
+  # The kill's grace counts in the limit, so that a cut command ends before DEADLINE less RESERVE.
+  timeout --kill-after=10 "$((limit > 20 ? limit - 10 : limit))" "$@" 2>&1 | tee -a "$out/$name.txt"
   rc="${PIPESTATUS[0]}"
   printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.tsv"
 }
@@ -155,3 +176,7 @@ validate_beam() {
 }
 
 for p in "$@"; do "phase_$p"; done
+if [ -n "${ARCHIVE:-}" ]; then
+  tar -czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" &&
+    echo "measure_gpu: $out packed into $ARCHIVE ($(du -k "$ARCHIVE" | cut -f1) KiB)"
+fi
