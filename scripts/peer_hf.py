@@ -25,12 +25,19 @@ import time
 
 def llama_3_2_1b_config(transformers):
     # Shapes of meta-llama/Llama-3.2-1B (its config.json), as duet's built-in ModelSpec.
+    rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+    # transformers 5 holds the rotary settings in one field, rope_parameters (its dataclass config
+    # converts the older two keyword arguments only as a legacy path); 4.x takes rope_theta and
+    # rope_scaling.
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        rope_kwargs = {"rope_parameters": dict(rope, rope_theta=500000.0)}
+    else:
+        rope_kwargs = {"rope_theta": 500000.0, "rope_scaling": rope}
     return transformers.LlamaConfig(
         vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
         num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
-        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+        rms_norm_eps=1e-5, tie_word_embeddings=True, **rope_kwargs)
 
 
 def timed_generate(model, torch, ids, new_tokens, cache):
@@ -79,7 +86,9 @@ def main():
         sys.exit(f"peer_hf.py: needs PyTorch and transformers ({e}); run it on the GPU machine")
     torch.manual_seed(0)
     config = llama_3_2_1b_config(transformers)
-    model = transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    with torch.device("cuda"):  # random initialisation on the GPU: seconds, where the host's takes a minute
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to(dtype=torch.bfloat16).eval()
     static_batches = {int(x) for x in args.static_batches.split(",") if x}
     result = {"peer": "huggingface transformers " + transformers.__version__, "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(0), "model": "llama-3.2-1b (random weights, bf16)",

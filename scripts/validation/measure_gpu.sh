@@ -25,7 +25,8 @@
 # DUET_HOME (default: the bundle or the repository), GPU (h100, h200, a100 or a100-40gb;
 # default: from nvidia-smi), STEP_TIMEOUT (s per command, default 900), REPEATS (validation
 # passes, default 2), PROBLEMS (the memory and batching sweeps' problems, default 32), PYTHON (the
-# peer's interpreter, with PyTorch and transformers; default python3).
+# peer's interpreter, with PyTorch and transformers; default python3), PEER_ARGS (more arguments to
+# scripts/peer_hf.py, e.g. "--batches 64 --contexts 1024,2048": fewer points, a shorter run).
 # For a job with a time limit: DEADLINE (s from this script's start) lets a command start only while
 # MIN_STEP s (default 20) are left before it, less RESERVE s (default 30) kept for what comes after,
 # and cuts each command at that point; what it leaves out is in steps.tsv with the status 'skipped'.
@@ -134,7 +135,8 @@ phase_bench() {
   done
   step attention-8b-block4 "$DUET" bench attention --block-size 4 --gpu-model llama-3.1-8b \
     --json "$out/attention-8b-block4.json"
-  step peer "${PYTHON:-python3}" "$DUET_HOME/scripts/peer_hf.py" --out "$out/peer.json"
+  # shellcheck disable=SC2086
+  step peer "${PYTHON:-python3}" "$DUET_HOME/scripts/peer_hf.py" --out "$out/peer.json" ${PEER_ARGS:-}
   [ -s "$out/peer.json" ] && step decode-peer "$DUET" bench decode --peer "$out/peer.json" \
     --json "$out/decode-peer.json"
 }
