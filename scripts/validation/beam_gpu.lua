@@ -14,13 +14,18 @@
 --   load      problems in flight (concurrency 8, 32, 128) at the splits 0.1, 0.3 and 0.5 on
 --             `load_problems` problems: where throughput peaks, and whether the simulator puts
 --             the peak in the same place
---   wide      n = 16 (`wide_n`) with `wide_problems` problems in flight at the splits 0.08, 0.3,
---             0.45 and 0.5: where memory binds on an 80 GB GPU (scripts/memory_split.lua's
---             workload; with n = 4 every split leaves both models more KV than the search uses)
+--   wide      n = 16 (`wide_n`) with `wide_problems` problems in flight at the splits
+--             `wide_splits` (0.08, 0.3, 0.45 and 0.5): where memory binds on an 80 GB GPU
+--             (scripts/memory_split.lua's workload; with n = 4 every split leaves both models more
+--             KV than the search uses). On a 141 GB H200 the PRM's prefix cache starts to thrash
+--             only past 0.65 (predicted: flat to 0.65, -23% at 0.7, -30% at 0.74): there pass
+--             --wide-splits 0.3,0.65,0.7,0.74
 --   pool      the wide workload on one KV pool for both models (kv_pool = "shared", evicting the
---             least recently freed page or the cheapest to recompute) against static splits 0.1,
---             0.3 and 0.5 of the same memory (at 0.5 the PRM evicts), all at equal-byte blocks
---             (generator 16 tokens, PRM 4): scripts/shared_pool.lua's comparison, measured
+--             least recently freed page or the cheapest to recompute) against static splits
+--             `pool_splits` (0.1, 0.3 and 0.5) of the same memory (at 0.5 the PRM evicts), all at
+--             equal-byte blocks (generator 16 tokens, PRM 4): scripts/shared_pool.lua's
+--             comparison, measured. On an H200 no static split of 0.9 binds: pass --total 0.5
+--             --pool-splits 0.1,0.2,0.3 (at 0.3 the PRM evicts)
 -- `duet validate` predicts with the profiles measured on the device; `duet run` of the same script
 -- with `--cost-model operator` (or `roofline`) predicts the same points with the other cost models,
 -- for the measured makespans to be compared with.
@@ -31,9 +36,25 @@ local beam_search = require("workloads.beam_search")
 local args = duet.args{problems = 32, concurrency = 32, n = 4, beam_width = 4, gpu = "h100", total = 0.9,
                        split = 0.3, prm_mode = "full", score_cache = true, sweeps = "memory,batching", seed = 0,
                        shape_problems = 200, shape_concurrency = 64, load_problems = 128, wide_n = 16,
-                       wide_problems = 256,
+                       wide_problems = 256, wide_splits = "0.08,0.3,0.45,0.5",
+                       pool_splits = "0.1,0.3,0.5",
                        llm = "llama-3.2-1b", prm = "llama-3.1-8b", cost_model = "auto"}
 local problems = math500.load{limit = args.problems}
+
+-- "0.1,0.3" -> {0.1, 0.3}: generator shares, each leaving the PRM some of `total`.
+local function shares(text, option)
+  local list = {}
+  for item in text:gmatch("[^,]+") do
+    local share = tonumber(item)
+    if not share or share <= 0 or share >= args.total then
+      error(string.format("--%s: '%s' is not a share of the GPU's memory between 0 and --total (%g)", option, item,
+                          args.total))
+    end
+    list[#list + 1] = share
+  end
+  if #list == 0 then error(string.format("--%s: no share in '%s'", option, text)) end
+  return list
+end
 
 local function config(label, llm_util, o)
   o = o or {}
@@ -81,7 +102,7 @@ if args.sweeps:find("load") then
 end
 if args.sweeps:find("wide") then
   local many = math500.load{limit = args.wide_problems}
-  duet.sweep{label = "wide", grid = {llm_util = {0.08, 0.3, 0.45, 0.5}},
+  duet.sweep{label = "wide", grid = {llm_util = shares(args.wide_splits, "wide-splits")},
              run = function(p)
                return config(string.format("wide n=%d llm_util=%.2f", args.wide_n, p.llm_util), p.llm_util,
                              {problems = many, concurrency = args.wide_problems, n = args.wide_n})
@@ -91,8 +112,13 @@ if args.sweeps:find("pool") then
   local many = math500.load{limit = args.wide_problems}
   -- Equal bytes per block: Llama-3.1-8B's 128 KiB of KV per token is 4x Llama-3.2-1B's 32 KiB.
   local blocks = {llm = 16, prm = 4}
-  local setups = {{share = 0.1}, {share = 0.3}, {share = 0.5}, {eviction = "lru"}, {eviction = "cost"}}
-  duet.sweep{label = "pool", grid = {setup = {1, 2, 3, 4, 5}},
+  local setups = {}
+  for _, share in ipairs(shares(args.pool_splits, "pool-splits")) do setups[#setups + 1] = {share = share} end
+  setups[#setups + 1] = {eviction = "lru"}
+  setups[#setups + 1] = {eviction = "cost"}
+  local indices = {}
+  for i = 1, #setups do indices[i] = i end
+  duet.sweep{label = "pool", grid = {setup = indices},
              run = function(p)
                local s = setups[p.setup]
                local o = {problems = many, concurrency = args.wide_problems, n = args.wide_n, blocks = blocks}

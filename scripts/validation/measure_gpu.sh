@@ -160,8 +160,21 @@ phase_memory() { validate_beam memory "$repeats" --problems "$problems" --concur
 phase_batching() { validate_beam batching "$repeats" --problems "$problems" --concurrency "$problems"; }
 phase_shape() { validate_beam shape 1; }
 phase_load() { validate_beam load 1; }
-phase_wide() { validate_beam wide 1; }
-phase_pool() { validate_beam pool 1; }
+# Where memory binds depends on the GPU's: on a 141 GB H200 the wide workload's PRM evicts from its
+# prefix cache only past a 0.65 split (predicted), and a static split at total 0.9 never binds, so
+# there the splits move and the pool gets the memory an 80 GB GPU's 0.9 leaves (0.5 of 141 GB).
+# WIDE_SPLITS and POOL_ARGS override.
+phase_wide() {
+  local splits="${WIDE_SPLITS:-}"
+  [ -z "$splits" ] && [ "$GPU" = h200 ] && splits=0.3,0.65,0.7,0.74
+  validate_beam wide 1 ${splits:+--wide-splits "$splits"}
+}
+phase_pool() {
+  local pool_args="${POOL_ARGS-}"
+  [ -z "${POOL_ARGS+set}" ] && [ "$GPU" = h200 ] && pool_args="--total 0.5 --pool-splits 0.1,0.2,0.3"
+  # shellcheck disable=SC2086
+  validate_beam pool 1 $pool_args
+}
 phase_azure() {
   step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
     --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \
