@@ -10,7 +10,9 @@
 --   shape     the splits 0.3 and 0.5 on `shape_problems` problems, enough that the PRM evicts
 --             from its prefix cache (the thesis's Figures 6.2 and 6.3: the PRM's KV blocks per
 --             step). validate requires the same blocks in use at every step on both sides, so
---             per step the curves agree by construction; over time they differ by the step errors
+--             per step the curves agree by construction; over time they differ by the step errors.
+--             On a 141 GB H200 the PRM evicts only with more in flight: --shape-problems 500
+--             --shape-concurrency 256
 --   load      problems in flight (concurrency 8, 32, 128) at the splits 0.1, 0.3 and 0.5 on
 --             `load_problems` problems: where throughput peaks, and whether the simulator puts
 --             the peak in the same place

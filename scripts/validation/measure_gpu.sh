@@ -158,23 +158,27 @@ phase_profile() {
 # The validation's parts, each its own file (a part cut short by a time limit loses only itself).
 phase_memory() { validate_beam memory "$repeats" --problems "$problems" --concurrency "$problems"; }
 phase_batching() { validate_beam batching "$repeats" --problems "$problems" --concurrency "$problems"; }
-phase_shape() { validate_beam shape 1; }
+# Where memory binds depends on the GPU's. On a 141 GB H200 (the operator prior's predictions,
+# docs/validation.md) the PRM of the shape points evicts only with 256 of 500 problems in flight,
+# the wide workload's only past a 0.65 split, and no static split of 0.9 binds the pool, so there
+# these sweeps take other arguments. SHAPE_ARGS, WIDE_ARGS and POOL_ARGS (set, even empty) override.
+sweep_args() {
+  local override="${1^^}_ARGS"
+  if [ -n "${!override+set}" ]; then echo "${!override}"; return; fi
+  [ "$GPU" = h200 ] || return 0
+  case "$1" in
+    shape) echo "--shape-problems 500 --shape-concurrency 256" ;;
+    wide) echo "--wide-splits 0.3,0.65,0.7,0.74" ;;
+    pool) echo "--total 0.5 --pool-splits 0.1,0.2,0.3" ;;
+  esac
+}
+# shellcheck disable=SC2046
+phase_shape() { validate_beam shape 1 $(sweep_args shape); }
 phase_load() { validate_beam load 1; }
-# Where memory binds depends on the GPU's: on a 141 GB H200 the wide workload's PRM evicts from its
-# prefix cache only past a 0.65 split (predicted), and a static split at total 0.9 never binds, so
-# there the splits move and the pool gets the memory an 80 GB GPU's 0.9 leaves (0.5 of 141 GB).
-# WIDE_SPLITS and POOL_ARGS override.
-phase_wide() {
-  local splits="${WIDE_SPLITS:-}"
-  [ -z "$splits" ] && [ "$GPU" = h200 ] && splits=0.3,0.65,0.7,0.74
-  validate_beam wide 1 ${splits:+--wide-splits "$splits"}
-}
-phase_pool() {
-  local pool_args="${POOL_ARGS-}"
-  [ -z "${POOL_ARGS+set}" ] && [ "$GPU" = h200 ] && pool_args="--total 0.5 --pool-splits 0.1,0.2,0.3"
-  # shellcheck disable=SC2086
-  validate_beam pool 1 $pool_args
-}
+# shellcheck disable=SC2046
+phase_wide() { validate_beam wide 1 $(sweep_args wide); }
+# shellcheck disable=SC2046
+phase_pool() { validate_beam pool 1 $(sweep_args pool); }
 phase_azure() {
   step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
     --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \
