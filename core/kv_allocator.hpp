@@ -18,8 +18,10 @@ struct BlockCopy {
 };
 
 struct KvCounters {
-  std::int64_t query_tokens = 0;  // prompt tokens looked up in the prefix cache at admission
-  std::int64_t hit_tokens = 0;    // of which found cached
+  // Prompt tokens looked up in the prefix cache at admission, and of them those found cached; a
+  // re-admission after a preemption counts in neither (vLLM V1's exported statistics).
+  std::int64_t query_tokens = 0;
+  std::int64_t hit_tokens = 0;
   std::int64_t evictions = 0;     // cached blocks dropped for reuse
   std::int64_t cow_copies = 0;    // blocks copied on write
 };

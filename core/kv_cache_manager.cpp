@@ -103,10 +103,13 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   // On a shared pool, what the other models' floors reserve and this model's ceiling are not free.
   if (fresh + int(cow) > pool_->available(tenant_) - reusable_free_hits) return false;
 
-  if (kv.blocks.empty() && caching_) {  // an admission: the sequence stops waiting
-    counters_.query_tokens += seq.num_tokens();
-    std::vector<std::pair<BlockId, BlockRef>>().swap(kv.prefix_memo);
-  }
+  // An admission: the sequence stops waiting. As in vLLM V1's prefix-cache statistics, a
+  // re-admission after a preemption is no query: its hits are mostly its own blocks, freed when it
+  // was preempted, and the hit rate is meant to measure what requests share.
+  const bool admission = kv.blocks.empty() && caching_;
+  const bool counted = admission && seq.num_preemptions == 0;
+  if (counted) counters_.query_tokens += seq.num_tokens();
+  if (admission) std::vector<std::pair<BlockId, BlockRef>>().swap(kv.prefix_memo);
   if (hit_blocks > 0) {
     for (int i = 0; i < hit_blocks; ++i) {
       take_block(hit_[i]);
@@ -115,7 +118,7 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
     kv.num_slots = num_hit_tokens;
     kv.num_cached_blocks = hit_blocks;
     kv.last_cached = pool_->ref(hit_.back());
-    counters_.hit_tokens += num_hit_tokens;
+    if (counted) counters_.hit_tokens += num_hit_tokens;
     hit_.clear();
   }
   if (cow) {

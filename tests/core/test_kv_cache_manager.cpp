@@ -82,6 +82,21 @@ TEST(KvCacheManager, FreedSequenceIsHitOnReadmission) {
   EXPECT_EQ(kv.usage().used_blocks, 3);
 }
 
+// vLLM V1 keeps a preempted request's lookups out of its prefix-cache statistics: hitting its own
+// freed blocks is recompute saved, not sharing between requests.
+TEST(KvCacheManager, AReadmissionAfterPreemptionIsNoPrefixQuery) {
+  auto kv = make_kv(4);
+  Sequence a = make_seq(1, 48);
+  ASSERT_TRUE(admit(kv, a));
+  kv.free(a);
+  a.num_computed_tokens = 0;
+  ++a.num_preemptions;  // as Scheduler::preempt does
+  ASSERT_EQ(kv.lookup_prefix(a), 32);
+  ASSERT_TRUE(kv.allocate_slots(a, 16, 32));
+  EXPECT_EQ(kv.counters().query_tokens, 48) << "the first admission's only";
+  EXPECT_EQ(kv.counters().hit_tokens, 0);
+}
+
 TEST(KvCacheManager, FreesTailFirstSoPrefixesOutliveTails) {
   auto kv = make_kv(3, 4);
   Sequence a = make_seq(1, 12);

@@ -420,6 +420,7 @@ class KvModel {
     kv_.free(s);
     if (std::string err = check_freed_tail_first(table); !err.empty()) return err;
     s.num_computed_tokens = 0;
+    ++s.num_preemptions;  // as the scheduler's preemption: its readmission is no prefix query
     preempted_.push_back(std::move(live_[i]));
     live_.erase(live_.begin() + std::ptrdiff_t(i));
     if (preempted_.size() > kMaxPreempted) preempted_.erase(preempted_.begin());
@@ -480,8 +481,10 @@ class KvModel {
               std::to_string(hit) + ") changed the allocator's state";
       return false;
     }
-    if (blocks.empty() && caching_) expected_query_tokens_ += s.num_tokens();
-    expected_hit_tokens_ += hit;
+    if (blocks.empty() && caching_ && s.num_preemptions == 0) {
+      expected_query_tokens_ += s.num_tokens();
+      expected_hit_tokens_ += hit;
+    }
     e = {&s, begin, begin + n, hit};
     return true;
   }
