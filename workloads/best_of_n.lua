@@ -17,8 +17,9 @@ local function solve(ctx, problem, o)
   return {score = score, correct = best.correct, iterations = 1, level = problem.level}
 end
 
--- workload{problems, n = 4, agg = "last", ...}: a duet.run workload. A sample's PRM request scores
--- the whole solution, generated in one request, at its end (prm_mode "full").
+-- workload{problems, n = 4, agg = "last", ...}: a duet.run workload. A sample is generated in one
+-- request, and one PRM request scores the whole solution at the end of each of its steps (prm_mode
+-- "full"); `agg` (last, min or prod) aggregates those scores.
 function M.workload(opts)
   local whole = "best-of-N scores each whole solution once"
   local o = S.options(opts, nil, {prm_mode = whole .. " (prm_mode 'full')", score_cache = whole,
@@ -26,6 +27,7 @@ function M.workload(opts)
                                   filter_duplicates = "best-of-N has no beams", duplicate_rate = "best-of-N has no beams",
                                   priority_eviction = "best-of-N prunes nothing"})
   o.prm_mode = "full"
+  o.score_steps = true
   return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 

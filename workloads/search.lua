@@ -99,10 +99,15 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
   local level = problem.level
   local length, stop
   if child.to_end then
-    length = steps.answer_tokens(level, o.seed, key)
+    -- Its steps in order, each with the "\n\n" that ends it, then the answer.
+    child.step_lengths = {}
+    length = 0
     for s = parent.steps + 1, parent.target - 1 do
-      length = length + steps.step_tokens(level, o.seed, key, s) + 1
+      child.step_lengths[#child.step_lengths + 1] = steps.step_tokens(level, o.seed, key, s) + 1
+      length = length + child.step_lengths[#child.step_lengths]
     end
+    child.step_lengths[#child.step_lengths + 1] = steps.answer_tokens(level, o.seed, key)
+    length = length + child.step_lengths[#child.step_lengths]
     stop = {"eos"}
   else
     length = steps.step_tokens(level, o.seed, key)
@@ -116,10 +121,22 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
 end
 
 -- Records a generated step; a finished answer (or a truncated step) completes the trajectory. A
--- request generated to the end holds every remaining step, not one.
+-- request generated to the end holds every remaining step, not one: with o.score_steps each of
+-- its steps that it finished ends where the PRM scores it (search-and-learn's best-of-N scores
+-- every step of a sample), else the request is one step, scored at its end.
 function S.step_done(child, result, o)
   child.len = result.num_tokens
   child.steps = child.to_end and math.max(child.target, child.steps + 1) or child.steps + 1
+  child.new_ends = 1
+  if child.to_end and o.score_steps then
+    local at = child.parent.len - 1
+    for i = 1, #child.step_lengths - 1 do
+      at = at + child.step_lengths[i]
+      if at >= result.num_tokens - 1 then break end
+      child.ends[#child.ends + 1] = at
+      child.new_ends = child.new_ends + 1
+    end
+  end
   child.ends[#child.ends + 1] = result.num_tokens - 1
   child.done = result.finish ~= "stop" or child.steps >= child.target
   if child.done then
@@ -128,9 +145,24 @@ function S.step_done(child, result, o)
   end
 end
 
--- Submits the PRM request that scores a child's new step; returns its id.
+-- The scores of a request's steps before its last: the trajectory's quality walks from its
+-- parent's to the child's (a Brownian bridge, so the last step's quality, and with it the answer's
+-- correctness and its score, are what they are when the request is scored at its end alone).
+local function inner_scores(child, o)
+  local q, k = child.parent.q, child.new_ends
+  for j = 1, k - 1 do
+    local left = k - j + 1  -- steps from q to the child's quality
+    q = q + (child.q - q) / left +
+        prm_scores.params.step_sd * math.sqrt((left - 1) / left) * duet.normal(o.seed, "bridge", child.key, j)
+    child.scores[#child.scores + 1] = prm_scores.step_score(q, o.seed, child.key .. ":" .. j)
+  end
+end
+
+-- Submits the PRM request that scores a child's new steps (one, or with o.score_steps every step
+-- of a request generated to the end); returns its id.
 function S.score(ctx, problem, child, o)
   local prm, llm = O.engine(ctx, o, "prm"), O.engine(ctx, o, "llm")
+  inner_scores(child, o)
   local new_score = prm_scores.step_score(child.q, o.seed, child.key)
   child.scores[#child.scores + 1] = new_score
   if o.prm_mode == "incremental" then
@@ -148,7 +180,12 @@ function S.score(ctx, problem, child, o)
   -- Full re-scoring: the whole trajectory, with a score at every step end, unless the score
   -- cache already holds the earlier steps' scores.
   local positions, scores = child.ends, child.scores
-  if o.score_cache then positions, scores = {child.ends[#child.ends]}, {new_score} end
+  if o.score_cache then
+    positions, scores = {}, {}
+    for i = #child.ends - child.new_ends + 1, #child.ends do
+      positions[#positions + 1], scores[#scores + 1] = child.ends[i], child.scores[i]
+    end
+  end
   return prm:submit{kind = "score", prompt = llm:tokens(child.llm), score_positions = positions, scores = scores}
 end
 

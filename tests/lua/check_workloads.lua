@@ -33,6 +33,14 @@ assert(bon > 0.2 and sc > 0.2 and short > 0.1, string.format("accuracy: best-of-
                                                               "one-iteration beam %.2f", bon, sc, short))
 print(string.format("accuracy at n = 8: best-of-n %.2f, self-consistency %.2f, one-iteration beam search %.2f",
                     bon, sc, short))
+-- Best-of-N's PRM scores every step of a sample, so its aggregation matters: a sample's min is at
+-- most its last score, and its product at most its min (all three were the last score once).
+local function bon_score(agg)
+  return run(require("workloads.best_of_n").workload{problems = judged, n = 8, agg = agg}).mean_score
+end
+local last, least, prod = bon_score("last"), bon_score("min"), bon_score("prod")
+assert(least < last and prod < least, string.format("best-of-N mean score: last %.3f, min %.3f, prod %.3f",
+                                                    last, least, prod))
 -- duet.run's seed draws the samples of a workload that names no seed of its own; one that does
 -- keeps its samples whatever the run's seed.
 local beam = require("workloads.beam_search")
