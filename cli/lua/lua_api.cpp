@@ -637,6 +637,7 @@ int l_sweep(lua_State* L) {
     if (ctx.worker) {  // a sweep thread: serve the sweep it was started for; earlier ones are done
       if (call.sweep == ctx.worker->sweep) {
         serve_points(L, call, *ctx.worker->queue);
+        ctx.worker_served = true;
         lua_pushstring(L, kWorkerDone);
         return -1;
       }
@@ -671,9 +672,17 @@ int l_sweep(lua_State* L) {
   });
 }
 
+// A worker's script ends once its points are served. A pcall around duet.sweep would catch that
+// end and run the rest of the script in the worker, so from then on every Lua instruction raises
+// it again, until it leaves the script.
+void worker_done_hook(lua_State* L, lua_Debug*) { luaL_error(L, "%s", kWorkerDone); }
+
 int l_sweep_entry(lua_State* L) {
   const int r = l_sweep(L);
-  if (r < 0) return lua_error(L);  // the worker's end, outside every C++ scope
+  if (r < 0) {  // the worker's end, outside every C++ scope
+    lua_sethook(L, worker_done_hook, LUA_MASKCOUNT, 1);
+    return lua_error(L);
+  }
   return r;
 }
 
@@ -761,9 +770,10 @@ void run_worker(const ScriptOptions& opt, const WorkerJob& job, std::string& err
     ctx.script_text = opt.script_text;
     ctx.worker = &job;
     execute(ctx);
-    error =
-        "duet.sweep: the script did not reach the same sweep in a worker (does it depend on time or "
-        "randomness?)";
+    if (!ctx.worker_served)
+      error =
+          "duet.sweep: the script did not reach the same sweep in a worker (does it depend on time or "
+          "randomness?)";
   } catch (const Error& e) {
     if (std::string(e.what()).find(kWorkerDone) == std::string::npos) error = e.what();
   }

@@ -31,6 +31,7 @@ struct ScriptContext {
   int sweeps = 0;
   std::unique_ptr<Tokenizer> tokenizer;       // loaded on first use
   const WorkerJob* worker = nullptr;          // set in a sweep worker's state
+  bool worker_served = false;                 // the worker reached its sweep and served its points
   InstructionBudget budget;                   // Lua instructions per call from duet (lua_util.hpp)
   cli::RunIdentity identity;                  // written at the file's root (cli/sweep_file.hpp)
   bool resuming = false;                      // --resume found the file: its finished runs are kept
