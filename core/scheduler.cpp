@@ -120,9 +120,12 @@ void Scheduler::schedule_waiting(Batch& batch, int& budget) {
     Sequence& seq = **waiting_.begin();
     if (policy_.admit && !policy_.admit(seq, view())) break;
     Admission a = admit(seq, batch, budget);
-    // With nothing running, no memory would come back by itself: the engine would stall (or, if
-    // nothing else will release what idle sequences hold, be stuck). Their KV goes back instead.
-    while (a == Admission::NoMemory && running_.empty() && release_idle_kv()) a = admit(seq, batch, budget);
+    // Kept KV is no reservation: it goes back for an admission, as vLLM V1 frees a finished
+    // request's blocks (cached) for any admission to take (release_idle_kv takes the kept first).
+    // Forks waiting with their parents' blocks keep them while others run, whose end frees memory;
+    // with nothing running the engine would stall (or be stuck), so their KV goes back too.
+    while (a == Admission::NoMemory && (running_.empty() || !kept_.empty()) && release_idle_kv())
+      a = admit(seq, batch, budget);
     if (a != Admission::Admitted) break;
   }
 }

@@ -7,8 +7,10 @@
 // KV that no running sequence needs (a finished sequence kept to fork from, a fork waiting for
 // admission with its parent's blocks) is a cache, not a reservation: when the pool is short, it
 // goes back to the pool before any running sequence is preempted, and before the engine would
-// stall with nothing running. Its full blocks stay hittable at their retention priority, so a
-// later fork or admission recomputes only what was evicted meanwhile.
+// stall with nothing running; a kept sequence's also goes back for an admission. Its full blocks
+// stay hittable at their retention priority, so a later fork or admission recomputes only what
+// was evicted meanwhile. (They join the eviction order when they go back, not when the sequence
+// finished, as a vLLM V1 request's do: kept KV outlives what was freed while it was kept.)
 //
 // On a shared pool (kv_pool = "shared") that holds for the whole pool: the engines on it are each
 // other's pool peers, and the idle KV any of them holds goes back before a running sequence is

@@ -263,6 +263,31 @@ TEST(Scheduler, KeptKvGoesBackBeforeARunningSequenceIsPreempted) {
   }
 }
 
+// Nor is kept KV a reservation against admissions: as vLLM V1 frees a finished request's blocks
+// (cached, for any admission to evict), a waiting sequence that finds no room takes kept KV while
+// other sequences run, rather than waiting for them to finish.
+TEST(Scheduler, KeptKvGoesBackForAnAdmissionWhileOthersRun) {
+  Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 64}, 6, 4);
+  Sequence& kept = r.add(7, 1);  // 8 tokens: 2 blocks, kept
+  kept.keep_kv = true;
+  r.step();
+  ASSERT_EQ(r.sched.num_kept(), 1u);
+  Sequence& runs = r.add(6, 2, 300);  // 2 blocks until it finishes
+  r.step();
+  ASSERT_EQ(runs.status, SeqStatus::Running);
+  Sequence& late = r.add(12, 1, 600);  // 3 blocks; 2 are free
+  const Batch b = r.step();
+  EXPECT_EQ(r.sched.num_idle_releases(), 1);
+  EXPECT_TRUE(kept.kv.blocks.empty());
+  bool admitted = false;
+  for (const BatchItem& it : b.items) admitted |= it.seq == &late;
+  EXPECT_TRUE(admitted) << "it waited for the running sequence to finish";
+  EXPECT_EQ(r.sched.num_preemptions(), 0);
+  while (r.sched.has_work()) r.step();
+  r.sched.release(kept);
+  r.kv.pool().check_consistency();
+}
+
 // Copies made between steps (here a fork's copy-on-write outside the scheduler) are not lost to a
 // step that schedules nothing: the next step that runs executes them.
 TEST(Scheduler, AStepThatRunsNothingLeavesPendingCopiesForTheNext) {
