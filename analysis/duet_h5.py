@@ -262,8 +262,12 @@ def _print_run(run):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(f"usage: {argv[0]} RUN.h5", file=sys.stderr)
+    usage = f"usage: {argv[0]} RUN.h5: the summary of every run in a duet HDF5 file"
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if len(argv) != 2 or argv[1].startswith("-"):
+        print(usage, file=sys.stderr)
         return 2
     try:
         runs = list_runs(argv[1])

@@ -10,6 +10,7 @@
 #include "cli/source_dir.hpp"
 #include "core/error.hpp"
 #include "core/memory_plan.hpp"
+#include "core/model_spec.hpp"
 #include "sim/profiles.hpp"
 
 namespace po = boost::program_options;
@@ -36,9 +37,11 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
                                               "synthetic: Poisson arrivals per second (0: all at once)")(
       "seed", po::value(&a.seed)->default_value(0),
       "seed of prompt tokens, arrivals, outputs and dummy weights");
+  std::string builtins;
+  for (const std::string& m : builtin_model_names()) builtins += (builtins.empty() ? "" : ", ") + m;
+  const std::string model_help = "built-in model (" + builtins + ") or a HuggingFace config.json";
   po::options_description engine("Engine (vLLM's names)");
-  engine.add_options()("model", po::value(&a.model)->default_value("llama-3.1-8b"),
-                       "built-in model (llama-3.2-1b, llama-3.1-8b) or a HuggingFace config.json")(
+  engine.add_options()("model", po::value(&a.model)->default_value("llama-3.1-8b"), model_help.c_str())(
       "gpu", po::value(&a.gpu)->default_value("h100"),
       "h100, h200, a100, a100-40gb (case-insensitive), or a GPU description (.json)")(
       "gpu-memory-utilization", po::value(&a.gpu_memory_utilization)->default_value(0.9, "0.9"),
@@ -50,7 +53,8 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
       "max-model-len", po::value(&a.engine.max_model_len)->default_value(0),
       "longest prompt + output (0: the model's max_position_embeddings, capped by what the KV pool holds)")(
       "enable-prefix-caching", po::value(&a.prefix_caching)->default_value(true), "true or false")(
-      "enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true), "true or false")(
+      "enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true),
+      "true or false (false: --max-num-batched-tokens must be at least --max-model-len, as in vLLM)")(
       "num-gpu-blocks-override", po::value(&a.num_gpu_blocks_override)->default_value(0),
       "what-if KV pool size in blocks instead of the plan's (0: from the budget)")(
       "allocator", po::value(&a.allocator)->default_value("paged"),

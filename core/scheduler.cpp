@@ -39,9 +39,10 @@ void Scheduler::add(Sequence& seq) {
   const int longest = seq.num_tokens() + (seq.kind == SeqKind::Generate ? seq.sampling.max_tokens : 0);
   if (seq.num_tokens() == 0) throw Error("sequence " + std::to_string(seq.id) + " has no tokens");
   if (longest > config_.max_model_len)
-    throw Error("sequence " + std::to_string(seq.id) + " needs " + std::to_string(longest) +
-                " tokens (prompt + max_tokens), more than max_model_len " +
-                std::to_string(config_.max_model_len));
+    throw Error(
+        "sequence " + std::to_string(seq.id) + " needs " + std::to_string(longest) +
+        (seq.kind == SeqKind::Generate ? " tokens (prompt + max_tokens)" : " tokens (its prompt, scored)") +
+        ", more than max_model_len " + std::to_string(config_.max_model_len));
   if (seq.kind == SeqKind::Score) {
     if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
     std::sort(seq.score_positions.begin(), seq.score_positions.end());

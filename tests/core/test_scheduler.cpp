@@ -166,6 +166,18 @@ TEST(Scheduler, ASequenceLongerThanMaxModelLenIsRejected) {
   Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 100, .max_model_len = 64}, 10);
   EXPECT_THROW(r.add(60, 5), Error);
   EXPECT_NO_THROW(r.add(60, 4));
+  // A scoring sequence generates nothing: its prompt is all it needs, and the message says so.
+  Sequence score;
+  score.id = 99;
+  score.kind = SeqKind::Score;
+  score.tokens.assign(65, 1);
+  score.num_prompt_tokens = 65;
+  try {
+    r.sched.add(score);
+    ADD_FAILURE() << "a 65-token score request fit a max_model_len of 64";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "sequence 99 needs 65 tokens (its prompt, scored), more than max_model_len 64");
+  }
 }
 
 TEST(Scheduler, ImpossibleConfigsAreErrors) {
