@@ -82,13 +82,16 @@ Sequence* Engine::find(SeqId id) {
   return it == seqs_.end() ? nullptr : it->second.get();
 }
 
-StepOutcome Engine::step(double now) {
+StepOutcome Engine::step(double now, const Clock* clock) {
   StepOutcome outcome;
   outcome.batch = scheduler_.schedule();
   if (outcome.batch.empty()) return outcome;
   outcome.kv_scheduled = kv_->usage();
   outcome.result = executor_.execute(outcome.batch);
-  postprocess(outcome, now, now + outcome.result.duration_s);
+  // A token is out when the step is: after the host's share too (it was left out, so that a
+  // simulated TTFT missed the host time of the step that made the token).
+  const double busy = outcome.result.duration_s + outcome.result.host_s;
+  postprocess(outcome, now, clock ? clock->step_end(now, busy) : now + busy);
   return outcome;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/batch.hpp"
+#include "core/clock.hpp"
 #include "core/executor.hpp"
 #include "core/kv_allocator.hpp"
 #include "core/scheduler.hpp"
@@ -46,7 +47,9 @@ class Engine {
 
   bool has_work() const { return scheduler_.has_work(); }
   // One engine step at time `now`; duration in result.duration_s. An empty batch means no work.
-  StepOutcome step(double now);
+  // Its tokens and finishes are stamped when `clock` says the step is over (the wall clock: once
+  // the executor returns), without one after its device and host time.
+  StepOutcome step(double now, const Clock* clock = nullptr);
 
   Scheduler& scheduler() { return scheduler_; }
   const Scheduler& scheduler() const { return scheduler_; }

@@ -199,7 +199,7 @@ void Runtime::start_step() {
 bool Runtime::try_step(int e) {
   EngineSlot& slot = engines_[std::size_t(e)];
   const double start = now();
-  StepOutcome outcome = slot.engine->step(start);
+  StepOutcome outcome = slot.engine->step(start, &clock_);
   if (outcome.batch.empty()) {
     slot.unrecorded_preemptions += static_cast<std::int32_t>(outcome.batch.preempted.size());
     return false;

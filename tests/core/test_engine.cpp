@@ -29,6 +29,7 @@ class ScriptedExecutor : public Executor {
     copies += int(batch.copies.size());
     StepResult r;
     r.duration_s = 0.5;
+    r.host_s = host_s;
     for (const BatchItem& it : batch.items) {
       const Sequence& s = *it.seq;
       r.tokens.push_back(
@@ -43,6 +44,7 @@ class ScriptedExecutor : public Executor {
   int copies = 0;
   int stop_after = -1;
   TokenId stop_token = 2;
+  double host_s = 0;
 };
 
 struct EngineRig {
@@ -83,6 +85,20 @@ TEST(Engine, StepIsScheduleExecutePostprocess) {
   EXPECT_DOUBLE_EQ(s.first_token_time, 1.5);
   EXPECT_DOUBLE_EQ(s.finish_time, 2.5);
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0) << "a finished sequence gives its blocks back";
+}
+
+// A token is out when its step is, after the host's share of the step too (a simulated step's
+// host time), or when the clock says the step is over.
+TEST(Engine, TokensAreStampedAtTheStepsEndHostTimeIncluded) {
+  for (const bool with_clock : {false, true}) {
+    EngineRig r;
+    r.exec.host_s = 0.25;
+    Sequence& s = r.engine.add(prompt(1, 6, 1), 1.0);
+    VirtualClock clock;
+    r.engine.step(1.0, with_clock ? &clock : nullptr);
+    EXPECT_DOUBLE_EQ(s.first_token_time, 1.75);
+    EXPECT_DOUBLE_EQ(s.finish_time, 1.75);
+  }
 }
 
 TEST(Engine, StopTokenEndsASequenceUnlessEosIsIgnored) {
