@@ -22,8 +22,8 @@ struct KvCounters {
   // re-admission after a preemption counts in neither (vLLM V1's exported statistics).
   std::int64_t query_tokens = 0;
   std::int64_t hit_tokens = 0;
-  std::int64_t evictions = 0;     // cached blocks dropped for reuse
-  std::int64_t cow_copies = 0;    // blocks copied on write
+  std::int64_t evictions = 0;   // cached blocks dropped for reuse
+  std::int64_t cow_copies = 0;  // blocks copied on write
 };
 
 struct KvUsage {
