@@ -14,7 +14,9 @@
 //
 // On a shared pool (kv_pool = "shared") that holds for the whole pool: the engines on it are each
 // other's pool peers, and the idle KV any of them holds goes back before a running sequence is
-// preempted. Victims of preemption are always chosen within the engine that needs the memory.
+// preempted, or before an engine with nothing running would stall. An admission while the engine
+// runs takes only its own kept KV, not its peers'. Victims of preemption are always chosen within
+// the engine that needs the memory.
 #include <boost/intrusive/list.hpp>
 #include <cstddef>
 #include <cstdint>

@@ -674,13 +674,18 @@ int l_sweep(lua_State* L) {
 
 // A worker's script ends once its points are served. A pcall around duet.sweep would catch that
 // end and run the rest of the script in the worker, so from then on every Lua instruction raises
-// it again, until it leaves the script.
+// it again, until it leaves the script: the hooks are per thread, so the main thread's is set too
+// (a sweep inside a coroutine returns the end to its resumer as a value).
 void worker_done_hook(lua_State* L, lua_Debug*) { luaL_error(L, "%s", kWorkerDone); }
 
 int l_sweep_entry(lua_State* L) {
   const int r = l_sweep(L);
   if (r < 0) {  // the worker's end, outside every C++ scope
     lua_sethook(L, worker_done_hook, LUA_MASKCOUNT, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    lua_State* main = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    if (main && main != L) lua_sethook(main, worker_done_hook, LUA_MASKCOUNT, 1);
     return lua_error(L);
   }
   return r;

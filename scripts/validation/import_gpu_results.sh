@@ -27,7 +27,12 @@ if [ -f "$src" ]; then
   # measure_gpu.sh packs the results folder by its name: one folder at the top.
   src="$unpacked"
   tops=("$unpacked"/*)
-  [ ${#tops[@]} -eq 1 ] && [ -d "${tops[0]}" ] && src="${tops[0]}"
+  if [ ${#tops[@]} -eq 1 ] && [ -d "${tops[0]}" ]; then
+    src="${tops[0]}"
+  elif [ "$(find "$unpacked" -mindepth 1 -maxdepth 1 -type d | wc -l)" -gt 1 ]; then
+    echo "import_gpu_results: $1 holds several folders at its top: give one results folder (unpack it)" >&2
+    exit 1
+  fi
 elif [ ! -d "$src" ]; then
   echo "import_gpu_results: no folder or file '$src'" >&2
   exit 2
@@ -69,7 +74,8 @@ for b in decode attention prefill cpu-overhead attention-8b-block4 peer decode-p
 done
 put "$bench" "$src"/gpu-tests.txt "$src"/sanitize*.txt "$src"/machine.txt "$src"/steps.tsv \
   "$src"/quickstart-cuda.txt "$src"/quickstart-cuda.h5 "$src"/profile-*.txt
-put "$validation" "$src"/*.validate.h5 "$src"/validate-*.txt
+# measure_gpu.sh's validate-NAME.txt, and the README's hand-run NAME.validate.txt
+put "$validation" "$src"/*.validate.h5 "$src"/*validate*.txt
 [ "$copied" -gt 0 ] || { echo "import_gpu_results: $1 holds none of the files measure_gpu.sh writes" >&2; exit 1; }
 echo "import_gpu_results: $copied files from $1 for device $device"
 
@@ -78,12 +84,18 @@ if compgen -G "$validation/*.validate.h5" >/dev/null; then
   echo "import_gpu_results: wrote ${validation#"$repo"/}/tables.md (tables: $(grep -c '^#' "$validation/tables.md"))"
 fi
 
-# What did not run to its end: a status other than 0 (124: cut at its time limit). Only
-# measure_gpu.sh keeps steps.tsv; the README's commands run by hand do not.
+# What did not run to its end: a status other than 0 (124, or 137 after SIGKILL: cut at its time
+# limit). A command's last row counts: measure_gpu.sh appends, and a phase run again into the same
+# folder may have ended well the second time. Only measure_gpu.sh keeps steps.tsv; the README's
+# commands run by hand do not.
 [ -f "$src/steps.tsv" ] || exit 0
-awk -F'\t' '$2 != "0" {
-    why = $2 == "skipped" ? "skipped: no time was left" : $2 == "124" ? "cut at its time limit" : "exit status " $2
-    printf "  %s: %s\n", $1, why; n++
-  }
-  END { if (n) printf "import_gpu_results: %d of %d commands did not finish (each one'"'"'s output: NAME.txt)\n", n, NR }' \
-  "$src/steps.tsv"
+awk -F'\t' '!($1 in status) {order[++commands] = $1} {status[$1] = $2}
+  END {
+    for (i = 1; i <= commands; i++) {
+      s = status[order[i]]
+      if (s == "0") continue
+      why = s == "skipped" ? "skipped: no time was left" : s == "124" || s == "137" ? "cut at its time limit" : "exit status " s
+      printf "  %s: %s\n", order[i], why; n++
+    }
+    if (n) printf "import_gpu_results: %d of %d commands did not finish (each one'"'"'s output: NAME.txt)\n", n, commands
+  }' "$src/steps.tsv"

@@ -44,9 +44,20 @@ for p in "$@"; do
       "batching, shape, azure, load, wide, pool)" >&2; exit 2 ;;
   esac
 done
+started="$(date +%s)"
+# Whole seconds, written without a leading 0 (bash reads 08 as octal); a limit of 0 would be none.
 for v in DEADLINE MIN_STEP RESERVE STEP_TIMEOUT; do
-  case "${!v:-0}" in '' | *[!0-9]*) echo "measure_gpu: $v must be a whole number of seconds, got '${!v}'" >&2; exit 2 ;; esac
+  [ -z "${!v+set}" ] || [[ "${!v}" =~ ^(0|[1-9][0-9]*)$ ]] ||
+    { echo "measure_gpu: $v must be a whole number of seconds, got '${!v}'" >&2; exit 2; }
 done
+for v in MIN_STEP STEP_TIMEOUT; do
+  [ "${!v:-1}" -ge 1 ] || { echo "measure_gpu: $v must be at least 1 second" >&2; exit 2; }
+done
+# The archive's folder must exist before hours of measuring, not after.
+if [ -n "${ARCHIVE:-}" ] && [ ! -d "$(dirname "$ARCHIVE")" ]; then
+  echo "measure_gpu: ARCHIVE=$ARCHIVE: no folder $(dirname "$ARCHIVE")" >&2
+  exit 2
+fi
 mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 if [ -z "${DUET:-}" ]; then
@@ -69,14 +80,14 @@ if [ -z "${GPU:-}" ]; then
   esac
 fi
 repeats="${REPEATS:-2}"
-started="$(date +%s)"
 reserve="${RESERVE:-30}"
 problems="${PROBLEMS:-32}"
 beam="$DUET_HOME/scripts/validation/beam_gpu.lua"
 azure="$DUET_HOME/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 
 # step NAME COMMAND...: runs it with its output in OUT_DIR/NAME.txt, and its status and time in
-# steps.tsv (124: it ran past STEP_TIMEOUT or DEADLINE; skipped: DEADLINE left it no time).
+# steps.tsv (124, or 137 if it ignored SIGTERM: it ran past STEP_TIMEOUT or DEADLINE; skipped:
+# DEADLINE left it no time).
 step() {
   local name="$1" start rc limit="${STEP_TIMEOUT:-900}" left
   shift
@@ -91,8 +102,10 @@ step() {
   fi
   echo "== $name: $*" | tee "$out/$name.txt"
   start="$(date +%s)"
-  # The kill's grace counts in the limit, so that a cut command ends before DEADLINE less RESERVE.
-  timeout --kill-after=10 "$((limit > 20 ? limit - 10 : limit))" "$@" 2>&1 | tee -a "$out/$name.txt"
+  # The kill's grace (5 s, less for a short limit) counts in the limit, so that even a command that
+  # ignores SIGTERM ends before DEADLINE less RESERVE.
+  local grace=$((limit >= 10 ? 5 : limit / 2))
+  timeout --kill-after="$grace" "$((limit - grace))" "$@" 2>&1 | tee -a "$out/$name.txt"
   rc="${PIPESTATUS[0]}"
   printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.tsv"
 }

@@ -15,7 +15,9 @@ cp "$repo/profiles/cpu-amd-epyc/duet-tiny-llama.h5" "$r/llama-3-2-1b.h5"
 cp "$repo/bench/results/validation-cpu/tiny-llama.beam.h5" "$r/beam-memory.validate.h5"
 echo '{"benchmark": "decode"}' >"$r/decode.json"
 echo "passed" >"$r/gpu-tests.txt"
-printf 'gpu-tests\t0\t40\nprofile-llama-3-2-1b\t0\t30\nprofile-llama-3-1-8b\t124\t200\nvalidate-beam-memory\t0\t90\nvalidate-beam-batching\tskipped\t0\n' \
+echo "azure table" >"$r/azure-llama-3-1-8b.validate.txt"  # the README's hand-run name
+# The batching phase was skipped, then run again into the same folder: its last row counts.
+printf 'gpu-tests\t0\t40\nprofile-llama-3-2-1b\t0\t30\nprofile-llama-3-1-8b\t124\t200\nvalidate-beam-memory\t0\t90\nvalidate-beam-batching\tskipped\t0\nvalidate-beam-shape\tskipped\t0\nvalidate-beam-shape\t0\t70\n' \
   >"$r/steps.tsv"
 tar -czf "$scratch/results.tar.gz" -C "$scratch" results || exit 1
 
@@ -24,13 +26,15 @@ echo "$out"
 d="$scratch/repo"
 for f in profiles/cpu-amd-epyc/llama-3-2-1b.json profiles/cpu-amd-epyc/llama-3-2-1b.h5 \
   bench/results/gpu-cpu-amd-epyc/decode.json bench/results/gpu-cpu-amd-epyc/gpu-tests.txt \
-  bench/results/gpu-cpu-amd-epyc/steps.tsv bench/results/validation-cpu-amd-epyc/beam-memory.validate.h5; do
+  bench/results/gpu-cpu-amd-epyc/steps.tsv bench/results/validation-cpu-amd-epyc/beam-memory.validate.h5 \
+  bench/results/validation-cpu-amd-epyc/azure-llama-3-1-8b.validate.txt; do
   [ -f "$d/$f" ] || fail "no $f"
 done
 grep -q '^| memory' "$d/bench/results/validation-cpu-amd-epyc/tables.md" || fail "tables.md has no memory rows"
 grep -q 'profile-llama-3-1-8b: cut at its time limit' <<<"$out" || fail "the cut profile is not listed"
 grep -q 'validate-beam-batching: skipped' <<<"$out" || fail "the skipped validation is not listed"
-grep -q '2 of 5 commands did not finish' <<<"$out" || fail "no count of the unfinished commands"
+grep -q '2 of 6 commands did not finish' <<<"$out" || fail "no count of the unfinished commands"
+grep -q 'validate-beam-shape' <<<"$out" && fail "the shape phase that ended well the second time is listed"
 
 out="$("$scratch/repo/scripts/validation/import_gpu_results.sh" "$r" h200 2>&1)"
 [ $? -eq 1 ] || fail "a profile of another device: expected exit status 1"

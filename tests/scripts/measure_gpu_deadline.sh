@@ -12,14 +12,15 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 printf '#!/bin/sh\ncase "$*" in *llama-3.2-1b*) exit 0 ;; esac\nsleep 60\n' >"$scratch/sleepy-duet"
 chmod +x "$scratch/sleepy-duet"
 start="$(date +%s)"
-DEADLINE=12 RESERVE=2 MIN_STEP=3 DUET="$scratch/sleepy-duet" GPU=h200 ARCHIVE="$scratch/results.tar.gz" \
+DEADLINE=12 RESERVE=2 MIN_STEP=6 DUET="$scratch/sleepy-duet" GPU=h200 ARCHIVE="$scratch/results.tar.gz" \
   "$repo/scripts/validation/measure_gpu.sh" "$scratch/results" profile memory >"$scratch/log" 2>&1
 took=$(($(date +%s) - start))
 cat "$scratch/results/steps.tsv"
 [ "$took" -le 12 ] || fail "took ${took}s, past DEADLINE=12"
-# The 1B profile runs; the 8B one is cut 10 s in (DEADLINE less RESERVE); memory is skipped.
+# The 1B profile runs; the 8B one is cut 5 s in (DEADLINE less RESERVE, less the kill's grace of
+# 5 s); memory is skipped.
 awk -F'\t' 'NR == 1 && $1 == "profile-llama-3-2-1b" && $2 == 0 {ok++}
-            NR == 2 && $1 == "profile-llama-3-1-8b" && $2 == 124 && $3 >= 9 {ok++}
+            NR == 2 && $1 == "profile-llama-3-1-8b" && $2 == 124 && $3 >= 4 && $3 <= 7 {ok++}
             NR == 3 && $1 == "validate-beam-memory" && $2 == "skipped" {ok++}
             END {exit ok == 3 ? 0 : 1}' "$scratch/results/steps.tsv" || fail "steps.tsv is not as expected"
 tar -tzf "$scratch/results.tar.gz" | grep -qx 'results/steps.tsv' || fail "the archive lacks results/steps.tsv"
@@ -27,4 +28,11 @@ tar -tzf "$scratch/results.tar.gz" | grep -qx 'results/steps.tsv' || fail "the a
 out="$(DEADLINE=soon "$repo/scripts/validation/measure_gpu.sh" "$scratch/r2" tests 2>&1)"
 [ $? -eq 2 ] || fail "DEADLINE=soon: expected exit status 2"
 grep -q "DEADLINE must be a whole number of seconds, got 'soon'" <<<"$out" || fail "DEADLINE=soon: $out"
+# A limit of 0 would be none (timeout 0 waits forever), and bash reads 08 as a bad octal number.
+for bad in "STEP_TIMEOUT=0|STEP_TIMEOUT must be at least 1 second" \
+  "DEADLINE=08|DEADLINE must be a whole number of seconds, got '08'" \
+  "ARCHIVE=$scratch/nowhere/r.tar.gz|ARCHIVE=$scratch/nowhere/r.tar.gz: no folder"; do
+  out="$(env "${bad%%|*}" "$repo/scripts/validation/measure_gpu.sh" "$scratch/r3" tests 2>&1)"
+  if [ $? -ne 2 ] || ! grep -qF "${bad#*|}" <<<"$out"; then fail "${bad%%|*}: $out"; fi
+done
 echo "measure_gpu deadline: ok"
