@@ -23,7 +23,9 @@ awk -F'\t' 'NR == 1 && $1 == "profile-llama-3-2-1b" && $2 == 0 {ok++}
             NR == 2 && $1 == "profile-llama-3-1-8b" && $2 == 124 && $3 >= 4 && $3 <= 7 {ok++}
             NR == 3 && $1 == "validate-beam-memory" && $2 == "skipped" {ok++}
             END {exit ok == 3 ? 0 : 1}' "$scratch/results/steps.tsv" || fail "steps.tsv is not as expected"
-tar -tzf "$scratch/results.tar.gz" | grep -qx 'results/steps.tsv' || fail "the archive lacks results/steps.tsv"
+# The listing first: grep -q would stop reading early and fail tar (and, under pipefail, the test).
+listing="$(tar -tzf "$scratch/results.tar.gz")" || fail "the archive cannot be read"
+grep -qx 'results/steps.tsv' <<<"$listing" || fail "the archive lacks results/steps.tsv"
 
 out="$(DEADLINE=soon "$repo/scripts/validation/measure_gpu.sh" "$scratch/r2" tests 2>&1)"
 [ $? -eq 2 ] || fail "DEADLINE=soon: expected exit status 2"
