@@ -183,21 +183,17 @@ void ModelSpec::validate() const {
   if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
 }
 
-namespace {
-
-std::string builtin_list() {
+std::string builtin_model_list() {
   std::string valid;
   for (const auto& b : kBuiltins) valid += std::string(valid.empty() ? "" : ", ") + b.name;
   return valid;
 }
 
-}  // namespace
-
 ModelSpec model_by_name(const std::string& name) {
   const std::string n = lower(name);
   for (const auto& b : kBuiltins)
     if (n == b.name) return b.make();
-  throw Error("unknown model '" + name + "' (built-in models: " + builtin_list() +
+  throw Error("unknown model '" + name + "' (built-in models: " + builtin_model_list() +
               "; or give the path of a HuggingFace config.json)");
 }
 
@@ -205,8 +201,8 @@ ModelSpec resolve_model(const std::string& name_or_path) {
   if (json_fields::names_a_file(name_or_path)) {
     // A hub id (meta-llama/Llama-3.2-1B) that is no file: the built-in names are the useful answer.
     if (!name_or_path.ends_with(".json") && !std::filesystem::exists(name_or_path))
-      throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " + builtin_list() +
-                  "; or give the path of a HuggingFace config.json)");
+      throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " +
+                  builtin_model_list() + "; or give the path of a HuggingFace config.json)");
     return from_hf_config(name_or_path);
   }
   try {

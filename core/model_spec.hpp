@@ -63,6 +63,8 @@ struct ModelSpec {
 // Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", and their aliases.
 ModelSpec model_by_name(const std::string& name);
 std::vector<std::string> builtin_model_names();
+// The same as one text, "llama-3.2-1b, ...": for messages and help.
+std::string builtin_model_list();
 
 // A built-in name, or the path of a HuggingFace config.json (anything ending in .json or
 // naming an existing file).
