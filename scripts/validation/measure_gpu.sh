@@ -174,7 +174,8 @@ phase_batching() { validate_beam batching "$repeats" --problems "$problems" --co
 # Where memory binds depends on the GPU's. On a 141 GB H200 (the operator prior's predictions,
 # docs/validation.md) the PRM of the shape points evicts only with 256 of 500 problems in flight,
 # the wide workload's only past a 0.65 split, and no static split of 0.9 binds the pool, so there
-# these sweeps take other arguments. SHAPE_ARGS, WIDE_ARGS and POOL_ARGS (set, even empty) override.
+# these sweeps take other arguments. SWEEP_ARGS (SHAPE_ARGS, WIDE_ARGS ...; set, even empty)
+# replaces a sweep's.
 sweep_args() {
   local override="${1^^}_ARGS"
   if [ -n "${!override+set}" ]; then echo "${!override}"; return; fi
@@ -185,13 +186,10 @@ sweep_args() {
     pool) echo "--total 0.5 --pool-splits 0.1,0.2,0.3" ;;
   esac
 }
-# shellcheck disable=SC2046
-phase_shape() { validate_beam shape 1 $(sweep_args shape); }
+phase_shape() { validate_beam shape 1; }
 phase_load() { validate_beam load 1; }
-# shellcheck disable=SC2046
-phase_wide() { validate_beam wide 1 $(sweep_args wide); }
-# shellcheck disable=SC2046
-phase_pool() { validate_beam pool 1 $(sweep_args pool); }
+phase_wide() { validate_beam wide 1; }
+phase_pool() { validate_beam pool 1; }
 phase_azure() {
   step validate-azure-8b "$DUET" validate --trace "$azure" --backend cuda --model llama-3.1-8b --gpu "$GPU" \
     --max-model-len 8192 --max-requests 200 --repeats "$repeats" --max-error 0 \
@@ -199,12 +197,13 @@ phase_azure() {
 }
 phase_validate() { phase_memory; phase_batching; phase_shape; phase_azure; }
 
-# validate_beam SWEEP REPEATS [script arguments]
+# validate_beam SWEEP REPEATS [script arguments], then the sweep's own (sweep_args)
 validate_beam() {
   local sweep="$1" passes="$2"
   shift 2
+  # shellcheck disable=SC2046
   step "validate-beam-$sweep" "$DUET" validate "$beam" --backend cuda --repeats "$passes" --max-error 0 \
-    --no-progress --out "$out/beam-$sweep.validate.h5" -- --sweeps "$sweep" --gpu "$GPU" "$@"
+    --no-progress --out "$out/beam-$sweep.validate.h5" -- --sweeps "$sweep" --gpu "$GPU" "$@" $(sweep_args "$sweep")
 }
 
 for p in "$@"; do "phase_$p"; done
