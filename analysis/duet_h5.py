@@ -200,7 +200,8 @@ def sweep_table(path, sweep=None):
     """Every sweep point of a file (or of the sweep labelled `sweep`), one row each: the point's
     parameters (point.NAME), the run's numbers (problems_per_s, makespan_s, ...), and each engine's
     summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...). A point
-    that failed is a row too, with its `error` and no numbers (NaN); `failed` tells them apart."""
+    that failed is a row too, in its place, with its `error` and no numbers (NaN); `failed` tells
+    them apart."""
     rows = []
     for group in list_runs(path):
         if "/sweeps/" not in group:
@@ -219,6 +220,8 @@ def sweep_table(path, sweep=None):
             rows.append({"group": group, "sweep": attrs.get("sweep", ""), "failed": True, **attrs})
     if not rows:
         raise KeyError(f"{path}: no sweep points" + (f" labelled {sweep!r}" if sweep else ""))
+    # In the sweep's own order: a point's number is the same under points/ and failed/.
+    rows.sort(key=lambda row: (row["group"].split("/")[2], int(row["group"].rsplit("/", 1)[1])))
     return pd.DataFrame(rows)
 
 

@@ -52,6 +52,9 @@ local function shares(text, option)
       error(string.format("--%s: '%s' is not a share of the GPU's memory between 0 and --total (%g)", option, item,
                           args.total))
     end
+    for _, earlier in ipairs(list) do
+      if earlier == share then error(string.format("--%s: the share %g is given twice in '%s'", option, share, text)) end
+    end
     list[#list + 1] = share
   end
   if #list == 0 then error(string.format("--%s: no share in '%s'", option, text)) end

@@ -35,11 +35,13 @@ with h5py.File(sys.argv[1], "r") as good, h5py.File(sys.argv[2], "r") as f:
             assert np.array_equal(good[path][()], f[path][()]), path
 print("failed points recorded")
 PY
-# duet_h5.sweep_table: a row per point, the failed ones with their error and no numbers.
+# duet_h5.sweep_table: a row per point, in order, the failed ones with their error and no numbers.
 PYTHONPATH="$source/analysis" "$python" - failed.h5 <<'PY' || fail "sweep_table's failed points"
 import sys, duet_h5
 t = duet_h5.sweep_table(sys.argv[1])
 assert len(t) == 6 and int(t["failed"].sum()) == 2, t[["group", "failed"]]
+# In the sweep's order, the failed points in their places.
+assert list(t["failed"]) == [False, False, True, True, False, False], t[["group", "failed"]]
 bad = t[t["failed"]]
 assert sorted(bad["point.max_num_seqs"]) == [64, 256] and all(bad["point.llm_util"] == 0.2), bad
 assert all("fails on purpose" in e for e in bad["error"]) and bad["problems_per_s"].isna().all(), bad
