@@ -213,7 +213,7 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
   const bool head_dim_ok = c == OperatorClass::gemm || head_dim_measured_;
   if (!w.inside || !head_dim_ok) {
-    char buf[200];
+    char buf[320];
     std::snprintf(buf, sizeof buf, "%s (%s %s=%.0f %s=%.0f %s=%.0f%s)", what, operator_class_name(c),
                   curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
                   curve.axes[2].name.c_str(), point.coords[2],
@@ -223,6 +223,11 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   const double t = curve.time_at(point.roofline_s, w);
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
+
+// What an extrapolation warning calls a prefill chunk priced as decode (below): the decode curve's
+// "group" is then the chunk's query rows per KV head.
+constexpr const char* kChunkAsDecode =
+    "attention of a chunk after its cached context, priced as decode with its query rows per KV head as the group";
 
 // The tables' prefill kernels start from an empty cache, so a few new tokens after a long cached
 // context would take their slowdown from a kernel of a few query rows and no keys, floor-bound
@@ -246,7 +251,7 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
                            chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context,
                                                   s.prefill_attention_keys, m.num_heads, m.num_kv_heads,
                                                   m.head_dim, prior_.decode_attention.axes[2].knots.back()),
-                           eager, as_decode, "attention")
+                           eager, as_decode, kChunkAsDecode)
                   : prefill;
   const StepBreakdown& chosen = decode < prefill ? as_decode : as_prefill;
   b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());

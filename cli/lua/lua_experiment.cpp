@@ -353,14 +353,14 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       lua_pop(L, 1);
       // A NaN breaks the waiting queue's order, and the sequences it loses are never run.
       if (!number || !std::isfinite(key))
-        throw Error("engines." + engine + ".policy.order returned " +
+        throw Error(p.order.where + "engines." + engine + ".policy.order returned " +
                     (number ? std::to_string(key) : "a non-number") + " for sequence " +
                     std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
                     "; it must return a finite number");
       return key;
     };
   if (p.admit)
-    policy.admit = [L, &p](const Sequence& s, const SchedulerView& v) {
+    policy.admit = [L, &p, engine](const Sequence& s, const SchedulerView& v) {
       p.admit.push();
       lua_pushinteger(L, lua_Integer(s.id));
       lua_pushinteger(L, s.num_tokens());
@@ -369,8 +369,14 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       lua_pushinteger(L, lua_Integer(v.num_waiting));
       lua_pushnumber(L, v.kv.block_utilisation());
       pcall(L, 6, 1);
+      // A forgotten return (nil) would refuse every admission, silently, until the engine is stuck.
+      const bool boolean = lua_isboolean(L, -1);
       const bool ok = lua_toboolean(L, -1);
+      const std::string got = luaL_typename(L, -1);
       lua_pop(L, 1);
+      if (!boolean)
+        throw Error(p.admit.where + "engines." + engine + ".policy.admit returned a " + got + " for sequence " +
+                    std::to_string(s.id) + "; it must return true (admit) or false (not yet)");
       return ok;
     };
   if (p.victim)

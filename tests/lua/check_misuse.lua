@@ -69,6 +69,19 @@ expect_error(function() return duet.run(refusing) end,
              "engine 'llm' is stuck with 1 waiting and 0 running sequences that cannot be scheduled: its KV pool " ..
              "%(%d+ blocks of 16 tokens, 0 in use%) is too small for them, or its admit policy refuses them")
 
+-- A policy's return value is checked and its error names the policy's line: an admit that returns
+-- nothing refused every admission, silently, until the engine was stuck; an order key that was not a
+-- number was reported at the workload's submit, not at the policy.
+local forgetful = config{workload = refusing.workload}
+forgetful.engines[1].policy = {admit = function() end}
+expect_error(function() return duet.run(forgetful) end,
+             "check_misuse.lua:%d+: engines.llm.policy.admit returned a nil for sequence %d+; it must return true " ..
+             "%(admit%) or false %(not yet%)")
+local wordy = config{workload = refusing.workload}
+wordy.engines[1].policy = {order = function() return "first" end}
+expect_error(function() return duet.run(wordy) end,
+             "check_misuse.lua:%d+: engines.llm.policy.order returned a non%-number for sequence %d+ of problem 1")
+
 -- duet.token_list: ids are non-negative 32-bit integers.
 expect_error(function() return duet.token_list{1, -5} end, "entry 2 is not a token id")
 expect_error(function() return duet.token_list{2 ^ 40} end, "entry 1 is not a token id")
@@ -285,5 +298,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 44, "checked " .. support.checked)
+assert(support.checked == 46, "checked " .. support.checked)
 print("misuse: ok")
