@@ -227,7 +227,8 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
 // What an extrapolation warning calls a prefill chunk priced as decode (below): the decode curve's
 // "group" is then the chunk's query rows per KV head.
 constexpr const char* kChunkAsDecode =
-    "attention of a chunk after its cached context, priced as decode with its query rows per KV head as the group";
+    "attention of a chunk after its cached context, priced as decode with its query rows per KV head "
+    "as the group";
 
 // The tables' prefill kernels start from an empty cache, so a few new tokens after a long cached
 // context would take their slowdown from a kernel of a few query rows and no keys, floor-bound

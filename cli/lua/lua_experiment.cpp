@@ -375,8 +375,9 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       const std::string got = luaL_typename(L, -1);
       lua_pop(L, 1);
       if (!boolean)
-        throw Error(p.admit.where + "engines." + engine + ".policy.admit returned a " + got + " for sequence " +
-                    std::to_string(s.id) + "; it must return true (admit) or false (not yet)");
+        throw Error(p.admit.where + "engines." + engine + ".policy.admit returned a " + got +
+                    " for sequence " + std::to_string(s.id) +
+                    "; it must return true (admit) or false (not yet)");
       return ok;
     };
   if (p.victim)
