@@ -2,9 +2,8 @@
 -- (huggingface/search-and-learn, beam_search.py): every iteration the active beams are repeated
 -- to `n` candidates, each candidate generates one reasoning step (stopping at "\n\n"; the last
 -- iteration runs to the end), the PRM scores every candidate, completed candidates leave the
--- pool, and the best n / beam_width of the rest survive. The search stops when n beams have
--- completed or after num_iterations; the answer is the completed beam with the best aggregated
--- score.
+-- pool, and the best n / beam_width of the rest survive. The search stops when no beam is left
+-- active or after num_iterations; the answer is the completed beam with the best aggregated score.
 local duet = require("duet")
 local S = require("workloads.search")
 local O = require("workloads.options")
@@ -18,14 +17,16 @@ local function solve(ctx, problem, o)
   local iterations = 0
   for it = 1, o.num_iterations do
     iterations = it
-    local specs = {}
+    local specs, last_of = {}, {}
     for i = 1, o.n do
       local parent = active[(i - 1) % #active + 1]
-      -- A duplicate repeats the previous sibling's step verbatim (same tokens, same quality).
-      local prev = specs[i - 1]
-      local dup = prev and prev.parent == parent and duet.uniform(o.seed, "dup", parent.key, i) < o.duplicate_rate
+      -- A duplicate repeats the previous sibling's step verbatim (same tokens, same quality, same
+      -- score). Siblings are not neighbours: candidates go to the beams in turn.
+      local prev = last_of[parent]
+      local dup = prev and duet.uniform(o.seed, "dup", parent.key, i) < o.duplicate_rate
       local key = dup and prev.key or (parent.key .. "." .. i)
       specs[i] = {parent = parent, no = i, key = key, same_as = dup and {step_key = key} or nil}
+      last_of[parent] = specs[i]
     end
     local children = S.expand_and_score(ctx, problem, specs, o, it == o.num_iterations)
     for _, parent in ipairs(active) do S.release(ctx, parent, o, false) end
@@ -47,7 +48,7 @@ local function solve(ctx, problem, o)
     for i, c in ipairs(candidates) do
       if i <= survivors then active[#active + 1] = c else S.release(ctx, c, o, true) end
     end
-    if #completed >= o.n or #active == 0 then break end
+    if #active == 0 then break end
   end
   for _, t in ipairs(active) do S.release(ctx, t, o, false) end
   local pool = #completed > 0 and completed or active

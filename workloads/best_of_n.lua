@@ -27,7 +27,6 @@ function M.workload(opts)
                                   filter_duplicates = "best-of-N has no beams", duplicate_rate = "best-of-N has no beams",
                                   priority_eviction = "best-of-N prunes nothing"})
   o.prm_mode = "full"
-  o.score_steps = true
   return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 

@@ -65,8 +65,9 @@ function S.options(opts, extra, unused)
   return o  -- not a tail call: the level counts this frame
 end
 
--- search-and-learn's beam search and DVTS keep n / beam_width beams (or subtrees): n must be a
--- multiple of beam_width. `level` as error()'s, seen from the caller.
+-- Beam search and DVTS keep n / beam_width beams (or subtrees): n must be a multiple of beam_width
+-- (search-and-learn checks it for DVTS only; its beam search would keep n // beam_width).
+-- `level` as error()'s, seen from the caller.
 function S.check_beams(o, level)
   if o.n % o.beam_width ~= 0 then
     error(string.format("search options n = %d and beam_width = %d: n must be a multiple of beam_width " ..
@@ -121,14 +122,14 @@ function S.generate(ctx, problem, parent, child_no, o, to_end, same_as)
 end
 
 -- Records a generated step; a finished answer (or a truncated step) completes the trajectory. A
--- request generated to the end holds every remaining step, not one: with o.score_steps each of
--- its steps that it finished ends where the PRM scores it (search-and-learn's best-of-N scores
--- every step of a sample), else the request is one step, scored at its end.
+-- request generated to the end holds every remaining step, not one: each of its steps that it
+-- finished ends where the PRM scores it, as search-and-learn's PRM splits a solution at every
+-- "\n\n" (a best-of-N sample, a beam search's last iteration).
 function S.step_done(child, result, o)
   child.len = result.num_tokens
   child.steps = child.to_end and math.max(child.target, child.steps + 1) or child.steps + 1
   child.new_ends = 1
-  if child.to_end and o.score_steps then
+  if child.to_end then
     local at = child.parent.len - 1
     for i = 1, #child.step_lengths - 1 do
       at = at + child.step_lengths[i]
@@ -141,33 +142,37 @@ function S.step_done(child, result, o)
   child.done = result.finish ~= "stop" or child.steps >= child.target
   if child.done then
     -- A solution cut off by max_tokens has no answer.
-    child.correct = result.finish == "stop" and prm_scores.correct(child.q, o.seed, child.key)
+    child.correct = result.finish == "stop" and prm_scores.correct(child.q, o.seed, child.step_key)
   end
 end
 
 -- The scores of a request's steps before its last: the trajectory's quality walks from its
 -- parent's to the child's (a Brownian bridge, so the last step's quality, and with it the answer's
 -- correctness and its score, are what they are when the request is scored at its end alone).
+-- Keyed by the step, as the quality is: a duplicate's identical text gets its twin's scores.
 local function inner_scores(child, o)
   local q, k = child.parent.q, child.new_ends
   for j = 1, k - 1 do
     local left = k - j + 1  -- steps from q to the child's quality
     q = q + (child.q - q) / left +
-        prm_scores.params.step_sd * math.sqrt((left - 1) / left) * duet.normal(o.seed, "bridge", child.key, j)
-    child.scores[#child.scores + 1] = prm_scores.step_score(q, o.seed, child.key .. ":" .. j)
+        prm_scores.params.step_sd * math.sqrt((left - 1) / left) * duet.normal(o.seed, "bridge", child.step_key, j)
+    child.scores[#child.scores + 1] = prm_scores.step_score(q, o.seed, child.step_key .. ":" .. j)
   end
 end
 
--- Submits the PRM request that scores a child's new steps (one, or with o.score_steps every step
--- of a request generated to the end); returns its id.
+-- Submits the PRM request that scores a child's new steps (one, or every step of a request
+-- generated to the end); returns its id.
 function S.score(ctx, problem, child, o)
   local prm, llm = O.engine(ctx, o, "prm"), O.engine(ctx, o, "llm")
   inner_scores(child, o)
-  local new_score = prm_scores.step_score(child.q, o.seed, child.key)
-  child.scores[#child.scores + 1] = new_score
+  child.scores[#child.scores + 1] = prm_scores.step_score(child.q, o.seed, child.step_key)
+  local positions, scores = {}, {}  -- the new steps' ends and scores
+  for i = #child.ends - child.new_ends + 1, #child.ends do
+    positions[#positions + 1], scores[#scores + 1] = child.ends[i], child.scores[i]
+  end
   if o.prm_mode == "incremental" then
     local parent = child.parent
-    local spec = {kind = "score", keep = true, scores = {new_score}}
+    local spec = {kind = "score", keep = true, score_positions = positions, scores = scores}
     if parent.prm then
       spec.parent = parent.prm
       spec.append = llm:tokens(child.llm, parent.len)
@@ -179,13 +184,7 @@ function S.score(ctx, problem, child, o)
   end
   -- Full re-scoring: the whole trajectory, with a score at every step end, unless the score
   -- cache already holds the earlier steps' scores.
-  local positions, scores = child.ends, child.scores
-  if o.score_cache then
-    positions, scores = {}, {}
-    for i = #child.ends - child.new_ends + 1, #child.ends do
-      positions[#positions + 1], scores[#scores + 1] = child.ends[i], child.scores[i]
-    end
-  end
+  if not o.score_cache then positions, scores = child.ends, child.scores end
   return prm:submit{kind = "score", prompt = llm:tokens(child.llm), score_positions = positions, scores = scores}
 end
 

@@ -16,16 +16,19 @@ local function solve(ctx, problem, o)
     ids[i] = samples[i].llm
   end
   local results = duet.await(ids)
-  local votes = {}
+  local votes, order = {}, {}  -- order: the answers as they first occur
   for i, s in ipairs(samples) do
     S.step_done(s, results[i], o)
     llm:release(s.llm)
     local answer = s.correct and 0 or 1 + math.floor(duet.uniform(o.seed, "distractor", s.key) * o.distractors)
+    if not votes[answer] then order[#order + 1] = answer end
     votes[answer] = (votes[answer] or 0) + 1
   end
+  -- A tie goes to the answer that occurred first, as search-and-learn's majority vote breaks it; not
+  -- to the right answer, which would make a vote of two as good as two tries.
   local winner, most = nil, -1
-  for answer = 0, o.distractors do
-    if (votes[answer] or 0) > most then winner, most = answer, votes[answer] or 0 end
+  for _, answer in ipairs(order) do
+    if votes[answer] > most then winner, most = answer, votes[answer] end
   end
   return {score = most / o.n, correct = winner == 0, iterations = 1, level = problem.level}
 end

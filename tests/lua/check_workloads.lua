@@ -41,6 +41,55 @@ end
 local last, least, prod = bon_score("last"), bon_score("min"), bon_score("prod")
 assert(least < last and prod < least, string.format("best-of-N mean score: last %.3f, min %.3f, prod %.3f",
                                                     last, least, prod))
+-- A self-consistency vote that ties goes to the answer given first (search-and-learn's majority
+-- vote), not to the right one: a vote of two is then as good as its first sample, not as two tries.
+local sc_of = function(n)
+  return accuracy_of(require("workloads.self_consistency").workload{problems = judged, n = n, seed = 3})
+end
+assert(sc_of(2) == sc_of(1), string.format("self-consistency: n = 2 %.3f, n = 1 %.3f", sc_of(2), sc_of(1)))
+
+-- Beam search, seen from S.expand_and_score (the one place every iteration passes through).
+local S = require("workloads.search")
+local expand = S.expand_and_score
+local function watch(opts, see)
+  S.expand_and_score = function(ctx, problem, specs, o, to_end)
+    local children = expand(ctx, problem, specs, o, to_end)
+    see(specs, children, to_end)
+    return children
+  end
+  local ok, err = pcall(run, require("workloads.beam_search").workload(opts))
+  S.expand_and_score = expand
+  assert(ok, err)
+end
+-- A duplicate repeats an earlier candidate of its parent, also when the candidates alternate between
+-- beams (every iteration after the first), and its identical step scores as its twin's.
+local later, unequal = 0, 0
+watch({problems = judged, n = 8, beam_width = 4, duplicate_rate = 0.5, seed = 1}, function(specs, children)
+  local by_key = {}
+  for i, c in ipairs(children) do
+    by_key[c.key] = c
+    if specs[i].same_as then
+      if c.parent.key:find("%.") then later = later + 1 end
+      local twin = by_key[c.step_key]
+      if twin.scores[#twin.scores] ~= c.scores[#c.scores] then unequal = unequal + 1 end
+    end
+  end
+end)
+assert(later > 0 and unequal == 0, string.format("duplicates after the first iteration %d, scored unlike their twin %d",
+                                                later, unequal))
+-- The last iteration, cut short by num_iterations, generates every remaining step in one request:
+-- the PRM scores each of them, as it splits a solution at every step.
+local checked = 0
+watch({problems = judged, n = 4, num_iterations = 2, agg = "min", prm_mode = "incremental", seed = 1},
+      function(_, children, to_end)
+  for _, c in ipairs(children) do
+    if to_end and c.done and c.steps == c.target then
+      assert(#c.scores == c.steps and #c.ends == c.steps, string.format("%d steps, %d scores", c.steps, #c.scores))
+      checked = checked + 1
+    end
+  end
+end)
+assert(checked > 0, "no trajectory ended at the last iteration")
 -- duet.run's seed draws the samples of a workload that names no seed of its own; one that does
 -- keeps its samples whatever the run's seed.
 local beam = require("workloads.beam_search")
@@ -130,6 +179,8 @@ expect_error(function() beam.workload{problems = problems, n = 16, beam_width = 
              "search options n = 16 and beam_width = 5: n must be a multiple of beam_width")
 expect_error(function() require("workloads.dvts").workload{problems = problems, n = 4, beam_width = 8} end,
              "n must be a multiple of beam_width")
+expect_error(function() require("workloads.dvts").workload{problems = problems, duplicate_rate = 0.2} end,
+             "search option duplicate_rate: DVTS models no duplicate candidates")
 expect_error(function() math500.load{limit = 0} end, "math500.load option limit: expected an integer >= 1, got 0")
 expect_error(function() math500.load{limt = 3} end, "unknown math500.load option 'limt'")
 expect_error(function() math500.load{levels = {6}} end, "math500.load option levels: expected a non%-empty list of levels 1 to 5")
@@ -174,7 +225,6 @@ ok, err = pcall(function()
 end)
 assert(not ok and tostring(err):find("check_workloads.lua:%d+: duet.run.workload: problems is empty: nothing to run"), tostring(err))
 -- A workload's own options in the older form {name = default}: checked against the default's type.
-local S = require("workloads.search")
 local function my_workload(opts)  -- as a workload module's M.workload calls it
   local o = S.options(opts, {depth = 2})
   return o
