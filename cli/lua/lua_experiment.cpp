@@ -370,14 +370,15 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       lua_pushnumber(L, v.kv.block_utilisation());
       pcall(L, 6, 1);
       // A forgotten return (nil) would refuse every admission, silently, until the engine is stuck.
-      const bool boolean = lua_isboolean(L, -1);
-      const bool ok = lua_toboolean(L, -1);
-      const std::string got = luaL_typename(L, -1);
-      lua_pop(L, 1);
-      if (!boolean)
+      if (!lua_isboolean(L, -1)) {
+        const std::string got = luaL_typename(L, -1);
+        lua_pop(L, 1);
         throw Error(p.admit.where + "engines." + engine + ".policy.admit returned a " + got +
                     " for sequence " + std::to_string(s.id) +
                     "; it must return true (admit) or false (not yet)");
+      }
+      const bool ok = lua_toboolean(L, -1);
+      lua_pop(L, 1);
       return ok;
     };
   if (p.victim)

@@ -46,7 +46,8 @@ assert(least < last and prod < least, string.format("best-of-N mean score: last 
 local sc_of = function(n)
   return accuracy_of(require("workloads.self_consistency").workload{problems = judged, n = n, seed = 3})
 end
-assert(sc_of(2) == sc_of(1), string.format("self-consistency: n = 2 %.3f, n = 1 %.3f", sc_of(2), sc_of(1)))
+local sc1, sc2 = sc_of(1), sc_of(2)
+assert(sc2 == sc1, string.format("self-consistency: n = 2 %.3f, n = 1 %.3f", sc2, sc1))
 
 -- Beam search, seen from S.expand_and_score (the one place every iteration passes through).
 local S = require("workloads.search")
