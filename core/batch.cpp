@@ -136,6 +136,7 @@ BatchShape shape_of(const StepRecord& r) {
 BatchShape shape_of(const Batch& batch) {
   BatchShape s;
   s.copies = static_cast<int>(batch.copies.size());
+  s.block_size = batch.block_size;
   for (const BatchItem& it : batch.items) {
     if (it.is_decode) add_decode(s, it.context_len);
     else add_prefill_chunk(s, it.num_new_tokens, it.context_len);

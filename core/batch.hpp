@@ -37,8 +37,11 @@ struct BatchShape {
   int decode_tokens = 0;
   int prefill_seqs = 0;
   int decode_seqs = 0;
-  int logit_rows = 0;                      // LM-head rows: one per sample, one per scored position
-  int copies = 0;                          // copy-on-write block copies
+  int logit_rows = 0;  // LM-head rows: one per sample, one per scored position
+  int copies = 0;      // copy-on-write block copies
+  // Tokens per KV block: a copy moves its whole block. Not in the steps table (the run's block_size
+  // is an attribute of its engine), so a shape read back from a record has 0 here.
+  int block_size = 0;
   std::int64_t decode_context_tokens = 0;  // KV tokens the decodes read
   // The same tokens with a block that several decodes read through the same leading blocks counted
   // once: beams forked from one parent, or requests that hit one cached prefix, read the shared

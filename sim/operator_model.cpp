@@ -302,7 +302,10 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
         kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
     b.sampling_s = elementwise(4.0 * s.logit_rows * m.vocab_size, eager);  // one pass over fp32 logits
   }
-  b.other_s += s.copies * elementwise(0, true);
+  // The step's copy-on-write copies are one kernel, launched before the forward and outside its graph
+  // (the CUDA engine's copy_blocks), that reads and writes each block in every layer.
+  if (s.copies > 0)
+    b.other_s += elementwise(2.0 * s.copies * s.block_size * double(m.kv_bytes_per_token()), true);
   if (!eager) b.other_s += gpu_.kernel_launch_s;  // the graph's one launch
   b.host_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(logical.prefill_seqs + logical.decode_seqs);
   return b;

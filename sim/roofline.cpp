@@ -63,7 +63,7 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& logical) const 
   const bool graph = graph_batch(p_, s) > 0;
   b.launch_s =
       graph ? gpu_.kernel_launch_s + kernels * p_.graph_kernel_gap_s : kernels * gpu_.kernel_launch_s;
-  b.launch_s += s.copies * gpu_.kernel_launch_s;
+  if (s.copies > 0) b.launch_s += gpu_.kernel_launch_s;  // one copy kernel for the step's copies
   b.cpu_s = p_.cpu_step_s + p_.cpu_per_seq_s * double(logical.prefill_seqs + logical.decode_seqs);
   return b;
 }

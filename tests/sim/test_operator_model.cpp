@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,29 @@ TEST(OperatorModel, PartsSumToTheStepAndAGemmIsItsRooflineScaledPlusAFloor) {
   const OperatorPoint o = gemm_point(gpu, 1, m.hidden_size, double(m.num_heads) * m.head_dim);
   EXPECT_NEAR(model.by_operator(one).per_layer_s[kOProj], 3e-6 + 1.5 * o.roofline_s, 1e-12);
   EXPECT_TRUE(model.by_operator(one).outside.empty());
+}
+
+// A step's copy-on-write copies are one eager kernel (the CUDA engine's copy_blocks) that reads and
+// writes each whole block in every layer: its bytes grow with the copies and the block size, its
+// launch does not.
+TEST(OperatorModel, AStepsCopiesAreOneKernelOverTheirBlocksBytes) {
+  const GpuSpec gpu = gpu_by_name("h100");
+  const ModelSpec m = model_by_name("llama-3.2-1b");
+  OperatorCostModel model(gpu, m, flat_prior("h100-sxm"));
+  BatchShape s{.decode_tokens = 8, .decode_seqs = 8, .logit_rows = 8, .decode_context_tokens = 8 * 256};
+  const double none = model.step_time(s);
+  auto copy_kernel_s = [&](int copies, int block_size) {
+    const double bytes = 2.0 * copies * block_size * double(m.kv_bytes_per_token());
+    return std::max(2e-6 + bytes / (gpu.hbm_bandwidth * 0.8), gpu.kernel_launch_s);
+  };
+  for (auto [copies, block_size] : {std::pair{1, 16}, {32, 16}, {32, 128}}) {
+    s.copies = copies;
+    s.block_size = block_size;
+    EXPECT_NEAR(model.step_time(s) - none, copy_kernel_s(copies, block_size), 1e-12)
+        << copies << " copies of " << block_size << "-token blocks";
+  }
+  EXPECT_LT(copy_kernel_s(32, 16), 32 * gpu.kernel_launch_s) << "not a launch per copy";
+  EXPECT_GT(copy_kernel_s(32, 128), copy_kernel_s(32, 16));
 }
 
 TEST(OperatorModel, EagerStepsPayAtLeastALaunchPerKernel) {

@@ -72,6 +72,18 @@ TEST(Roofline, LaunchesAndCpuOverheadAreCounted) {
   EXPECT_NEAR(pf.launch_s, (10.0 * k8B.num_layers + 4) * kH100.kernel_launch_s, 1e-12);
 }
 
+// The CUDA engine copies a step's copy-on-write blocks in one kernel, whatever their count.
+TEST(Roofline, AStepsCopiesAreOneLaunch) {
+  RooflineCostModel m(kH100, k8B);
+  BatchShape s = decode(8, 256);
+  const double none = m.breakdown(s).launch_s;
+  s.block_size = 16;
+  for (int copies : {1, 32}) {
+    s.copies = copies;
+    EXPECT_NEAR(m.breakdown(s).launch_s - none, kH100.kernel_launch_s, 1e-15) << copies << " copies";
+  }
+}
+
 // As the CUDA engine: decode-only batches up to its largest graph bucket replay a graph, larger
 // ones launch every kernel.
 TEST(Roofline, DecodeBeyondTheLargestGraphLaunchesEveryKernel) {
