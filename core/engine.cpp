@@ -9,8 +9,9 @@
 namespace duet {
 
 Engine::Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv,
-               Executor& executor, SchedulerPolicy policy)
+               Executor& executor, SchedulerPolicy policy, ForkKv fork_kv)
     : name_(std::move(name)),
+      fork_kv_(fork_kv),
       kv_(std::move(kv)),
       scheduler_(config, *kv_, std::move(policy)),
       executor_(executor) {}
@@ -47,7 +48,8 @@ void Engine::admit_or_forget(Sequence& seq) {
 Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   Sequence* src = find(src_id);
   if (!src) throw Error("engine '" + name_ + "': fork of unknown sequence " + std::to_string(src_id));
-  if (src->kv.blocks.empty() && src->num_computed_tokens > 0)
+  const bool shares = fork_kv_ == ForkKv::Share;
+  if (shares && src->kv.blocks.empty() && src->num_computed_tokens > 0)
     throw Error("engine '" + name_ + "': sequence " + std::to_string(src_id) + " no longer holds its KV");
   if (seqs_.count(child.id))
     throw Error("engine '" + name_ + "': sequence id " + std::to_string(child.id) + " is in use");
@@ -61,8 +63,9 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
   auto dst = std::make_unique<Sequence>(std::move(child));
   // A child that needs logits its parent has computed past (it appends nothing, so its last
   // token's; or it scores a position inside its parent) cannot take the parent's table: it starts
-  // afresh, and the prefix cache serves what it may. Likewise with no memory to copy into.
-  const bool recomputes = dst->num_computed_tokens > dst->max_prefix_hit_tokens();
+  // afresh, and the prefix cache serves what it may. Likewise with no memory to copy into, and
+  // always under ForkKv::PrefixCache.
+  const bool recomputes = !shares || dst->num_computed_tokens > dst->max_prefix_hit_tokens();
   if (recomputes || !kv_->fork(*src, *dst)) dst->num_computed_tokens = 0;
   Sequence& ref = *dst;
   seqs_.emplace(ref.id, std::move(dst));
@@ -131,7 +134,7 @@ void Engine::postprocess(StepOutcome& outcome, double start, double done) {
     if (reason != FinishReason::None) {
       seq.finish_reason = reason;
       seq.finish_time = done;
-      scheduler_.finish(seq, seq.keep_kv);
+      scheduler_.finish(seq, seq.keep_kv && fork_kv_ == ForkKv::Share);
       outcome.finished.push_back(&seq);
     }
   }

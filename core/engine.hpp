@@ -23,20 +23,33 @@ struct StepOutcome {
   std::vector<Sequence*> finished;  // in this step; still owned by the engine until release()
 };
 
+// How a fork's child gets its parent's KV.
+enum class ForkKv : std::uint8_t {
+  // The parent's blocks by reference, a private copy of the partly filled last block at the first
+  // write (copy-on-write): vLLM V0's block sharing for beams and parallel samples.
+  Share,
+  // None: the child is a new request with the whole history, which the prefix cache serves in
+  // whole blocks; the rest (the partly filled last block, the last token) is prefilled. vLLM V1 has
+  // no fork and runs a search so. A sequence kept to fork from keeps its tokens, not its KV: its
+  // blocks go back to the pool (the full ones cached) when it finishes, as a V1 request's do.
+  PrefixCache,
+};
+
 class Engine {
  public:
   Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv, Executor& executor,
-         SchedulerPolicy policy = {});
+         SchedulerPolicy policy = {}, ForkKv fork_kv = ForkKv::Share);
 
   const std::string& name() const { return name_; }
 
   // Takes a new sequence (tokens, kind, sampling, score positions set) and queues it.
   Sequence& add(Sequence seq, double now);
   // A new sequence that continues src: src's tokens followed by child.tokens, sharing src's KV
-  // blocks (copy-on-write). The child's id, kind, sampling and score positions (absolute) come
-  // from `child`. src must hold its KV: running, or finished with keep_kv. When the pool was short
-  // and took a kept sequence's KV back, the child is admitted as a new sequence and recomputes
-  // what the prefix cache no longer holds.
+  // blocks (copy-on-write; ForkKv::PrefixCache: a new sequence, served by the prefix cache). The
+  // child's id, kind, sampling and score positions (absolute) come from `child`. Sharing, src must
+  // hold its KV: running, or finished with keep_kv. When the pool was short and took a kept
+  // sequence's KV back, the child is admitted as a new sequence and recomputes what the prefix
+  // cache no longer holds.
   Sequence& fork(SeqId src, Sequence child, double now);
   // Drops a finished sequence (freeing KV it kept) or aborts a live one.
   void release(SeqId id);
@@ -62,6 +75,7 @@ class Engine {
   bool should_stop(const Sequence& seq, TokenId token) const;
 
   std::string name_;
+  ForkKv fork_kv_;
   std::unique_ptr<KvAllocator> kv_;
   // Before the scheduler: its running list links the sequences, so they must outlive it.
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;

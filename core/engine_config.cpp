@@ -14,6 +14,14 @@ AllocatorKind allocator_kind_from_name(const std::string& name) {
   throw Error("unknown allocator '" + name + "' (valid: paged, naive)");
 }
 
+ForkKv fork_kv_from_name(const std::string& name) {
+  if (name == "share") return ForkKv::Share;
+  if (name == "prefix_cache") return ForkKv::PrefixCache;
+  throw Error("unknown fork_kv '" + name + "' (valid: share, prefix_cache)");
+}
+
+const char* fork_kv_name(ForkKv fork_kv) { return fork_kv == ForkKv::Share ? "share" : "prefix_cache"; }
+
 void check_model_len(const EngineConfig& c) {
   // vLLM refuses a max_model_len beyond the model's context: positions past it have no trained
   // RoPE frequencies, and the run would price contexts the model cannot hold.
@@ -80,7 +88,7 @@ Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32
                        Executor& executor, SchedulerPolicy policy, std::shared_ptr<BlockPool> shared) {
   std::unique_ptr<KvAllocator> kv = make_allocator(c, m, model_id, std::move(shared));
   try {
-    return Engine(c.name, scheduler_config(c), std::move(kv), executor, std::move(policy));
+    return Engine(c.name, scheduler_config(c), std::move(kv), executor, std::move(policy), c.fork_kv);
   } catch (const Error& e) {  // the scheduler's checks of its configuration name no engine
     throw Error("engine '" + c.name + "': " + e.what());
   }

@@ -18,6 +18,8 @@ namespace duet {
 
 enum class AllocatorKind { Paged, Naive };
 AllocatorKind allocator_kind_from_name(const std::string& name);  // "paged", "naive"
+ForkKv fork_kv_from_name(const std::string& name);                // "share", "prefix_cache"
+const char* fork_kv_name(ForkKv fork_kv);
 
 struct EngineConfig {
   std::string name = "llm";
@@ -31,6 +33,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
   AllocatorKind allocator = AllocatorKind::Paged;
+  ForkKv fork_kv = ForkKv::Share;  // how a fork's child gets its parent's KV (core/engine.hpp)
   std::int64_t runtime_overhead_bytes = kDefaultRuntimeOverheadBytes;
   std::optional<std::int32_t> num_gpu_blocks_override;
   KvLimits limits;  // shared pool: the floor and ceiling on the pages this engine holds

@@ -42,6 +42,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     e["enable_prefix_caching"] = c.enable_prefix_caching;
     e["enable_chunked_prefill"] = c.enable_chunked_prefill;
     e["allocator"] = c.allocator == AllocatorKind::Paged ? "paged" : "naive";
+    e["fork_kv"] = fork_kv_name(c.fork_kv);
     config["engines"][c.name] = e;
     const std::string p = c.name + ".";
     m.text.emplace_back(p + "model", c.model.name);
@@ -52,6 +53,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     m.numbers.emplace_back(p + "enable_prefix_caching", c.enable_prefix_caching ? 1.0 : 0.0);
     m.numbers.emplace_back(p + "enable_chunked_prefill", c.enable_chunked_prefill ? 1.0 : 0.0);
     m.text.emplace_back(p + "allocator", e["allocator"].get<std::string>());
+    m.text.emplace_back(p + "fork_kv", e["fork_kv"].get<std::string>());
   }
   m.text.emplace_back("config_json", config.dump());
   return m;

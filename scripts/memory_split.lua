@@ -1,6 +1,7 @@
 -- The thesis's memory-split sweep: the generator's gpu_memory_utilization from 0.08 to 0.5, the
 -- rest (up to 0.9 of the GPU) for the PRM, and beam-search throughput at each point.
 --   duet run scripts/memory_split.lua [-- --problems 100 --prm-mode full --cost-model roofline]
+--   duet run scripts/memory_split.lua -- --fork-kv prefix_cache    forks as vLLM V1 runs them
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
@@ -13,7 +14,7 @@ local beam_search = require("workloads.beam_search")
 -- is a cache, not a reservation) and the PRM's prefix cache thrashes at 0.5: throughput is flat up
 -- to 0.45 and falls beyond.
 local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
-                       n = 16, concurrency = 256, cost_model = "auto"}
+                       n = 16, concurrency = 256, cost_model = "auto", fork_kv = "share"}
 local problems = math500.load{limit = args.problems}
 
 local results = duet.sweep{
@@ -24,8 +25,9 @@ local results = duet.sweep{
       gpu = args.gpu,
       cost_model = args.cost_model,
       engines = {
-        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util},
-        {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util},
+        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util, fork_kv = args.fork_kv},
+        {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util,
+         fork_kv = args.fork_kv},
       },
       workload = beam_search.workload{problems = problems, n = args.n, beam_width = 4, prm_mode = args.prm_mode,
                                       score_cache = args.score_cache, seed = args.seed},
@@ -35,8 +37,8 @@ local results = duet.sweep{
   end,
 }
 
-print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s", #problems, args.prm_mode,
-                    args.gpu, args.cost_model))
+print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s, fork_kv %s", #problems,
+                    args.prm_mode, args.gpu, args.cost_model, args.fork_kv))
 print(string.format("%8s %8s %10s %10s %12s %10s %10s %8s", "llm", "prm", "llm blks", "prm blks", "problems/s",
                     "llm tok/s", "prm hit%", "prm evict"))
 for _, r in ipairs(results) do

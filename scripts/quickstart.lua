@@ -2,12 +2,13 @@
 -- Llama-3.2-1B generating and the Llama-3.1-8B PRM scoring, both on one simulated H100.
 --   duet run scripts/quickstart.lua                    all 500 problems
 --   duet run scripts/quickstart.lua -- --problems 8    a quick look
+--   duet run scripts/quickstart.lua -- --fork-kv prefix_cache    forks as vLLM V1 runs them
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
 local args = duet.args{problems = 500, gpu = "h100", llm_util = 0.3, prm_util = 0.6, tiny = false,
-                       prm_mode = "incremental", concurrency = 128, seed = 0}
+                       prm_mode = "incremental", concurrency = 128, seed = 0, fork_kv = "share"}
 
 local llm_model, prm_model = "llama-3.2-1b", "llama-3.1-8b"
 -- The tiny model (models/tiny-llama) runs on the CPU backend with dummy weights; its pools are
@@ -24,9 +25,9 @@ local result = duet.run{
   gpu = args.gpu,
   engines = {
     {name = "llm", model = llm_model, gpu_memory_utilization = args.llm_util, max_num_seqs = 256,
-     num_gpu_blocks_override = blocks},
+     num_gpu_blocks_override = blocks, fork_kv = args.fork_kv},
     {name = "prm", model = prm_model, gpu_memory_utilization = args.prm_util, max_num_seqs = 256,
-     num_gpu_blocks_override = blocks},
+     num_gpu_blocks_override = blocks, fork_kv = args.fork_kv},
   },
   workload = beam_search.workload{problems = problems, n = 4, beam_width = 4, num_iterations = 40,
                                   prm_mode = args.prm_mode, seed = args.seed},

@@ -118,6 +118,8 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
   const std::string allocator = t.string("allocator").value_or("paged");
   c.allocator = t.checked("allocator", [&] { return allocator_kind_from_name(allocator); });
+  const std::string fork_kv = t.string("fork_kv").value_or("share");
+  c.fork_kv = t.checked("fork_kv", [&] { return fork_kv_from_name(fork_kv); });
   if (auto n = t.int32("num_gpu_blocks_override")) c.num_gpu_blocks_override = std::int32_t(*n);
   ex.cost_models.push_back(t.string("cost_model").value_or(default_cost));
   t.checked("cost_model", [&] { return check_cost_model_name(ex.cost_models.back()); });

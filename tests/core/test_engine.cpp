@@ -156,6 +156,45 @@ TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {
   EXPECT_EQ(r.engine.kv().usage().used_blocks, 0);
 }
 
+// vLLM V1's way (ForkKv::PrefixCache): a kept sequence's blocks go back to the pool when it
+// finishes (its full ones cached), and a fork is a new request with the whole history: it hits the
+// full blocks, prefills the rest (the partly filled last block) and copies nothing.
+TEST(Engine, AForkThroughThePrefixCacheHitsWholeBlocksAndPrefillsTheRest) {
+  ScriptedExecutor exec;
+  Engine engine("llm", {.max_num_seqs = 16, .max_num_batched_tokens = 64},
+                std::make_unique<KvCacheManager>(KvCacheConfig{64, 4, true}), exec, {}, ForkKv::PrefixCache);
+  Sequence& parent = engine.add(prompt(1, 6, 1), 0);  // 6 prompt + 1 output = 7 tokens
+  parent.keep_kv = true;
+  while (engine.has_work()) engine.step(0);
+  ASSERT_TRUE(parent.finished());
+  EXPECT_TRUE(parent.kv.blocks.empty()) << "kept for its tokens, not its KV";
+  EXPECT_EQ(engine.kv().usage().used_blocks, 0);
+  const std::int64_t queried = engine.kv().counters().query_tokens;
+  for (SeqId id = 10; id < 12; ++id) {
+    Sequence child;
+    child.id = id;
+    child.tokens = {TokenId(40 + id), 51};  // children that differ after their parent
+    child.sampling.max_tokens = 2;
+    Sequence& c = engine.fork(1, child, 0);
+    EXPECT_EQ(c.num_tokens(), 9);
+    EXPECT_EQ(c.num_computed_tokens, 0);
+  }
+  const StepOutcome o = engine.step(0);
+  ASSERT_EQ(o.batch.items.size(), 2u);
+  for (const BatchItem& it : o.batch.items) {
+    EXPECT_EQ(it.context_len, 4) << "the parent's one full block";
+    EXPECT_EQ(it.num_new_tokens, 5);
+    EXPECT_FALSE(it.is_decode);
+  }
+  EXPECT_GT(engine.kv().counters().query_tokens, queried) << "a V1 child's history is a prefix query";
+  while (engine.has_work()) engine.step(0);
+  EXPECT_EQ(exec.copies, 0);
+  for (SeqId id = 10; id < 12; ++id) EXPECT_EQ(engine.find(id)->num_output_tokens(), 2);
+  engine.release(1);
+  for (SeqId id = 10; id < 12; ++id) engine.release(id);
+  EXPECT_EQ(engine.kv().usage().used_blocks, 0);
+}
+
 // A beam's first step after its fork feeds one token (its parent's last) over the forked context:
 // a decode in shape, as vLLM V1 runs it (decode attention, a CUDA graph), while a one-token prompt
 // has no context to decode over.
@@ -445,6 +484,7 @@ struct TreeCase {
   std::uint64_t seed = 0;
   bool naive = false;
   bool caching = true;
+  ForkKv fork_kv = ForkKv::Share;
   int block_size = 4;
   int max_num_seqs = 8;
   int max_num_batched_tokens = 32;
@@ -485,7 +525,7 @@ TreeRun grow_tree(const TreeCase& c, int max_model_len, int blocks, bool check) 
                 {.max_num_seqs = c.max_num_seqs,
                  .max_num_batched_tokens = c.max_num_batched_tokens,
                  .max_model_len = max_model_len},
-                std::move(kv), exec);
+                std::move(kv), exec, {}, c.fork_kv);
   std::map<SeqId, std::string> path;
   std::map<SeqId, int> depth, open_children;
   std::map<SeqId, SeqId> parent_of;
@@ -596,6 +636,7 @@ TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLonges
     c.seed = seed;
     c.naive = between(0, 9) == 0;
     c.caching = !c.naive && between(0, 3) > 0;
+    c.fork_kv = between(0, 2) == 0 ? ForkKv::PrefixCache : ForkKv::Share;
     c.block_size = std::array{1, 4, 16}[std::size_t(between(0, 2))];
     c.max_num_seqs = between(1, 16);
     c.max_num_batched_tokens = std::max(between(4, 64), c.max_num_seqs);  // at least max_num_seqs
@@ -605,9 +646,10 @@ TEST(EngineProperty, RandomTreesOfKeptSequencesFinishOnAnyPoolThatHoldsTheLonges
     const int per_seq = (len + c.block_size - 1) / c.block_size;
     const int blocks = c.naive ? per_seq * between(1, 3) : between(per_seq, 3 * per_seq);
     const std::string what = "seed " + std::to_string(seed) + (c.naive ? " naive" : " paged") + ", caching " +
-                             std::to_string(c.caching) + ", block_size " + std::to_string(c.block_size) +
-                             ", " + std::to_string(blocks) + " blocks (longest " + std::to_string(len) +
-                             " tokens)";
+                             std::to_string(c.caching) +
+                             (c.fork_kv == ForkKv::Share ? ", share" : ", prefix_cache") + ", block_size " +
+                             std::to_string(c.block_size) + ", " + std::to_string(blocks) +
+                             " blocks (longest " + std::to_string(len) + " tokens)";
     const TreeRun small = grow_tree(c, len, blocks, true);
     ASSERT_EQ(small.error, "") << what;
     const TreeRun large = grow_tree(c, len, per_seq * 200, false);
