@@ -14,6 +14,7 @@ Needs only h5py, numpy and pandas (Debian: python3-h5py python3-pandas).
 """
 import contextlib
 import json
+import os
 import sys
 
 import h5py
@@ -154,6 +155,9 @@ def load_run(path, group=None, tables=True):
             raise KeyError(f"{path}: {group}: no such group")
         run = f[group]
         version = run.attrs.get(VERSION_ATTR)
+        if "/failed/" in group and "error" in run.attrs:
+            raise ValueError(f"{path}: {group}: the sweep point failed, so it has no run: "
+                             f"{_plain(run.attrs['error'])}")
         if "incomplete" in run.attrs:
             raise ValueError(f"{path}: {group}: the run stopped before it finished "
                              f"({_plain(run.attrs['incomplete'])}); its tables hold what was recorded until then")
@@ -175,6 +179,18 @@ def load_run(path, group=None, tables=True):
             # Search workloads (duet run) add one row per problem.
             "problems": pd.DataFrame(run["problems"][()]) if tables and "problems" in run else None,
         }
+
+
+def input_path(env, default, root):
+    """A notebook's input file: the environment variable `env`, else `default` in the repository
+    `root`. A relative value is taken from the notebook's own folder (the kernel's working
+    directory) when it is there, else from the root, where the README's commands run."""
+    value = os.environ.get(env)
+    if not value:
+        return os.path.join(root, default)
+    if os.path.isabs(value) or os.path.exists(value):
+        return value
+    return os.path.join(root, value)
 
 
 def with_enum_names(requests, enums):

@@ -20,10 +20,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
 
 
-def memory_split(table, total=0.9):
-    """Problems/s against the LLM's gpu_memory_utilization (the PRM has `total` minus it), with
-    both models' tokens/s below it (the thesis's figure 6.1)."""
-    t = table.sort_values("point.llm_util").reset_index(drop=True)
+def finished_points(table):
+    """A sweep_table without its failed points (which have no numbers)."""
+    return table[~table["failed"]] if "failed" in table else table
+
+
+def memory_split(table, total=None):
+    """Problems/s against the LLM's gpu_memory_utilization (the PRM has `total` minus it; default:
+    the two shares of a finished point), with both models' tokens/s below it (the thesis's figure
+    6.1). A failed point is a dotted red line across the panels, not a point."""
+    finished = finished_points(table)
+    failed = table.drop(finished.index)
+    t = finished.sort_values("point.llm_util").reset_index(drop=True)
+    if total is None and len(t):
+        total = round(float(t["llm.gpu_memory_utilization"].iloc[0] + t["prm.gpu_memory_utilization"].iloc[0]), 6)
     data = pd.DataFrame({
         "llm_util": t["point.llm_util"], "problems_per_s": t["problems_per_s"],
         "llm_tokens_per_s": t["llm.generated_tokens_per_s"],
@@ -36,13 +46,21 @@ def memory_split(table, total=0.9):
     for ax, (column, label, color, scale) in zip(axes, panels):
         ax.plot(data["llm_util"], data[column] / scale, "o-", color=color)
         ax.set_ylabel(label)
+        for u in failed["point.llm_util"]:
+            ax.axvline(u, color="tab:red", ls=":", lw=1)
+    if len(failed):
+        axes[0].annotate(f"{len(failed)} failed point{'s' if len(failed) > 1 else ''} (dotted)",
+                         (0.01, 0.04), xycoords="axes fraction", color="tab:red", fontsize=8)
     for _, row in data[data["llm_preemptions"] > 0].iterrows():
         axes[0].annotate(f"{int(row['llm_preemptions'])} LLM preemptions", (row["llm_util"], row["problems_per_s"]),
                          textcoords="offset points", xytext=(8, -4), fontsize=8)
-    worst = data.loc[data["prm_evictions"].idxmax()]
-    axes[2].annotate(f"{int(worst['prm_evictions'])} PRM blocks evicted", (worst["llm_util"], worst["prm_tokens_per_s"] / 1e3),
-                     textcoords="offset points", xytext=(-150, 0), fontsize=8)
-    axes[-1].set_xlabel(f"LLM gpu_memory_utilization (the PRM has {total} minus it)")
+    if len(data) and data["prm_evictions"].max() > 0:
+        worst = data.loc[data["prm_evictions"].idxmax()]
+        axes[2].annotate(f"{int(worst['prm_evictions'])} PRM blocks evicted",
+                         (worst["llm_util"], worst["prm_tokens_per_s"] / 1e3),
+                         textcoords="offset points", xytext=(-150, 0), fontsize=8)
+    share = "" if total is None else f" (the PRM has {total:g} minus it)"
+    axes[-1].set_xlabel("LLM gpu_memory_utilization" + share)
     axes[0].set_title("Beam-search throughput against the memory split")
     fig.tight_layout()
     return fig, data
@@ -72,21 +90,26 @@ def kv_blocks(steps, total_blocks, title):
 
 
 def heatmap(table, value, title, rows="point.max_num_seqs", columns="point.max_num_batched_tokens"):
-    """`value` over a two-parameter sweep, as an annotated heatmap (the thesis's figures 6.4, 6.5)."""
-    data = table.pivot_table(index=rows, columns=columns, values=value, aggfunc="first").sort_index()
+    """`value` over a two-parameter sweep, as an annotated heatmap (the thesis's figures 6.4, 6.5).
+    A failed point keeps its cell, blank and marked "failed"."""
+    data = table.pivot_table(index=rows, columns=columns, values=value, aggfunc="first", dropna=False).sort_index()
+    data = data.reindex(index=sorted(table[rows].unique()), columns=sorted(table[columns].unique()))
     fig, ax = plt.subplots(figsize=(6, 4))
-    image = ax.imshow(data.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
+    image = ax.imshow(np.ma.masked_invalid(data.to_numpy(dtype=float)), cmap="viridis", aspect="auto", origin="lower")
     ax.set_xticks(range(len(data.columns)), [str(int(c)) for c in data.columns])
     ax.set_yticks(range(len(data.index)), [str(int(i)) for i in data.index])
     ax.set_xlabel(columns.removeprefix("point."))
     ax.set_ylabel(rows.removeprefix("point."))
     ax.grid(False)
-    top = np.nanmax(data.to_numpy())
     for i in range(data.shape[0]):
         for j in range(data.shape[1]):
             v = data.iat[i, j]
+            if np.isnan(v):
+                ax.text(j, i, "failed", ha="center", va="center", fontsize=8, color="tab:red")
+                continue
+            # Dark text on the colour map's light end (viridis is light at its top).
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
-                    color="black" if v > 0.7 * top else "white")
+                    color="black" if image.norm(v) > 0.6 else "white")
     fig.colorbar(image, ax=ax, label=value.replace("_per_s", "/s").replace("_", " "))
     ax.set_title(title)
     fig.tight_layout()
@@ -114,8 +137,9 @@ def latency_cdfs(requests):
     return fig, data
 
 
-def queue_and_kv(steps, total_blocks):
-    """Waiting and running sequences, and KV utilisation, against the run's clock."""
+def queue_and_kv(steps, total_blocks, backend="sim"):
+    """Waiting and running sequences, and KV utilisation, against the run's clock (the run's
+    `backend` attribute says which: simulated, or a real engine's)."""
     data = pd.DataFrame({"start_s": steps["start_s"], "num_waiting": steps["num_waiting"],
                          "num_running": steps["num_running"], "kv_utilisation": steps["kv_blocks_used"] / total_blocks})
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True)
@@ -126,7 +150,7 @@ def queue_and_kv(steps, total_blocks):
     bottom.plot(data["start_s"], 100 * data["kv_utilisation"], lw=0.8, color="tab:green")
     bottom.set_ylabel("KV blocks in use (%)")
     bottom.set_ylim(0, 105)
-    bottom.set_xlabel("simulated time (s)")
+    bottom.set_xlabel("simulated time (s)" if backend == "sim" else f"time on the {backend} engine (s)")
     fig.suptitle("Queue and KV cache over the run")
     fig.tight_layout()
     return fig, data
@@ -224,7 +248,8 @@ def allocator_comparison(runs):
     width = 0.8 / len(allocators)
     for ax, (column, label, scale) in zip(axes, panels):
         for k, allocator in enumerate(allocators):
-            part = data[data["allocator"] == allocator].set_index("concurrency").loc[sizes]
+            # A point that failed (or another shard's) has no bar.
+            part = data[data["allocator"] == allocator].set_index("concurrency").reindex(sizes)
             ax.bar(np.arange(len(sizes)) + k * width, scale * part[column], width, label=allocator)
         ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, [str(int(c)) for c in sizes])
         ax.set_xlabel("problems in flight")

@@ -21,18 +21,25 @@ local function config(target, seqs, tokens)
 end
 
 local all = {}
+local seqs, tokens = {32, 64, 128, 256, 512}, {2048, 4096, 8192, 16384}
 for _, target in ipairs{"llm", "prm"} do
   local results = duet.sweep{
     label = "batch_params_" .. target,
-    grid = {max_num_seqs = {32, 64, 128, 256, 512}, max_num_batched_tokens = {2048, 4096, 8192, 16384}},
+    grid = {max_num_seqs = seqs, max_num_batched_tokens = tokens},
     run = function(p) return config(target, p.max_num_seqs, p.max_num_batched_tokens) end,
   }
+  -- A failed point is left out of the list (results.failed has it): find each by its grid index.
+  local by_index = {}
+  for _, r in ipairs(results) do by_index[r.index] = r end
   print(string.format("%s: problems/s by max_num_seqs (rows) x max_num_batched_tokens (columns)", target))
   print(string.format("%8s %10s %10s %10s %10s", "", "2048", "4096", "8192", "16384"))
   -- Grid keys vary in sorted order, the last fastest: index = (tokens index - 1) * 5 + seqs index.
-  for row = 1, 5 do
-    local line = string.format("%8d", results[row].point.max_num_seqs)
-    for col = 1, 4 do line = line .. string.format(" %10.3f", results[(col - 1) * 5 + row].result.problems_per_s) end
+  for row = 1, #seqs do
+    local line = string.format("%8d", seqs[row])
+    for col = 1, #tokens do
+      local r = by_index[(col - 1) * #seqs + row]
+      line = line .. (r and string.format(" %10.3f", r.result.problems_per_s) or string.format(" %10s", "failed"))
+    end
     print(line)
   end
   all[target] = results

@@ -241,6 +241,7 @@ void LuaWorkload::complete(Task& task) {
   r.start_s = task.start_s;
   r.finish_s = rt_->now();
   r.requests = task.requests;
+  for (auto [id, e] : task.live) count_aborted(task, e, id);
   r.generated_tokens = task.generated;
   if (lua_gettop(co) >= 1) read_solution(co, r);
   results_.push_back(r);
@@ -253,6 +254,11 @@ void LuaWorkload::complete(Task& task) {
   luaL_unref(L_, LUA_REGISTRYINDEX, task.thread_ref);
   tasks_.erase(co);
   fill();
+}
+
+void LuaWorkload::count_aborted(Task& task, int engine, SeqId id) {
+  if (const Sequence* s = rt_->engine(engine).find(id))
+    task.generated += s->kind == SeqKind::Generate ? s->num_output_tokens() : 0;
 }
 
 // solve()'s return value {score, correct, iterations, level}: each field optional, nil (or no
@@ -634,6 +640,7 @@ int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
   if (holder != engine)
     throw Error(where(co) + name + ":release: sequence " + std::to_string(id) + " is " +
                 engines_[std::size_t(holder)].name + "'s, not " + name + "'s");
+  if (task.live.count(id)) count_aborted(task, engine, id);
   task.live.erase(id);
   task.finished.erase(id);
   owner_.erase(id);

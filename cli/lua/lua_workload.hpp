@@ -86,6 +86,9 @@ class LuaWorkload final : public Workload {
   void resume(Task& task, int nargs);
   void push_results(Task& task, lua_State* co);
   void complete(Task& task);
+  // A live sequence released before it finished (aborted): what it generated counts for its problem,
+  // as in its engine's totals.
+  void count_aborted(Task& task, int engine, SeqId id);
   void read_solution(lua_State* co, ProblemRecord& r);
   void fill();
   Task& task_of(lua_State* co);

@@ -14,13 +14,14 @@
 --            the shared pool; from 0.6 on, the PRM's static share cannot hold one scored trajectory.
 --              duet validate scripts/validation/beam_cpu.lua --backend cpu -- --sweeps pool \
 --                --prm-model models/small-llama/config.json
+-- --fork-kv prefix_cache forks as vLLM V1 runs a search (docs/lua-api.md, fork_kv).
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
 local args = duet.args{model = "models/tiny-llama/config.json", prm_model = "", problems = 6, concurrency = 6, n = 4,
                        beam_width = 2, iterations = 6, pool = 768, pages = 320, llm_block = 16,
-                       sweeps = "memory,batching", seed = 0}
+                       sweeps = "memory,batching", seed = 0, fork_kv = "share"}
 local prm_model = args.prm_model ~= "" and args.prm_model or args.model
 local problems = math500.load{limit = args.problems}
 
@@ -29,7 +30,7 @@ local function config(label, llm_blocks, prm_blocks, seqs, tokens, block_sizes)
   local function engine(name, model, blocks)
     return {name = name, model = model, gpu_memory_utilization = 0.4, num_gpu_blocks_override = blocks,
             max_num_seqs = seqs, max_num_batched_tokens = tokens, max_model_len = 4096,
-            block_size = block_sizes and block_sizes[name]}
+            block_size = block_sizes and block_sizes[name], fork_kv = args.fork_kv}
   end
   return {label = label, gpu = "h100", concurrency = args.concurrency, seed = args.seed, progress = false,
           engines = {engine("llm", args.model, llm_blocks), engine("prm", prm_model, prm_blocks)},

@@ -43,6 +43,25 @@ except KeyError as error:
 groups = duet_h5.list_runs(sweep)
 assert duet_h5.load_run(sweep, groups[1], tables=False)["group"] == groups[1]
 
+# A sweep point that failed has no run: load_run says so, with the point's error.
+failing = os.path.join(out, "failing.lua")
+with open(failing, "w") as f:
+    f.write("""duet.sweep{grid = {util = {0.2, 0.3}}, run = function(p)
+  if p.util > 0.25 then error("point refused on purpose") end
+  return {progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.util}},
+          workload = {problems = {{}}, solve = function(ctx) return {score = 0} end}}
+end}
+""")
+failed_h5 = os.path.join(out, "failed.h5")
+assert subprocess.run([duet, "run", failing, "--no-progress", "--out", failed_h5], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL, cwd=source).returncode == 3
+(failed_group,) = duet_h5.failed_points(failed_h5)
+try:
+    duet_h5.load_run(failed_h5, failed_group)
+    sys.exit("load_run read a failed point")
+except ValueError as error:
+    assert "the sweep point failed" in str(error) and "point refused on purpose" in str(error), error
+
 # A run that stopped before it finished: the error gives the reason it recorded.
 stopped = os.path.join(out, "stopped.h5")
 subprocess.run([duet, "simulate", "--trace", "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",

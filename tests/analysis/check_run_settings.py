@@ -4,21 +4,10 @@ differ only there must be told apart by their attributes.
 
     check_run_settings.py DUET OUT_DIR
 """
-import os
-import subprocess
-import sys
+import lua_run
 
-try:
-    import h5py
-except ImportError as error:
-    print(f"SKIP: needs h5py ({error})")
-    sys.exit(0)
-
-duet, out = sys.argv[1], sys.argv[2]
-os.makedirs(out, exist_ok=True)
-script, h5 = os.path.join(out, "settings.lua"), os.path.join(out, "settings.h5")
-with open(script, "w") as f:
-    f.write("""local function run(extra)
+h5py, duet, out = lua_run.setup()
+h5 = lua_run.run(duet, out, "settings", """local function run(extra)
   local cfg = {progress = false, concurrency = 2,
     engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3},
                {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.5}},
@@ -36,7 +25,6 @@ duet.sweep{grid = {setup = {"defaults", "ordered", "partly"}}, run = function(p)
   return run{arbiter = "priority", arbiter_priority = {"prm", "llm"}, batching = "fixed"}
 end}
 """)
-subprocess.run([duet, "run", script, "--no-progress", "--out", h5], check=True, stdout=subprocess.DEVNULL)
 with h5py.File(h5, "r") as f:
     points = f["sweeps/0000/points"]
     defaults, ordered, partly = (points[name].attrs for name in sorted(points))
