@@ -2,7 +2,8 @@
 # Regenerates the figures: runs the experiment scripts, then executes every notebook in
 # analysis/notebooks headless on their files, which write their figures as PNG.
 #   scripts/figures.sh              full sizes (about a minute on 2 cores); PNGs to docs/figures/
-#   scripts/figures.sh --small DIR  the scripts at --problems 8 (the tests' size); files and PNGs in DIR
+#   scripts/figures.sh --small DIR  the scripts at --problems 8 (the tests' size); files and PNGs in DIR;
+#                                   and two notebooks on sweeps with failed points
 # Needs python3-matplotlib, jupyter-nbconvert and python3-ipykernel (scripts/setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,5 +78,21 @@ if [ "$small" = 1 ]; then
 fi
 notebook trace_replay DUET_RUN="$data/azure.h5"
 notebook paged_vs_naive DUET_RUN="$data/paged_vs_naive.h5"
+if [ "$small" = 1 ]; then
+  # Sweeps whose memory cannot hold some points (duet run exits 3): the notebooks draw the points
+  # that finished and mark the failed ones.
+  failing() {  # failing SCRIPT OUT [script args]
+    local script=$1 out=$2 status=0
+    shift 2
+    "$duet" run "scripts/$script.lua" --out "$data/$out.h5" --no-progress -- "$@" >"$data/$out.txt" 2>&1 || status=$?
+    [ "$status" = 3 ] || { cat "$data/$out.txt" >&2; echo "figures: $script exited $status, not 3 (failed points)" >&2; exit 1; }
+  }
+  failing memory_split memory_split_failed --problems 8 --total 0.55
+  failing batch_params batch_params_failed --problems 8 --prm-util 0.21
+  failing paged_vs_naive paged_vs_naive_failed --problems 8 --llm-util 0.04 --max-model-len 3072
+  notebook thesis_figures:thesis_figures_failed DUET_FIGURES= DUET_MEMORY_SPLIT="$data/memory_split_failed.h5" \
+    DUET_KV_BLOCKS="$data/kv_blocks.h5" DUET_BATCH_PARAMS="$data/batch_params_failed.h5"
+  notebook paged_vs_naive:paged_vs_naive_failed DUET_FIGURES= DUET_RUN="$data/paged_vs_naive_failed.h5"
+fi
 notebook search DUET_RUN="$data/quickstart.h5" DUET_RUN_FULL="$data/quickstart_full.h5"
 echo "figures: $(ls "$figures" | wc -l) PNGs in $figures"
