@@ -675,15 +675,21 @@ RunData read_run_group(const H5::H5File& file, const std::string& group, Where& 
 }
 
 // Depth first; the depth bound stops a corrupted file whose links form a cycle.
+// `skip_damaged`: a child group that cannot be read (a full disk's last group) is passed over
+// instead of failing the walk.
 void collect_runs(const H5::Group& group, const std::string& path, int depth, std::vector<std::string>& runs,
-                  Where& where) {
+                  Where& where, bool skip_damaged = false) {
   where.object = path;
   if (depth > 64) where.fail("groups nested too deeply (a cycle of links?)");
   if (group.attrExists(kVersionAttr)) runs.push_back(path);
   for (hsize_t i = 0; i < group.getNumObjs(); ++i) {
     const std::string name = group.getObjnameByIdx(i);
-    if (group.childObjType(name) == H5O_TYPE_GROUP)
-      collect_runs(group.openGroup(name), join(path, name), depth + 1, runs, where);
+    try {
+      if (group.childObjType(name) == H5O_TYPE_GROUP)
+        collect_runs(group.openGroup(name), join(path, name), depth + 1, runs, where, skip_damaged);
+    } catch (const H5::Exception&) {
+      if (!skip_damaged) throw;
+    }
   }
 }
 
@@ -1004,18 +1010,52 @@ void RunFileWriter::close() {
 namespace {
 
 // A file whose runs cannot all be read back (a full disk can leave one that opens but holds a
-// damaged heap) is removed, so that none is left behind; true if it was.
-bool remove_unreadable(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return false;
+// damaged heap, in the group it was writing) is not left at `path`: --resume and duet merge would
+// refuse it. Where some of its runs still read (a sweep's finished points), it moves to
+// PATH.damaged, so that nothing recorded is lost; where none does, it is removed. What happened,
+// for the error message; empty when the file reads whole (or is absent).
+// The runs of a file that can still be reached, past the groups that cannot be read; none when
+// the file does not open.
+std::vector<std::string> reachable_runs(const std::string& path) {
+  std::vector<std::string> runs;
+  Where where{path, ""};
   try {
-    // Every group visited and every run read: a file that opens can still hold a damaged heap.
-    for (const std::string& group : list_runs(path)) read_run(path, group);
-    return false;
+    guarded(where, [&] {
+      const H5::H5File file = open_for_reading(path, where);
+      collect_runs(file.openGroup("/"), "/", 0, runs, where, true);
+    });
   } catch (const Error&) {
   }
+  return runs;
+}
+
+std::string set_aside_unreadable(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "";
+  try {
+    // Every run read: a file that opens can still hold a damaged heap.
+    for (const std::string& group : list_runs(path)) read_run(path, group);
+    return "";
+  } catch (const Error&) {
+  }
+  std::size_t readable = 0;
+  for (const std::string& group : reachable_runs(path)) {
+    try {
+      read_run(path, group);
+      ++readable;
+    } catch (const Error&) {
+    }
+  }
+  if (readable > 0) {
+    const std::string damaged = path + ".damaged";
+    std::filesystem::rename(path, damaged, ec);
+    if (!ec)
+      return "; moved " + path + ", which it left damaged, to " + damaged + ", where " +
+             std::to_string(readable) + " finished run" + (readable == 1 ? "" : "s") +
+             " still read (duet_h5.load_run by group, or h5py; --resume and duet merge refuse the file)";
+  }
   std::filesystem::remove(path, ec);
-  return true;
+  return "; removed " + path + ", which it left unreadable";
 }
 
 }  // namespace
@@ -1027,8 +1067,8 @@ FailedRunFile close_after_failure(RunFileWriter& writer, const std::string& path
   } catch (const Error&) {
     out.closed = false;
   }
-  out.message = error + (remove_unreadable(path) ? "; removed " + path + ", which it left unreadable"
-                                                 : "; " + path + " holds what was recorded before it");
+  const std::string set_aside = set_aside_unreadable(path);
+  out.message = error + (set_aside.empty() ? "; " + path + " holds what was recorded before it" : set_aside);
   return out;
 }
 

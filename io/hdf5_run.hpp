@@ -133,7 +133,8 @@ RunData read_run(const std::string& path, const std::string& group = "/");
 RunMetadata read_attributes(const std::string& path, const std::string& group);
 
 // After a run failed with `error` while writing to `writer`'s file at `path`: closes the writer,
-// removes the file if it was left unreadable, and says which after the error. `closed` is false
+// and a file it left unreadable moves to PATH.damaged where some of its runs still read (a
+// sweep's finished points), else is removed; says which after the error. `closed` is false
 // when HDF5 could not close the file (then it must not be closed again, see cli/command.hpp).
 struct FailedRunFile {
   std::string message;
