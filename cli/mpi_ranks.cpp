@@ -21,13 +21,6 @@ void check(int rc, const char* call) {
   throw Error(std::string(call) + " failed: " + std::string(text, std::size_t(length)));
 }
 
-// Launchers say so in the environment: Open MPI's mpirun, and PMI/PMIx (Slurm's srun, MPICH).
-bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
-    if (std::getenv(name)) return true;
-  return false;
-}
-
 // MPI counts in int; larger messages go in pieces of at most this many bytes.
 constexpr std::size_t kPiece = std::size_t(1) << 30;
 
@@ -37,7 +30,7 @@ bool built_with_mpi() { return true; }
 
 Ranks start_ranks(int* argc, char*** argv) {
   Ranks ranks;
-  if (!launched_by_mpi()) return ranks;
+  if (!launch_from_environment().by_mpi) return ranks;
   int provided = 0;
   check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_FUNNELED) throw Error("MPI provides no MPI_THREAD_FUNNELED support");

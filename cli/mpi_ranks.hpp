@@ -2,6 +2,7 @@
 // The ranks of an MPI job (mpirun -n N duet run ...), through MPI's C API, or one process. Only
 // the main thread of each rank calls these (MPI_THREAD_FUNNELED): sweep threads never do.
 // In a build without MPI (DUET_MPI=OFF), mpi_ranks_none.cpp stands in: always one process.
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,22 @@ struct Ranks {
 
 // Whether this build can run under mpirun.
 bool built_with_mpi();
+
+// What an MPI launcher says in the environment, for both builds: Open MPI's mpirun, and PMI/PMIx
+// (Slurm's srun, MPICH). `several`: it started other copies beside this one (a size above 1, or a
+// rank above 0, where the launcher gives no size).
+struct Launch {
+  bool by_mpi = false;
+  bool several = false;
+};
+inline Launch launch_from_environment() {
+  Launch l;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(name)) l.by_mpi = true, l.several = l.several || std::atoi(v) > 1;
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(name)) l.by_mpi = true, l.several = l.several || std::atoi(v) > 0;
+  return l;
+}
 
 // Starts MPI when the process was started by an MPI launcher (mpirun, srun --mpi), else returns
 // one process without touching MPI, so that a plain `duet run` pays nothing for it.

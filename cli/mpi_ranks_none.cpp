@@ -1,7 +1,5 @@
 // duet built without MPI (DUET_MPI=OFF, or no MPI found): always one process. A launcher that
 // starts several copies gets a clear error from each rather than N sweeps writing one file.
-#include <cstdlib>
-
 #include "cli/mpi_ranks.hpp"
 #include "core/error.hpp"
 
@@ -10,8 +8,7 @@ namespace duet::cli {
 bool built_with_mpi() { return false; }
 
 Ranks start_ranks(int*, char***) {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (size && std::atoi(size) > 1)
+  if (launch_from_environment().several)
     throw Error(
         "this duet was built without MPI (DUET_MPI=OFF or no MPI found); run it without mpirun, "
         "or shard the sweep with --shard I/N");

@@ -465,6 +465,11 @@ SweepBalance run_sweep_points(lua_State* L, ScriptContext& ctx, const SweepCall&
   h.join_threads = [&] {
     for (std::thread& t : pool) t.join();
   };
+  h.thread_error = [&] {
+    for (const std::string& e : errors)
+      if (!e.empty()) return e;
+    return std::string();
+  };
   // Points on the main state run one at a time, whatever was asked: a real engine's may run.
   SweepCall alone = call;
   alone.defaults.sweep_threads = 1;
@@ -554,8 +559,10 @@ void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepRe
     else if (o.status == PointStatus::Done) ++(o.rank < 0 ? resumed : ran);
     else if (!ctx.opt.shard.owns(o.index)) ++elsewhere;
   }
-  std::string line = "duet.sweep '" + call.label + "': " + std::to_string(results.outcomes.size()) +
-                     " points: " + std::to_string(ran) + " ran, " + std::to_string(failed) + " failed";
+  const std::size_t points = results.outcomes.size();
+  std::string line = "duet.sweep '" + call.label + "': " + std::to_string(points) +
+                     (points == 1 ? " point: " : " points: ") + std::to_string(ran) + " ran, " +
+                     std::to_string(failed) + " failed";
   if (resumed) line += ", " + std::to_string(resumed) + " kept from the file (--resume)";
   if (elsewhere) line += ", " + std::to_string(elsewhere) + " in other shards";
   if (balance.stopped) line += ", stopped by a signal";

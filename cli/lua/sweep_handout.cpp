@@ -114,6 +114,8 @@ SweepBalance follow(const cli::Ranks& ranks, const SweepHandout& h) {
   } catch (...) {  // the job ends (MPI_Abort); the threads first, after their current point
     queue.stop();
     h.join_threads();
+    // A thread's own error says why better than the loop's (read once the threads are joined).
+    if (const std::string error = h.thread_error ? h.thread_error() : ""; !error.empty()) throw Error(error);
     throw;
   }
   h.join_threads();
@@ -127,6 +129,10 @@ void serve_rank_zero(const SweepHandout& h, PointQueue& queue) {
   cli::send_bytes(0, kHello, bytes_of(std::int32_t(h.threads)));
   int retired = 0;
   while (retired < h.threads || queue.exited() < h.threads) {
+    // A thread ends before its last assignment only on an error (its copy of the script failed):
+    // rank 0 would go on assigning it points and waiting for their results, so the job ends here.
+    if (retired < h.threads && queue.exited() > 0)
+      throw Error("duet.sweep: a sweep thread ended before its points");
     for (PointOutcome& o : queue.outcomes(std::chrono::milliseconds(2))) {
       if (o.status != PointStatus::Interrupted && stop_asked(h)) o.status = PointStatus::Interrupted;
       cli::send_bytes(0, kResult, encode_outcome(o));

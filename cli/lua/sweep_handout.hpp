@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "cli/lua/point_queue.hpp"
@@ -24,6 +25,7 @@ struct SweepHandout {
   std::function<void()> join_threads;                 // after the queue is closed and drained
   std::function<PointOutcome(std::size_t)> run_here;  // !use_threads: run one point
   std::function<void(PointOutcome&)> on_outcome;      // rank 0: each Done or Failed point
+  std::function<std::string()> thread_error;          // the first thread's error, once they are joined
 };
 
 // Busy seconds and points per rank (rank 0's view; other ranks get zeros), and whether a stop cut
