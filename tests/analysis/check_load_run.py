@@ -21,17 +21,7 @@ os.makedirs(out, exist_ok=True)
 one, sweep = os.path.join(out, "one.h5"), os.path.join(out, "sweep.h5")
 run = lambda *args: subprocess.run([duet, *args], check=True, stdout=subprocess.DEVNULL, cwd=source)
 run("run", "scripts/quickstart.lua", "--no-progress", "--out", one, "--", "--problems", "2")
-script = os.path.join(out, "sweep.lua")
-with open(script, "w") as f:
-    f.write("""duet.sweep{grid = {util = {0.2, 0.3}}, run = function(p)
-  return {progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.util}},
-          workload = {problems = {{}}, solve = function(ctx)
-            duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
-            return {score = 0}
-          end}}
-end}
-""")
-run("run", script, "--no-progress", "--out", sweep)
+run("run", "tests/cli/one_request_sweep.lua", "--no-progress", "--out", sweep)
 
 r = duet_h5.load_run(one)
 assert r["group"] == "/runs/0000" and set(r["engines"]) == {"llm", "prm"}, (r["group"], list(r["engines"]))

@@ -26,21 +26,9 @@ status=$?
 $compare failed.h5 mpi-failed.h5 || fail "failed points under mpirun differ"
 # A sweep thread of rank 1 whose copy of the script fails before it takes a point (its prelude
 # fails on a second run there): the job ends with that error instead of waiting for it forever.
-cat >thread_fails.lua <<'LUA'
-if os.getenv("OMPI_COMM_WORLD_RANK") == "1" then
-  if io.open("rank1.mark") then error("the prelude fails in rank 1's sweep thread") end
-  io.open("rank1.mark", "w"):close()
-end
-duet.sweep{grid = {util = {0.2, 0.3, 0.4, 0.5}}, run = function(p)
-  return {progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.util}},
-          workload = {problems = {{}}, solve = function(ctx)
-            duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
-            return {score = 0}
-          end}}
-end}
-LUA
 rm -f rank1.mark
-timeout 60 "${mpi[@]}" "$duet" run thread_fails.lua --no-progress --threads 1 --out thread.h5 >t.log 2>&1
+timeout 60 "${mpi[@]}" "$duet" run "$source/tests/cli/one_request_sweep.lua" --no-progress --threads 1 --out thread.h5 \
+  -- --points 4 --fail-rank-one >t.log 2>&1
 status=$?
 [ "$status" -ne 124 ] || { cat t.log; fail "a failed sweep thread on rank 1: the job hung"; }
 if [ "$status" -eq 0 ] || ! grep -q "the prelude fails in rank 1's sweep thread" t.log; then

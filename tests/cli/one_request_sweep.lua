@@ -1,0 +1,19 @@
+-- A sweep of cheap points, one request each, for the tests that need a sweep's file and not its
+-- numbers (tests/analysis/check_load_run.py, tests/cli/sweep_mpi.sh):
+--   --points N        the first N of the splits 0.2, 0.3, 0.4, 0.5 (default 2)
+--   --fail-rank-one   the script fails when rank 1 of an MPI job runs it a second time (in its sweep
+--                     thread), before that thread takes a point; rank1.mark in the working directory
+--                     remembers the first time
+local duet = require("duet")
+local args = duet.args{points = 2, fail_rank_one = false}
+if args.fail_rank_one and os.getenv("OMPI_COMM_WORLD_RANK") == "1" then
+  if io.open("rank1.mark") then error("the prelude fails in rank 1's sweep thread") end
+  io.open("rank1.mark", "w"):close()
+end
+duet.sweep{grid = {util = {table.unpack({0.2, 0.3, 0.4, 0.5}, 1, args.points)}}, run = function(p)
+  return {progress = false, engines = {{name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = p.util}},
+          workload = {problems = {{}}, solve = function(ctx)
+            duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 4})
+            return {score = 0}
+          end}}
+end}
