@@ -40,6 +40,7 @@ struct WorkerJob {
   int sweep = 0;  // which duet.sweep call of the script (0-based)
   PointQueue* queue = nullptr;
   const std::vector<SweepResults>* earlier = nullptr;  // the main state's finished sweeps
+  const std::string* grid_json = nullptr;              // the main state's grid of this sweep
 };
 
 // Where open_duet leaves the script's context in the registry.
@@ -456,8 +457,9 @@ SweepBalance run_sweep_points(lua_State* L, ScriptContext& ctx, const SweepCall&
   h.use_threads = ranks.size > 1 || h.threads > 1;
   h.pending = std::move(pending);
   h.stop = ctx.opt.stop;
+  h.grid = call.grid_json;
   h.start_threads = [&](PointQueue& queue) {
-    jobs.assign(std::size_t(h.threads), WorkerJob{call.sweep, &queue, &ctx.finished_sweeps});
+    jobs.assign(std::size_t(h.threads), WorkerJob{call.sweep, &queue, &ctx.finished_sweeps, &call.grid_json});
     errors.assign(jobs.size(), "");
     for (std::size_t w = 0; w < jobs.size(); ++w)
       pool.emplace_back(run_worker, std::cref(ctx.opt), std::cref(jobs[w]), std::ref(errors[w]));
@@ -643,6 +645,13 @@ int l_sweep(lua_State* L) {
     call.sweep = ctx.sweeps++;
     if (ctx.worker) {  // a sweep thread: serve the sweep it was started for; earlier ones are done
       if (call.sweep == ctx.worker->sweep) {
+        // Points are numbered in the main state's grid: another grid here would run other points
+        // under its numbers, silently.
+        if (call.grid_json != *ctx.worker->grid_json)
+          throw Error(where(L) + "duet.sweep '" + call.label +
+                      "': a sweep thread's run of the script built the grid " + call.grid_json +
+                      ", the main one " + *ctx.worker->grid_json +
+                      " (a grid must not depend on time, randomness, the thread or the MPI rank)");
         serve_points(L, call, *ctx.worker->queue);
         ctx.worker_served = true;
         lua_pushstring(L, kWorkerDone);

@@ -1,6 +1,8 @@
 #include "cli/lua/sweep_handout.hpp"
 
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "cli/lua/result_codec.hpp"
 #include "core/error.hpp"
@@ -11,7 +13,7 @@ namespace {
 
 // Message tags between ranks. A sweep's messages all arrive before its closing broadcast, so the
 // sweeps of one script never mix.
-constexpr int kHello = 1;   // rank -> 0: int32 threads, one request for a point per thread
+constexpr int kHello = 1;   // rank -> 0: Hello: a request for a point per thread, and the grid
 constexpr int kResult = 2;  // rank -> 0: an outcome, and a request for the next point
 constexpr int kAssign = 3;  // 0 -> rank: int64 point index, or -1: no more for that thread
 
@@ -30,6 +32,12 @@ T value_of(const cli::Message& m) {
   std::memcpy(&value, m.bytes.data(), sizeof value);
   return value;
 }
+
+struct Hello {  // no padding: every byte sent is set
+  std::int64_t threads = 0;
+  std::uint64_t grid_hash = 0;  // of the grid's JSON (one binary on every rank: one std::hash)
+};
+std::uint64_t grid_hash(const SweepHandout& h) { return std::hash<std::string>{}(h.grid); }
 
 bool stop_asked(const SweepHandout& h) { return h.stop && h.stop->load() != 0; }
 
@@ -59,7 +67,14 @@ struct Coordinator {
   void serve(const cli::Message& m) {
     if (m.tag == kHello) {
       ++hellos;
-      const int slots = value_of<std::int32_t>(m);
+      const Hello hello = value_of<Hello>(m);
+      // Points are numbered in rank 0's grid: another grid there would run other points under its
+      // numbers, silently.
+      if (hello.grid_hash != grid_hash(h))
+        throw Error("duet.sweep: rank " + std::to_string(m.source) +
+                    "'s run of the script built another grid than " + "rank 0's " + h.grid +
+                    " (a grid must not depend on time, randomness or the MPI rank)");
+      const int slots = int(hello.threads);
       open_slots += slots;
       for (int i = 0; i < slots; ++i) assign(m.source);
     } else if (m.tag == kResult) {
@@ -126,7 +141,7 @@ SweepBalance follow(const cli::Ranks& ranks, const SweepHandout& h) {
 }
 
 void serve_rank_zero(const SweepHandout& h, PointQueue& queue) {
-  cli::send_bytes(0, kHello, bytes_of(std::int32_t(h.threads)));
+  cli::send_bytes(0, kHello, bytes_of(Hello{std::int64_t(h.threads), grid_hash(h)}));
   int retired = 0;
   while (retired < h.threads || queue.exited() < h.threads) {
     // A thread ends before its last assignment only on an error (its copy of the script failed):

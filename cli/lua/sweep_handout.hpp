@@ -21,6 +21,7 @@ struct SweepHandout {
   int threads = 1;                   // sweep threads on this rank
   bool use_threads = true;           // false (one process, one thread): the main thread runs them
   const std::atomic<int>* stop = nullptr;
+  std::string grid;  // the sweep's grid as JSON: every rank must have built the same
   std::function<void(PointQueue&)> start_threads;     // `threads` threads that drain the queue
   std::function<void()> join_threads;                 // after the queue is closed and drained
   std::function<PointOutcome(std::size_t)> run_here;  // !use_threads: run one point

@@ -52,4 +52,11 @@ for i in 1 2; do
 done
 "$duet" merge merged.h5 part1.h5 part2.h5 >/dev/null || fail "merge with failed points"
 "$python" "$source/tests/cli/compare_h5.py" failed.h5 merged.h5 || fail "merged failed points differ"
+# A grid that a sweep thread's run of the script builds otherwise than the main run: an error naming
+# both, not other points recorded under the main grid's numbers.
+rm -f grid.mark
+"$duet" run "$source/tests/cli/one_request_sweep.lua" --no-progress --threads 2 --out shifted.h5 -- --shifted-grid \
+  >shifted.log 2>&1 && fail "a grid that differs in a sweep thread ran"
+grep -q "a sweep thread's run of the script built the grid .*0.3.*, the main one .*0.2" shifted.log ||
+  { cat shifted.log; fail "a grid that differs in a sweep thread: no error naming both"; }
 echo "failed points ok"

@@ -34,4 +34,11 @@ status=$?
 if [ "$status" -eq 0 ] || ! grep -q "the prelude fails in rank 1's sweep thread" t.log; then
   cat t.log; fail "a failed sweep thread on rank 1: exit status $status without its error"
 fi
+# A grid that rank 1's run of the script builds otherwise than rank 0's: an error, not rank 1's
+# points recorded under rank 0's numbers.
+rm -f grid.mark
+timeout 60 "${mpi[@]}" "$duet" run "$source/tests/cli/one_request_sweep.lua" --no-progress --threads 1 --out grid.h5 \
+  -- --shifted-grid >g.log 2>&1 && { cat g.log; fail "a grid that differs on rank 1 ran"; }
+grep -q "rank 1's run of the script built another grid than rank 0's" g.log ||
+  { cat g.log; fail "a grid that differs on rank 1: no error"; }
 echo "mpi ok"
