@@ -1,5 +1,6 @@
 // duet run SCRIPT.lua: an experiment written in Lua.
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -34,7 +35,12 @@ int run_body(lua::ScriptOptions& opt) {
         outcome.failed_points, outcome.failed_points == 1 ? "" : "s", opt.out.c_str());
     return kPointsFailed;
   } catch (const Error& e) {
-    const int signal = g_stop_signal.load();
+    int signal = g_stop_signal.load();
+    // Under MPI a signal to one rank stops the sweep on all: the others exit as stopped too (as by
+    // SIGTERM, which Slurm's scancel and time limit send), not with an error of their own.
+    const bool elsewhere = signal == 0 && opt.ranks.size > 1 &&
+                           std::string(e.what()).find(lua::kSweepStopped) != std::string::npos;
+    if (elsewhere) signal = SIGTERM;
     if (signal == 0) throw;
     if (opt.ranks.rank == 0) {
       // The error's first line: where it stopped (a Lua traceback follows it), unless that says
@@ -42,7 +48,8 @@ int run_body(lua::ScriptOptions& opt) {
       std::string what = e.what();
       what = what.substr(0, what.find('\n'));
       const std::string stopped = "stopped by signal " + std::to_string(signal);
-      if (what.find(stopped) == std::string::npos) what = stopped + ": " + what;
+      if (elsewhere) what += " (sent to another rank)";
+      else if (what.find(stopped) == std::string::npos) what = stopped + ": " + what;
       std::fprintf(stderr, "duet run: %s\nrun the same command with --resume to finish\n", what.c_str());
     }
     return stopped_exit_status(signal);

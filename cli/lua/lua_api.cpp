@@ -567,12 +567,13 @@ void report_sweep(const ScriptContext& ctx, const SweepCall& call, const SweepRe
                      std::to_string(failed) + " failed";
   if (resumed) line += ", " + std::to_string(resumed) + " kept from the file (--resume)";
   if (elsewhere) line += ", " + std::to_string(elsewhere) + " in other shards";
-  if (balance.stopped) line += ", stopped by a signal";
+  if (balance.stopped) line += std::string(", ") + kSweepStopped;
   if (ctx.opt.ranks.size > 1) {
     line += "; busy seconds per rank:";
     char part[96];
     for (std::size_t r = 0; r < balance.busy_s.size(); ++r) {
-      std::snprintf(part, sizeof part, " %zu: %.2f s (%d points)", r, balance.busy_s[r], balance.points[r]);
+      std::snprintf(part, sizeof part, " %zu: %.2f s (%d point%s)", r, balance.busy_s[r], balance.points[r],
+                    balance.points[r] == 1 ? "" : "s");
       line += part;
     }
   }
@@ -680,7 +681,7 @@ int l_sweep(lua_State* L) {
     SweepBalance balance = run_sweep_points(L, ctx, call, threads, std::move(pending), results, write);
     if (ctx.opt.ranks.size > 1) share_outcomes(ctx.opt.ranks, results, balance);
     if (ctx.opt.ranks.rank == 0) report_sweep(ctx, call, results, balance);
-    if (balance.stopped) throw Error("duet.sweep '" + call.label + "': stopped by a signal");
+    if (balance.stopped) throw Error("duet.sweep '" + call.label + "': " + kSweepStopped);
     for (const PointOutcome& o : results.outcomes) ctx.failed_points += o.status == PointStatus::Failed;
     push_results(L, call, results);
     ctx.finished_sweeps.push_back(std::move(results));

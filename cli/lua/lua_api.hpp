@@ -22,6 +22,10 @@ namespace duet::lua {
 
 struct ValidateMode;
 
+// The end of a sweep's error when a signal stopped it, on this rank or, under MPI, on another (every
+// rank learns of the stop from rank 0): `duet run` then exits as stopped on every rank.
+inline constexpr const char* kSweepStopped = "stopped by a signal";
+
 struct ScriptOptions {
   std::string script;  // path of the Lua script
   // Its text, read once for every state that runs it (sweep threads, validate's passes): a script

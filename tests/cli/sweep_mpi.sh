@@ -13,7 +13,7 @@ mpi=("$mpirun" -n 2 --oversubscribe)
 "$duet" run "$script" --no-progress --threads 1 --out one.h5 >/dev/null 2>&1 || fail "one process"
 timeout 120 "${mpi[@]}" "$duet" run "$script" --no-progress --threads 1 --out mpi.h5 >mpi.log 2>&1 || {
   cat mpi.log; fail "mpirun"; }
-grep -Eq "busy seconds per rank: 0: [0-9.]+ s \([0-9]+ points\) 1: [0-9.]+ s \([0-9]+ points\)" mpi.log || {
+grep -Eq "busy seconds per rank: 0: [0-9.]+ s \([0-9]+ points?\) 1: [0-9.]+ s \([0-9]+ points?\)" mpi.log || {
   cat mpi.log; fail "no load balance report"; }
 [ "$(grep -c '^point [0-9]: llm_util' mpi.log)" -eq 6 ] || { cat mpi.log; fail "rank 0 printed other than 6 results"; }
 $compare one.h5 mpi.h5 || fail "mpirun -n 2 differs from one process"
@@ -41,4 +41,26 @@ timeout 60 "${mpi[@]}" "$duet" run "$source/tests/cli/one_request_sweep.lua" --n
   -- --shifted-grid >g.log 2>&1 && { cat g.log; fail "a grid that differs on rank 1 ran"; }
 grep -q "rank 1's run of the script built another grid than rank 0's" g.log ||
   { cat g.log; fail "a grid that differs on rank 1: no error"; }
+# SIGTERM to rank 1 alone (as a node's own limit might): every rank exits as stopped (143, with the
+# --resume hint), not rank 0 with an error of its own (exit 1); --resume then finishes the sweep.
+rm -f stop.h5
+"${mpi[@]}" "$duet" run "$script" --no-progress --threads 1 --out stop.h5 -- --problems 300 >s.log 2>&1 &
+launcher=$!
+rank1=""
+for _ in $(seq 1 100); do
+  for pid in $(pgrep -f "small_sweep.lua --no-progress --threads 1 --out stop.h5" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$pid; fi
+  done
+  [ -n "$rank1" ] && break
+  sleep 0.1
+done
+[ -n "$rank1" ] || { kill "$launcher"; fail "no rank 1 to signal"; }
+sleep 1
+kill -TERM "$rank1"
+wait "$launcher"
+status=$?
+[ "$status" -eq 143 ] || { cat s.log; fail "SIGTERM to rank 1: exit status $status, expected 143"; }
+grep -q "run the same command with --resume" s.log || { cat s.log; fail "SIGTERM to rank 1: no --resume hint"; }
+timeout 120 "${mpi[@]}" "$duet" run "$script" --no-progress --threads 1 --out stop.h5 --resume -- --problems 300 \
+  >r.log 2>&1 || { cat r.log; fail "--resume after SIGTERM to rank 1"; }
 echo "mpi ok"
