@@ -675,10 +675,10 @@ RunData read_run_group(const H5::H5File& file, const std::string& group, Where& 
 }
 
 // Depth first; the depth bound stops a corrupted file whose links form a cycle.
-// `skip_damaged`: a child group that cannot be read (a full disk's last group) is passed over
-// instead of failing the walk.
+// `skipped` (non-null): a child group that cannot be read (a full disk's last group) is counted
+// there and passed over instead of failing the walk.
 void collect_runs(const H5::Group& group, const std::string& path, int depth, std::vector<std::string>& runs,
-                  Where& where, bool skip_damaged = false) {
+                  Where& where, int* skipped = nullptr) {
   where.object = path;
   if (depth > 64) where.fail("groups nested too deeply (a cycle of links?)");
   if (group.attrExists(kVersionAttr)) runs.push_back(path);
@@ -686,9 +686,10 @@ void collect_runs(const H5::Group& group, const std::string& path, int depth, st
     const std::string name = group.getObjnameByIdx(i);
     try {
       if (group.childObjType(name) == H5O_TYPE_GROUP)
-        collect_runs(group.openGroup(name), join(path, name), depth + 1, runs, where, skip_damaged);
+        collect_runs(group.openGroup(name), join(path, name), depth + 1, runs, where, skipped);
     } catch (const H5::Exception&) {
-      if (!skip_damaged) throw;
+      if (!skipped) throw;
+      ++*skipped;
     }
   }
 }
@@ -1009,43 +1010,41 @@ void RunFileWriter::close() {
 
 namespace {
 
-// A file whose runs cannot all be read back (a full disk can leave one that opens but holds a
-// damaged heap, in the group it was writing) is not left at `path`: --resume and duet merge would
-// refuse it. Where some of its runs still read (a sweep's finished points), it moves to
-// PATH.damaged, so that nothing recorded is lost; where none does, it is removed. What happened,
-// for the error message; empty when the file reads whole (or is absent).
-// The runs of a file that can still be reached, past the groups that cannot be read; none when
-// the file does not open.
-std::vector<std::string> reachable_runs(const std::string& path) {
+// The runs of a file that can still be reached, past the groups that cannot be read (counted in
+// `skipped`); nullopt when the file does not open.
+std::optional<std::vector<std::string>> reachable_runs(const std::string& path, int& skipped) {
   std::vector<std::string> runs;
   Where where{path, ""};
   try {
     guarded(where, [&] {
       const H5::H5File file = open_for_reading(path, where);
-      collect_runs(file.openGroup("/"), "/", 0, runs, where, true);
+      collect_runs(file.openGroup("/"), "/", 0, runs, where, &skipped);
     });
   } catch (const Error&) {
+    return std::nullopt;
   }
   return runs;
 }
 
+// A file whose runs cannot all be read back (a full disk can leave one that opens but holds a
+// damaged heap, in the group it was writing) is not left at `path`: --resume and duet merge would
+// refuse it. Where some of its runs still read (a sweep's finished points), it moves to
+// PATH.damaged, so that nothing recorded is lost; where none does, it is removed. What happened,
+// for the error message; empty when the file reads whole (or is absent).
 std::string set_aside_unreadable(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return "";
-  try {
-    // Every run read: a file that opens can still hold a damaged heap.
-    for (const std::string& group : list_runs(path)) read_run(path, group);
-    return "";
-  } catch (const Error&) {
-  }
+  int skipped = 0;
+  const std::optional<std::vector<std::string>> runs = reachable_runs(path, skipped);
   std::size_t readable = 0;
-  for (const std::string& group : reachable_runs(path)) {
+  for (const std::string& group : runs.value_or(std::vector<std::string>{})) {
     try {
-      read_run(path, group);
+      read_run(path, group);  // every run read: a file that opens can still hold a damaged heap
       ++readable;
     } catch (const Error&) {
     }
   }
+  if (runs && skipped == 0 && readable == runs->size()) return "";
   if (readable > 0) {
     const std::string damaged = path + ".damaged";
     std::filesystem::rename(path, damaged, ec);

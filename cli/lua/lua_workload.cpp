@@ -241,16 +241,16 @@ void LuaWorkload::complete(Task& task) {
   r.start_s = task.start_s;
   r.finish_s = rt_->now();
   r.requests = task.requests;
-  for (auto [id, e] : task.live) count_aborted(task, e, id);
-  r.generated_tokens = task.generated;
-  if (lua_gettop(co) >= 1) read_solution(co, r);
-  results_.push_back(r);
-  // Whatever the search kept or left running is given back.
+  // Whatever the search kept or left running is given back; what the latter generated counts.
   for (auto [e, id] : task.kept) rt_->release(e, id);
   for (auto [id, e] : task.live) {
+    count_aborted(task, e, id);
     owner_.erase(id);
     rt_->release(e, id);
   }
+  r.generated_tokens = task.generated;
+  if (lua_gettop(co) >= 1) read_solution(co, r);
+  results_.push_back(r);
   luaL_unref(L_, LUA_REGISTRYINDEX, task.thread_ref);
   tasks_.erase(co);
   fill();
@@ -640,8 +640,7 @@ int LuaWorkload::lua_release(lua_State* co, int engine, SeqId id) {
   if (holder != engine)
     throw Error(where(co) + name + ":release: sequence " + std::to_string(id) + " is " +
                 engines_[std::size_t(holder)].name + "'s, not " + name + "'s");
-  if (task.live.count(id)) count_aborted(task, engine, id);
-  task.live.erase(id);
+  if (task.live.erase(id) > 0) count_aborted(task, engine, id);  // the engine still holds it
   task.finished.erase(id);
   owner_.erase(id);
   std::erase_if(task.kept, [&](const auto& k) { return k.first == engine && k.second == id; });
