@@ -57,6 +57,45 @@ ModelSpec llama_3_1_8b() {
   return m;
 }
 
+// Qwen/Qwen2.5-1.5B-Instruct and Qwen/Qwen2.5-7B-Instruct, from their config.json files on the
+// HuggingFace hub (Qwen2ForCausalLM: q, k and v biases). The Qwen2.5-Math models of these sizes
+// share the decoder's widths but not its RoPE base or context length: give their config.json.
+ModelSpec qwen2_5_1_5b() {
+  ModelSpec m;
+  m.name = "qwen2.5-1.5b-instruct";
+  m.num_layers = 28;
+  m.hidden_size = 1536;
+  m.num_heads = 12;
+  m.num_kv_heads = 2;
+  m.head_dim = 128;
+  m.intermediate_size = 8960;
+  m.vocab_size = 151936;
+  m.max_position_embeddings = 32768;
+  m.rope_theta = 1000000.0;
+  m.rms_norm_eps = 1e-6;
+  m.tie_word_embeddings = true;
+  m.qkv_bias = true;
+  return m;
+}
+
+ModelSpec qwen2_5_7b() {
+  ModelSpec m;
+  m.name = "qwen2.5-7b-instruct";
+  m.num_layers = 28;
+  m.hidden_size = 3584;
+  m.num_heads = 28;
+  m.num_kv_heads = 4;
+  m.head_dim = 128;
+  m.intermediate_size = 18944;
+  m.vocab_size = 152064;
+  m.max_position_embeddings = 32768;
+  m.rope_theta = 1000000.0;
+  m.rms_norm_eps = 1e-6;
+  m.tie_word_embeddings = false;
+  m.qkv_bias = true;
+  return m;
+}
+
 struct BuiltinModel {
   const char* name;
   ModelSpec (*make)();
@@ -68,6 +107,8 @@ constexpr BuiltinModel kBuiltins[] = {
     {"llama-3.1-8b", llama_3_1_8b},
     {"llama-3.1-8b-instruct", llama_3_1_8b},
     {"llama3.1-8b-prm-deepseek-data", llama_3_1_8b},
+    {"qwen2.5-1.5b-instruct", qwen2_5_1_5b},
+    {"qwen2.5-7b-instruct", qwen2_5_7b},
 };
 
 }  // namespace
@@ -118,7 +159,11 @@ std::int64_t ModelSpec::layer_parameters() const {
   const std::int64_t kv = std::int64_t(num_kv_heads) * head_dim;
   const std::int64_t attention = h * q + 2 * h * kv + q * h;
   const std::int64_t mlp = 3 * h * intermediate_size;
-  return attention + mlp + 2 * h;
+  return attention + mlp + 2 * h + qkv_bias_parameters();
+}
+
+std::int64_t ModelSpec::qkv_bias_parameters() const {
+  return qkv_bias ? std::int64_t(num_heads + 2 * num_kv_heads) * head_dim : 0;
 }
 
 std::int64_t ModelSpec::num_parameters() const {
@@ -128,7 +173,9 @@ std::int64_t ModelSpec::num_parameters() const {
 std::int64_t ModelSpec::weight_bytes() const { return num_parameters() * dtype_bytes(dtype); }
 
 double ModelSpec::layer_flops_per_token() const {
-  return 2.0 * double(layer_parameters() - 2LL * hidden_size) * num_layers;
+  // Two FLOPs per weight of a matmul, one per bias (an add); the norms' weights are not matmuls.
+  const std::int64_t matmul = layer_parameters() - 2LL * hidden_size - qkv_bias_parameters();
+  return (2.0 * double(matmul) + double(qkv_bias_parameters())) * num_layers;
 }
 
 double ModelSpec::linear_flops_per_token() const {
@@ -247,18 +294,59 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
   return s;
 }
 
-// Fields of a Llama config.json that change what a step computes or stores, where duet models only
-// the plain Llama: a present value that differs is an error, never a silently different model.
-void check_llama_variant(const json& j, const std::string& origin) {
+// The decoders duet models: Llama, and Qwen2 (Llama with q, k and v biases).
+enum class Family { Llama, Qwen2 };
+
+// The family a config.json names, by "architectures" and "model_type" (either may be absent; if
+// both are present they must agree). A PRM or reward model with a head of its own is refused: duet
+// scores from the LM head's logits of two tokens, as RLHFlow's Llama PRMs do.
+Family family_of(const json& j, const std::string& origin) {
+  std::optional<Family> by_arch, by_type;
+  if (j.contains("architectures")) {
+    const auto& arch = j["architectures"];
+    const std::string a =
+        arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
+    if (a.find("Llama") != std::string::npos) by_arch = Family::Llama;
+    else if (a == "Qwen2ForCausalLM") by_arch = Family::Qwen2;
+    else if (a.starts_with("Qwen2For"))
+      throw Error(origin + ": field 'architectures' is " + arch.dump() +
+                  "; duet models causal LMs whose scores come from the LM head's logits (a PRM's head "
+                  "of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled)");
+    else
+      throw Error(origin + ": field 'architectures' is " + arch.dump() +
+                  "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM)");
+  }
+  if (has_field(j, "model_type")) {
+    if (j["model_type"] == "llama") by_type = Family::Llama;
+    else if (j["model_type"] == "qwen2") by_type = Family::Qwen2;
+    else
+      throw Error(origin + ": field 'model_type' is " + j["model_type"].dump() +
+                  "; duet models Llama-architecture decoders ('llama', 'qwen2')");
+  }
+  if (by_arch && by_type && *by_arch != *by_type)
+    throw Error(origin + ": fields 'architectures' (" + j["architectures"].dump() + ") and 'model_type' (" +
+                j["model_type"].dump() + ") name different models");
+  return by_arch.value_or(by_type.value_or(Family::Llama));
+}
+
+// Fields of a config.json that change what a step computes or stores, where duet models only the
+// plain decoder: a present value that differs is an error, never a silently different model.
+void check_variant(const json& j, Family family, const std::string& origin) {
   const auto refuse = [&](const char* key, const std::string& why) {
     throw Error(origin + ": field '" + key + "' is " + j[key].dump() + "; " + why);
   };
-  if (has_field(j, "model_type") && j["model_type"] != "llama")
-    refuse("model_type", "duet models Llama-architecture decoders only");
   if (has_field(j, "hidden_act") && j["hidden_act"] != "silu")
     refuse("hidden_act", "duet's MLP is Llama's SwiGLU ('silu')");
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (has_field(j, key) && j[key] != false) refuse(key, "duet's Llama layers have no bias terms");
+    if (has_field(j, key) && j[key] != false)
+      refuse(key, family == Family::Qwen2 ? "Qwen2's only biases are on q, k and v"
+                                          : "duet's Llama layers have no bias terms");
+  // Qwen2's layers attend within a window only when use_sliding_window is set (transformers'
+  // Qwen2Config); without it the sliding_window field is inert.
+  if (has_field(j, "use_sliding_window") && j["use_sliding_window"] != false)
+    refuse("use_sliding_window",
+           "sliding-window attention is not modelled (duet's layers attend to "
+           "the whole context)");
   if (has_field(j, "quantization_config"))
     throw Error(origin +
                 ": field 'quantization_config': quantized weights are not modelled (duet prices and "
@@ -270,16 +358,10 @@ void check_llama_variant(const json& j, const std::string& origin) {
 ModelSpec from_hf_config_text(const std::string& text, const std::string& origin) {
   const json j = json_fields::parse_object(text, origin);
   try {
-    if (j.contains("architectures")) {
-      const auto& arch = j["architectures"];
-      const bool llama = arch.is_array() && !arch.empty() && arch[0].is_string() &&
-                         arch[0].get<std::string>().find("Llama") != std::string::npos;
-      if (!llama)
-        throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                    "; duet models Llama-architecture decoders only");
-    }
-    check_llama_variant(j, origin);
+    const Family family = family_of(j, origin);
+    check_variant(j, family, origin);
     ModelSpec m;
+    m.qkv_bias = family == Family::Qwen2;
     m.name = optional_string(j, "_name_or_path", origin);
     if (m.name.empty()) m.name = origin;
     m.num_layers = require_int(j, "num_hidden_layers", origin);

@@ -1,5 +1,6 @@
 #pragma once
-// The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs).
+// The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs). Qwen2
+// (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,12 +37,16 @@ struct ModelSpec {
   bool tie_word_embeddings = false;
   std::optional<RopeScaling> rope_scaling;
   DType dtype = DType::BF16;
+  // Qwen2's q_proj, k_proj and v_proj carry biases (its o_proj and MLP do not): transformers'
+  // Qwen2Attention. Llama's "attention_bias" would bias o_proj too, which duet does not model.
+  bool qkv_bias = false;
 
   // Bytes of K and V for one token across all layers.
   std::int64_t kv_bytes_per_token() const;
   // Parameters by group; weight bytes at `dtype`.
   std::int64_t embedding_parameters() const;
-  std::int64_t layer_parameters() const;  // one decoder layer: attention + MLP + two norms
+  std::int64_t layer_parameters() const;     // one decoder layer: attention + MLP + two norms (+ biases)
+  std::int64_t qkv_bias_parameters() const;  // one layer's q, k and v biases (0 without)
   std::int64_t num_parameters() const;
   std::int64_t weight_bytes() const;
 
@@ -60,7 +65,8 @@ struct ModelSpec {
   void validate() const;
 };
 
-// Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", and their aliases.
+// Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-1.5b-instruct",
+// "qwen2.5-7b-instruct", and their aliases.
 ModelSpec model_by_name(const std::string& name);
 std::vector<std::string> builtin_model_names();
 // The same as one text, "llama-3.2-1b, ...": for messages and help.

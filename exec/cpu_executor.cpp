@@ -22,6 +22,11 @@ ConstMap matrix(const HostTensor& t) { return ConstMap(t.data.data(), t.rows(), 
 
 std::span<const float> vec(const HostTensor& t) { return t.data; }
 
+// y += b on every row: a Linear's bias, before RoPE (transformers' Qwen2Attention).
+void add_bias(MatrixRM& y, const HostTensor& b) {
+  y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data.data(), Eigen::Index(b.data.size()));
+}
+
 // The LM head: lm_head, or the embedding when tied and the loader left lm_head empty.
 const HostTensor& lm_head_of(const LlamaWeights& w) {
   return w.lm_head.data.empty() && w.spec.tie_word_embeddings ? w.embed_tokens : w.lm_head;
@@ -97,6 +102,11 @@ void CpuExecutor::check_weights() const {
     expect_shape(l.q_proj, q, h, p + "self_attn.q_proj.weight");
     expect_shape(l.k_proj, kv, h, p + "self_attn.k_proj.weight");
     expect_shape(l.v_proj, kv, h, p + "self_attn.v_proj.weight");
+    if (m.qkv_bias) {
+      expect_shape(l.q_bias, q, 0, p + "self_attn.q_proj.bias");
+      expect_shape(l.k_bias, kv, 0, p + "self_attn.k_proj.bias");
+      expect_shape(l.v_bias, kv, 0, p + "self_attn.v_proj.bias");
+    }
     expect_shape(l.o_proj, h, q, p + "self_attn.o_proj.weight");
     expect_shape(l.post_norm, h, 0, p + "post_attention_layernorm.weight");
     expect_shape(l.gate_proj, f, h, p + "mlp.gate_proj.weight");
@@ -165,7 +175,12 @@ void CpuExecutor::attention_block(int layer, const Batch& batch, const RowPlan& 
   rms_norm_rows(x, vec(w.input_norm), float(m.rms_norm_eps), h);
   MatrixRM q = h * matrix(w.q_proj).transpose();
   MatrixRM k = h * matrix(w.k_proj).transpose();
-  const MatrixRM v = h * matrix(w.v_proj).transpose();
+  MatrixRM v = h * matrix(w.v_proj).transpose();
+  if (m.qkv_bias) {
+    add_bias(q, w.q_bias);
+    add_bias(k, w.k_bias);
+    add_bias(v, w.v_bias);
+  }
   rope_rows(plan, q, m.num_heads);
   rope_rows(plan, k, m.num_kv_heads);
 

@@ -61,7 +61,7 @@ int next_pow2(int x) {
 // Where each tensor of llama_tensor_specs lands in the one device weight buffer (bf16 elements).
 struct WeightPlan {
   struct Layer {
-    std::int64_t input_norm, qkv, o, post_norm, gate_up, down;
+    std::int64_t input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;  // qkv_bias -1 without
   };
   std::int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
   std::vector<Layer> layers;
@@ -85,6 +85,7 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     WeightPlan::Layer L{};
     L.input_norm = take(h);
     L.qkv = take((q + 2 * kv) * h);
+    L.qkv_bias = m.qkv_bias ? take(q + 2 * kv) : -1;
     L.o = take(h * q);
     L.post_norm = take(h);
     L.gate_up = take(2 * f * h);
@@ -95,7 +96,8 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
   p.lm_head = m.tie_word_embeddings ? p.embed : take(v * h);
   p.total = off;
 
-  // The destinations, in llama_tensor_specs order: q, k, v stacked into qkv; gate, up into gate_up.
+  // The destinations, in llama_tensor_specs order: q, k, v stacked into qkv (their biases into
+  // qkv_bias); gate, up into gate_up.
   auto ends_with = [](const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
@@ -112,6 +114,9 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
       else if (ends_with(t.name, ".self_attn.q_proj.weight")) d = L.qkv;
       else if (ends_with(t.name, ".self_attn.k_proj.weight")) d = L.qkv + q * h;
       else if (ends_with(t.name, ".self_attn.v_proj.weight")) d = L.qkv + (q + kv) * h;
+      else if (ends_with(t.name, ".self_attn.q_proj.bias")) d = L.qkv_bias;
+      else if (ends_with(t.name, ".self_attn.k_proj.bias")) d = L.qkv_bias + q;
+      else if (ends_with(t.name, ".self_attn.v_proj.bias")) d = L.qkv_bias + q + kv;
       else if (ends_with(t.name, ".self_attn.o_proj.weight")) d = L.o;
       else if (ends_with(t.name, ".post_attention_layernorm.weight")) d = L.post_norm;
       else if (ends_with(t.name, ".mlp.gate_proj.weight")) d = L.gate_up;
@@ -516,7 +521,7 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
     const WeightPlan::Layer& L = wplan.layers[std::size_t(l)];
     if (l == 0) k::rmsnorm(X, W + L.input_norm, Hn, f.T, H, eps, s);
     else k::add_rmsnorm(X, D, W + L.input_norm, Hn, f.T, H, eps, s);
-    gemm->bf16_out(Hn, W + L.qkv, qkv, f.T, QKV, H, s);
+    gemm->bf16_out(Hn, W + L.qkv, qkv, f.T, QKV, H, s, L.qkv_bias < 0 ? nullptr : W + L.qkv_bias);
     k::rope(qkv, qkv + Q, positions, inv_freq.as<const float>(), f.T, spec.num_heads, spec.num_kv_heads,
             spec.head_dim, QKV, QKV, s);
     // Every item's K/V of this layer before any attention reads (a same-step prefix hit).
@@ -744,7 +749,7 @@ void CudaExecutor::Impl::write_graph_padding(const Fwd& f, int n, const HostMeta
 // on the host before the step's start event, not between its kernels.
 void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
   if (f.T <= 0) return;
-  gemm->prepare(f.T, QKV, H, false);
+  gemm->prepare(f.T, QKV, H, false, spec.qkv_bias);
   gemm->prepare(f.T, H, Q, false);
   gemm->prepare(f.T, 2 * F, H, false);
   gemm->prepare(f.T, H, F, false);

@@ -1,7 +1,7 @@
 #pragma once
-// A Llama-architecture model's weights on the host, in float32, in the shapes the CPU reference
-// computes with. Matrices are stored as HuggingFace stores them, [out_features, in_features]
-// row-major, so that y = W x; Eigen maps them as RowMajor.
+// A Llama-architecture model's weights (Qwen2's q, k and v biases included) on the host, in float32, in the
+// shapes the CPU reference computes with. Matrices are stored as HuggingFace stores them, [out_features,
+// in_features] row-major, so that y = W x; Eigen maps them as RowMajor.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +27,10 @@ struct LlamaLayerWeights {
   HostTensor gate_proj;   // model.layers.N.mlp.gate_proj.weight              [intermediate, hidden]
   HostTensor up_proj;     // model.layers.N.mlp.up_proj.weight                [intermediate, hidden]
   HostTensor down_proj;   // model.layers.N.mlp.down_proj.weight              [hidden, intermediate]
+  // Qwen2 only (ModelSpec::qkv_bias), empty otherwise:
+  HostTensor q_bias;  // model.layers.N.self_attn.q_proj.bias  [heads*head_dim]
+  HostTensor k_bias;  // model.layers.N.self_attn.k_proj.bias  [kv_heads*head_dim]
+  HostTensor v_bias;  // model.layers.N.self_attn.v_proj.bias  [kv_heads*head_dim]
 };
 
 struct LlamaWeights {

@@ -22,9 +22,13 @@ template <typename W>
 auto tensor_slots(W& w) {
   using Slot = std::conditional_t<std::is_const_v<W>, const HostTensor*, HostTensor*>;
   std::vector<Slot> slots{&w.embed_tokens};
-  for (auto& l : w.layers)
-    slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
-                               &l.gate_proj, &l.up_proj, &l.down_proj});
+  for (auto& l : w.layers) {
+    if (w.spec.qkv_bias)
+      slots.insert(slots.end(),
+                   {&l.input_norm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias});
+    else slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj});
+    slots.insert(slots.end(), {&l.o_proj, &l.post_norm, &l.gate_proj, &l.up_proj, &l.down_proj});
+  }
   slots.push_back(&w.final_norm);
   if (!w.spec.tie_word_embeddings) slots.push_back(&w.lm_head);
   return slots;
@@ -108,11 +112,13 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
   std::vector<LlamaTensorSpec> specs{{"model.embed_tokens.weight", {vocab, h}, Kind::Embedding}};
   for (int i = 0; i < spec.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    specs.insert(specs.end(), {{p + "input_layernorm.weight", {h}, Kind::Norm},
-                               {p + "self_attn.q_proj.weight", {q, h}, Kind::Projection},
-                               {p + "self_attn.k_proj.weight", {kv, h}, Kind::Projection},
-                               {p + "self_attn.v_proj.weight", {kv, h}, Kind::Projection},
-                               {p + "self_attn.o_proj.weight", {h, q}, Kind::Projection},
+    specs.push_back({p + "input_layernorm.weight", {h}, Kind::Norm});
+    for (const auto& [proj, rows] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}}) {
+      const std::string name = p + "self_attn." + proj;
+      specs.push_back({name + ".weight", {rows, h}, Kind::Projection});
+      if (spec.qkv_bias) specs.push_back({name + ".bias", {rows}, Kind::Bias});
+    }
+    specs.insert(specs.end(), {{p + "self_attn.o_proj.weight", {h, q}, Kind::Projection},
                                {p + "post_attention_layernorm.weight", {h}, Kind::Norm},
                                {p + "mlp.gate_proj.weight", {inter, h}, Kind::Projection},
                                {p + "mlp.up_proj.weight", {inter, h}, Kind::Projection},
@@ -144,9 +150,9 @@ kernels::DummyInit dummy_init(const LlamaTensorSpec& tensor, std::uint64_t seed)
   t.key = mix64(seed) ^ fnv1a64(tensor.name);
   // 1/sqrt(in_features) keeps y = W x at the scale of x (variance x 1/3); the embedding scale is
   // arbitrary as RMSNorm follows it, but keeps tied logits moderate.
-  t.scale = tensor.kind == Kind::Projection  ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
-            : tensor.kind == Kind::Embedding ? 0.1
-                                             : 0.05;
+  t.scale = tensor.kind == Kind::Projection ? 1.0 / std::sqrt(double(tensor.shape.at(1)))
+            : tensor.kind == Kind::Embedding || tensor.kind == Kind::Bias ? 0.1
+                                                                          : 0.05;
   t.offset = tensor.kind == Kind::Norm ? 1.0 : 0.0;
   return t;
 }

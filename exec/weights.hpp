@@ -14,7 +14,7 @@ namespace duet {
 
 // One tensor of a Llama checkpoint: its HuggingFace name and the shape the ModelSpec implies.
 struct LlamaTensorSpec {
-  enum class Kind { Embedding, Norm, Projection };
+  enum class Kind { Embedding, Norm, Projection, Bias };
   std::string name;
   std::vector<std::int64_t> shape;
   Kind kind = Kind::Projection;
@@ -27,7 +27,8 @@ struct LlamaTensorSpec {
 };
 
 // Every tensor a checkpoint of `spec` holds, in HuggingFace's order (embeddings, layer by layer,
-// final norm, LM head). lm_head.weight is left out when the embeddings are tied.
+// final norm, LM head). lm_head.weight is left out when the embeddings are tied; a Qwen2 model's
+// q, k and v biases follow their weights.
 std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec);
 // The tensors of `weights` in llama_tensor_specs order (weights.layers must hold every layer).
 std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights);
@@ -48,7 +49,7 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path);
 // has its own stream, derived from the seed and its name, so any tensor (or any range of one) can
 // be generated on its own.
 // Scales keep activations O(1): projections uniform in [-1, 1] / sqrt(in_features), embeddings
-// uniform in [-0.1, 0.1], norm weights 1 + uniform in [-0.05, 0.05].
+// and biases uniform in [-0.1, 0.1], norm weights 1 + uniform in [-0.05, 0.05].
 LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed);
 HostTensor dummy_tensor(const LlamaTensorSpec& tensor, std::uint64_t seed);
 // A tensor's stream and scale: element i of dummy_tensor is dummy_value(dummy_init(tensor, seed), i)

@@ -15,6 +15,12 @@
 // dimension a multiple of 16 bytes: k % 8 == 0 (bf16 x and W), n % 8 == 0 for bf16 y, n % 4 == 0
 // for float32 y. m is a column count in cuBLAS's view and may be anything (m = 0 is a no-op).
 //
+// Bias. A bf16 call may add a bias vector of n elements to every row of y through the epilogue
+// (CUBLASLT_EPILOGUE_BIAS: in cuBLAS's view a bias per row of D, which is y's column); it is added
+// to the float32 result before the rounding to bf16. A plan is for one epilogue; the bias pointer
+// is set on its descriptor at each call (a graph captures the call's pointer), and must be 256-byte
+// aligned.
+//
 // A Gemm owns one workspace, so it must not run on two streams at once; it is not thread-safe.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -53,7 +59,7 @@ struct Gemm::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int, int, int>;  // m, n, k, output cudaDataType
+  using Key = std::tuple<int, int, int, int, bool>;  // m, n, k, output cudaDataType, bias
 
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
@@ -71,8 +77,8 @@ struct Gemm::Impl {
     if (p.op) cublaslt().MatmulDescDestroy(p.op);
   }
 
-  const Plan& plan(int m, int n, int k, cudaDataType_t out) {
-    const Key key{m, n, k, int(out)};
+  const Plan& plan(int m, int n, int k, cudaDataType_t out, bool bias) {
+    const Key key{m, n, k, int(out), bias};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     try {
@@ -82,6 +88,12 @@ struct Gemm::Impl {
             "cublasLtMatmulDescSetAttribute(TRANSA)");
       check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
+      if (bias) {
+        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof epilogue),
+              "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+      }
       check(cublaslt().MatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate(W)");
       check(cublaslt().MatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "cublasLtMatrixLayoutCreate(x)");
       check(cublaslt().MatrixLayoutCreate(&p.d, out, n, m, n), "cublasLtMatrixLayoutCreate(y)");
@@ -100,7 +112,7 @@ struct Gemm::Impl {
       }
       if (found == 0)
         throw Error("Gemm: cuBLASLt has no algorithm for " + shape(m, n, k) +
-                    (out == CUDA_R_16BF ? " (bf16 out)" : " (float32 out)"));
+                    (out == CUDA_R_16BF ? " (bf16 out" : " (float32 out") + (bias ? ", bias)" : ")"));
       p.algo = result.algo;
     } catch (...) {
       destroy(p);
@@ -150,13 +162,21 @@ struct Gemm::Impl {
                   std::to_string(out_align) + " == 0)");
   }
 
-  void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s) {
+  void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s,
+           const bf16* bias = nullptr) {
     const char* what = call_name(out);
     check_shape(m, n, k, out);
     if (m == 0) return;
     if (!aligned16(x) || !aligned16(w) || !aligned16(y))
       throw Error(std::string(what) + ": x, W and y must be 16-byte aligned (" + shape(m, n, k) + ")");
-    const Plan& p = plan(m, n, k, out);
+    // The plan was chosen without a bias pointer, which cuBLASLt reads as fully aligned: a bias
+    // must then be aligned as cudaMalloc aligns (256 bytes), as the engine's weights are.
+    if (bias && reinterpret_cast<std::uintptr_t>(bias) % 256 != 0)
+      throw Error(std::string(what) + ": the bias must be 256-byte aligned (" + shape(m, n, k) + ")");
+    const Plan& p = plan(m, n, k, out, bias != nullptr);
+    if (bias)
+      check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     const float alpha = 1.0f, beta = 0.0f;
     check(cublaslt().Matmul(handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
                             workspace.get(), workspace.bytes(), s),
@@ -171,18 +191,19 @@ Gemm::Gemm(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 
 Gemm::~Gemm() = default;
 
-void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s) {
-  impl_->run(x, w, y, m, n, k, CUDA_R_16BF, s);
+void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s, const bf16* bias) {
+  impl_->run(x, w, y, m, n, k, CUDA_R_16BF, s, bias);
 }
 
 void Gemm::f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s) {
   impl_->run(x, w, y, m, n, k, CUDA_R_32F, s);
 }
 
-void Gemm::prepare(int m, int n, int k, bool f32_out) {
+void Gemm::prepare(int m, int n, int k, bool f32_out, bool bias) {
   const cudaDataType_t out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   Impl::check_shape(m, n, k, out);
-  if (m > 0) impl_->plan(m, n, k, out);
+  if (bias && f32_out) throw Error("Gemm::prepare: a bias is for bf16 output only");
+  if (m > 0) impl_->plan(m, n, k, out, bias);
 }
 
 }  // namespace duet::kernels

@@ -3,18 +3,24 @@
 --   duet run scripts/quickstart.lua                    all 500 problems
 --   duet run scripts/quickstart.lua -- --problems 8    a quick look
 --   duet run scripts/quickstart.lua -- --fork-kv prefix_cache    forks as vLLM V1 runs them
+--   duet run scripts/quickstart.lua -- --llm-model qwen2.5-1.5b-instruct --prm-model qwen2.5-7b-instruct
+--                                                      other models (a built-in name or a config.json)
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
 
 local args = duet.args{problems = 500, gpu = "h100", llm_util = 0.3, prm_util = 0.6, tiny = false,
-                       prm_mode = "incremental", concurrency = 128, seed = 0, fork_kv = "share"}
+                       prm_mode = "incremental", concurrency = 128, seed = 0, fork_kv = "share",
+                       llm_model = "llama-3.2-1b", prm_model = "llama-3.1-8b"}
 
-local llm_model, prm_model = "llama-3.2-1b", "llama-3.1-8b"
+local llm_model, prm_model = args.llm_model, args.prm_model
 -- The tiny model (models/tiny-llama) runs on the CPU backend with dummy weights; its pools are
 -- sized in blocks, since host memory is not an H100's.
 local blocks
 if args.tiny then
+  if llm_model ~= "llama-3.2-1b" or prm_model ~= "llama-3.1-8b" then
+    error("--tiny runs the tiny model as both; leave out --llm-model and --prm-model")
+  end
   llm_model, prm_model = "models/tiny-llama/config.json", "models/tiny-llama/config.json"
   blocks = 4096
 end
@@ -38,6 +44,7 @@ local result = duet.run{
 local llm, prm = result.engines.llm, result.engines.prm
 print(string.format("quickstart: %d MATH-500 problems, beam search n=4 beam_width=4 depth<=40, %s on %s",
                     result.problems, args.prm_mode .. " PRM scoring", args.gpu))
+print(string.format("%-28s %s + %s", "generator + PRM", llm_model, prm_model))
 print(string.format("%-28s %12s", duet.backend == "sim" and "simulated time (s)" or "device time (s)", string.format("%.1f", result.makespan_s)))
 print(string.format("%-28s %12s", "wall time (s)", string.format("%.2f", result.wall_s)))
 print(string.format("%-28s %12.3f", "problems/s", result.problems_per_s))

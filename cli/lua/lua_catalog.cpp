@@ -26,7 +26,7 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const ModelSpec m = model_from(name, context(L).opt.source_dir);
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 13);
     set_string(L, "name", m.name.c_str());
     set_number(L, "num_layers", m.num_layers);
     set_number(L, "hidden_size", m.hidden_size);
@@ -39,6 +39,8 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
     set_number(L, "weight_bytes", double(m.weight_bytes()));
     set_number(L, "kv_bytes_per_token", double(m.kv_bytes_per_token()));
     set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
+    lua_pushboolean(L, m.qkv_bias);
+    lua_setfield(L, -2, "qkv_bias");
     return 1;
   });
 }

@@ -77,6 +77,30 @@ TEST(ModelSpec, AliasesResolveToTheSameShape) {
   EXPECT_EQ(model_by_name("Llama3.1-8B-PRM-Deepseek-Data").intermediate_size, 14336);
 }
 
+// Qwen2.5: the Llama decoder with q, k and v biases. The parameter counts are the model cards', to
+// two decimals (Qwen/Qwen2.5-1.5B-Instruct: 1.54B, 1.31B without the embedding; Qwen/Qwen2.5-7B-
+// Instruct: 7.61B, 6.53B without the embeddings; duet counts 7.6156B and 6.5256B).
+TEST(ModelSpec, Qwen25BuiltInsHaveThePublishedShapesAndBiases) {
+  const ModelSpec small = model_by_name("Qwen2.5-1.5B-Instruct");
+  EXPECT_TRUE(small.qkv_bias);
+  EXPECT_TRUE(small.tie_word_embeddings);
+  EXPECT_EQ(small.qkv_bias_parameters(), (12 + 2 * 2) * 128);
+  EXPECT_NEAR(double(small.num_parameters()) / 1e9, 1.54, 0.01);
+  EXPECT_NEAR(double(small.num_parameters() - small.embedding_parameters()) / 1e9, 1.31, 0.01);
+  const ModelSpec big = model_by_name("qwen2.5-7b-instruct");
+  EXPECT_TRUE(big.qkv_bias);
+  EXPECT_FALSE(big.tie_word_embeddings);
+  EXPECT_EQ(big.kv_bytes_per_token(), 2LL * 28 * 4 * 128 * 2);
+  EXPECT_NEAR(double(big.num_parameters()) / 1e9, 7.61, 0.01);
+  EXPECT_NEAR(double(big.num_parameters() - big.embedding_parameters()) / 1e9, 6.53, 0.01);
+  // A bias is an add per output, not a multiply-add: one FLOP a value.
+  ModelSpec unbiased = big;
+  unbiased.qkv_bias = false;
+  EXPECT_DOUBLE_EQ(big.layer_flops_per_token() - unbiased.layer_flops_per_token(),
+                   double(big.num_layers) * big.qkv_bias_parameters());
+  EXPECT_FALSE(model_by_name("llama-3.1-8b").qkv_bias);
+}
+
 TEST(ModelSpec, KvBytesPerToken) {
   // K and V, per layer, per KV head, head_dim values of 2 bytes (bf16).
   EXPECT_EQ(model_by_name("llama-3.2-1b").kv_bytes_per_token(), 2 * 16 * 8 * 64 * 2);   // 32768
@@ -410,6 +434,76 @@ TEST_F(ModelSpecHfConfig, VariantsDuetDoesNotModelNameTheField) {
   // The plain Llama's own values pass (the real config holds hidden_act, mlp_bias, model_type).
   const std::string plain = write_edited([](json& j) { j["attention_bias"] = false; });
   EXPECT_EQ(from_hf_config(plain).num_layers, 16);
+}
+
+// Qwen/Qwen2.5-1.5B-Instruct's config.json fields (HuggingFace hub): a Qwen2ForCausalLM, read as
+// the built-in of that name.
+constexpr const char* kQwen25_1_5BConfig = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 1536,
+  "initializer_range": 0.02,
+  "intermediate_size": 8960,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 21,
+  "model_type": "qwen2",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST_F(ModelSpecHfConfig, Qwen2ConfigIsTheLlamaDecoderWithQkvBiases) {
+  const ModelSpec m = from_hf_config(write(kQwen25_1_5BConfig));
+  const ModelSpec b = model_by_name("qwen2.5-1.5b-instruct");
+  EXPECT_TRUE(m.qkv_bias);
+  for (auto field : {&ModelSpec::num_layers, &ModelSpec::hidden_size, &ModelSpec::num_heads,
+                     &ModelSpec::num_kv_heads, &ModelSpec::head_dim, &ModelSpec::intermediate_size,
+                     &ModelSpec::vocab_size, &ModelSpec::max_position_embeddings})
+    EXPECT_EQ(m.*field, b.*field);
+  EXPECT_DOUBLE_EQ(m.rope_theta, b.rope_theta);
+  EXPECT_DOUBLE_EQ(m.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(m.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_FALSE(m.rope_scaling.has_value());
+  EXPECT_EQ(m.num_parameters(), b.num_parameters());
+  // Either field alone names the family.
+  json type_only = json::parse(kQwen25_1_5BConfig);
+  type_only.erase("architectures");
+  EXPECT_TRUE(from_hf_config(write(type_only.dump())).qkv_bias);
+}
+
+// What a Qwen2 config.json can hold that duet does not model is an error naming the field.
+TEST_F(ModelSpecHfConfig, Qwen2VariantsDuetDoesNotModelNameTheField) {
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["use_sliding_window"] = true; },
+       "field 'use_sliding_window' is true; sliding-window attention is not modelled"},
+      {[](json& j) { j["architectures"] = json::array({"Qwen2ForProcessRewardModel"}); },
+       "a PRM's head of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled"},
+      {[](json& j) { j["model_type"] = "llama"; },
+       "fields 'architectures' ([\"Qwen2ForCausalLM\"]) and 'model_type' (\"llama\") name different models"},
+      {[](json& j) { j["attention_bias"] = true; }, "Qwen2's only biases are on q, k and v"},
+      {[](json& j) {
+         j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+       },
+       "rope_type 'yarn' is not supported"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    json j = json::parse(kQwen25_1_5BConfig);
+    edit(j);
+    const std::string path = write(j.dump(2));
+    const std::string msg = error_of([&] { from_hf_config(path); });
+    EXPECT_TRUE(contains(msg, path) && contains(msg, expected)) << msg;
+  }
 }
 
 TEST_F(ModelSpecHfConfig, MissingHiddenSizeNamesFileAndField) {

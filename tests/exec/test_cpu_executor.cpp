@@ -77,10 +77,23 @@ LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
   LlamaWeights w;
   w.spec = m;
   w.embed_tokens = random_tensor({m.vocab_size, h}, -1.0, 1.0, u);
-  for (int l = 0; l < m.num_layers; ++l)
-    w.layers.push_back({norm_weight(h, u), linear(q, h, u), linear(kv, h, u), linear(kv, h, u),
-                        linear(h, q, u), norm_weight(h, u), linear(m.intermediate_size, h, u),
-                        linear(m.intermediate_size, h, u), linear(h, m.intermediate_size, u)});
+  for (int l = 0; l < m.num_layers; ++l) {
+    LlamaLayerWeights& L = w.layers.emplace_back();
+    L.input_norm = norm_weight(h, u);
+    L.q_proj = linear(q, h, u);
+    L.k_proj = linear(kv, h, u);
+    L.v_proj = linear(kv, h, u);
+    L.o_proj = linear(h, q, u);
+    L.post_norm = norm_weight(h, u);
+    L.gate_proj = linear(m.intermediate_size, h, u);
+    L.up_proj = linear(m.intermediate_size, h, u);
+    L.down_proj = linear(h, m.intermediate_size, u);
+    if (!m.qkv_bias) continue;
+    // Large enough to move every logit: a bias left out, or added after RoPE, fails the reference.
+    L.q_bias = random_tensor({q}, -1.0, 1.0, u);
+    L.k_bias = random_tensor({kv}, -1.0, 1.0, u);
+    L.v_bias = random_tensor({kv}, -1.0, 1.0, u);
+  }
   w.final_norm = norm_weight(h, u);
   w.lm_head = linear(m.vocab_size, h, u);
   return w;
@@ -139,7 +152,12 @@ Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenI
   for (const LlamaLayerWeights& l : w.layers) {
     Eigen::MatrixXd h = ref_rms_norm(x, l.input_norm, m.rms_norm_eps);
     Eigen::MatrixXd q = h * as_double(l.q_proj).transpose(), k = h * as_double(l.k_proj).transpose();
-    const Eigen::MatrixXd v = h * as_double(l.v_proj).transpose();
+    Eigen::MatrixXd v = h * as_double(l.v_proj).transpose();
+    if (m.qkv_bias) {
+      q.rowwise() += as_double(l.q_bias).transpose().row(0);
+      k.rowwise() += as_double(l.k_bias).transpose().row(0);
+      v.rowwise() += as_double(l.v_bias).transpose().row(0);
+    }
     ref_rope(q, m.num_heads, m.head_dim, inv_freq);
     ref_rope(k, m.num_kv_heads, m.head_dim, inv_freq);
     x += ref_attention(q, k, v, m) * as_double(l.o_proj).transpose();
@@ -346,6 +364,13 @@ TEST(CpuExecutor, ChunkedPrefixCachedGenerationMatchesFullRecompute) {
 }
 
 TEST(CpuExecutor, Llama3RopeScalingMatchesFullRecompute) { check_shared_prefix_generation(tiny_spec(true)); }
+
+// Qwen2: biases on q, k and v, added before RoPE.
+TEST(CpuExecutor, QkvBiasesMatchFullRecompute) {
+  ModelSpec m = tiny_spec();
+  m.qkv_bias = true;
+  check_shared_prefix_generation(m);
+}
 
 TEST(CpuExecutor, ForkedBeamsMatchIndependentSequences) {
   Rig rig(tiny_spec(), 64, 7);
@@ -600,6 +625,12 @@ TEST(CpuExecutor, RejectsBadWeightsAndOptions) {
   EXPECT_THROW(CpuExecutor(w, 0, 4), Error);
   w.layers[1].k_proj.shape = {16, 64};
   EXPECT_THROW(CpuExecutor(w, 8, 4), Error);
+  // A model with q, k and v biases needs them.
+  ModelSpec qwen = tiny_spec();
+  qwen.qkv_bias = true;
+  LlamaWeights b = random_weights(qwen);
+  b.layers[0].v_bias = {};
+  EXPECT_THROW(CpuExecutor(b, 8, 4), Error);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ using test_support::TempDir;
 
 namespace fs = std::filesystem;
 
-ModelSpec tiny_spec(bool tied) {
+ModelSpec tiny_spec(bool tied, bool qkv_bias = false) {
   ModelSpec m;
   m.name = "tiny";
   m.num_layers = 2;
@@ -39,6 +39,7 @@ ModelSpec tiny_spec(bool tied) {
   m.vocab_size = 256;
   m.max_position_embeddings = 512;
   m.tie_word_embeddings = tied;
+  m.qkv_bias = qkv_bias;
   return m;
 }
 
@@ -48,6 +49,10 @@ std::vector<std::pair<std::string, const HostTensor*>> all_tensors(const LlamaWe
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const LlamaLayerWeights& l = w.layers[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
+    if (w.spec.qkv_bias)
+      out.insert(out.end(), {{p + "self_attn.q_proj.bias", &l.q_bias},
+                             {p + "self_attn.k_proj.bias", &l.k_bias},
+                             {p + "self_attn.v_proj.bias", &l.v_bias}});
     out.insert(out.end(), {{p + "input_layernorm.weight", &l.input_norm},
                            {p + "self_attn.q_proj.weight", &l.q_proj},
                            {p + "self_attn.k_proj.weight", &l.k_proj},
@@ -123,6 +128,43 @@ TEST(Weights, TensorSpecsCoverTheModelsParameters) {
     EXPECT_EQ(specs[3].shape, (std::vector<std::int64_t>{32, 64}));
     EXPECT_EQ(specs[5].shape, (std::vector<std::int64_t>{64, 64}));  // o_proj [hidden, heads*head_dim]
     EXPECT_EQ(specs.back().name, tied ? "model.norm.weight" : "lm_head.weight");
+  }
+}
+
+// Qwen2's q, k and v biases follow their weights, and count in core's parameters.
+TEST(Weights, QkvBiasesFollowTheirProjections) {
+  const ModelSpec spec = tiny_spec(true, true);
+  const auto specs = llama_tensor_specs(spec);
+  EXPECT_EQ(specs.size(), std::size_t(1 + 12 * spec.num_layers + 1));
+  std::int64_t params = 0;
+  for (const LlamaTensorSpec& t : specs) params += t.numel();
+  EXPECT_EQ(params, spec.num_parameters());
+  EXPECT_EQ(spec.num_parameters() - tiny_spec(true).num_parameters(), 2 * (64 + 2 * 32));
+  EXPECT_EQ(specs[3].name, "model.layers.0.self_attn.q_proj.bias");
+  EXPECT_EQ(specs[3].shape, (std::vector<std::int64_t>{64}));
+  EXPECT_EQ(specs[3].kind, LlamaTensorSpec::Kind::Bias);
+  EXPECT_EQ(specs[7].name, "model.layers.0.self_attn.v_proj.bias");
+  EXPECT_EQ(specs[7].shape, (std::vector<std::int64_t>{32}));
+  EXPECT_EQ(specs[8].name, "model.layers.0.self_attn.o_proj.weight");
+}
+
+TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
+  TempDir dir;
+  const LlamaWeights w = dummy_llama_weights(tiny_spec(true, true), 3);
+  ASSERT_EQ(w.layers[1].k_bias.data.size(), 32u);
+  save_llama_weights(w, dir.file("model.safetensors"), DType::F32);
+  const LlamaWeights loaded = load_llama_weights(w.spec, dir.file("model.safetensors"));
+  expect_equal_weights(w, loaded);
+  // A Qwen2 checkpoint without its biases is a wrong config or a wrong file: named, not zero.
+  const RawCheckpoint raw = raw_tensors(w, "model.layers.1.self_attn.v_proj.bias");
+  write_safetensors(dir.file("nobias.safetensors"), raw.tensors);
+  try {
+    load_llama_weights(w.spec, dir.file("nobias.safetensors"));
+    ADD_FAILURE() << "loaded without a bias";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor 'model.layers.1.self_attn.v_proj.bias'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -296,7 +338,7 @@ TEST(Weights, SaveRejectsTensorsThatDoNotMatchTheSpec) {
 // --- Dummy weights -------------------------------------------------------------------------------
 
 TEST(Weights, DummyWeightsHaveTheRealShapesAndSensibleScales) {
-  const ModelSpec spec = tiny_spec(false);
+  const ModelSpec spec = tiny_spec(false, true);
   const LlamaWeights w = dummy_llama_weights(spec, 42);
   const auto specs = llama_tensor_specs(spec);
   for (const auto& [name, tensor] : all_tensors(w)) {
@@ -317,9 +359,13 @@ TEST(Weights, DummyWeightsHaveTheRealShapesAndSensibleScales) {
       EXPECT_GE(lo, 0.95) << name;
       EXPECT_LE(hi, 1.05) << name;
       EXPECT_NEAR(mean, 1.0, 0.01) << name;
+    } else if (t->kind == LlamaTensorSpec::Kind::Bias) {  // too few values for the range and mean checks
+      EXPECT_GE(lo, -0.1) << name;
+      EXPECT_LE(hi, 0.1) << name;
+      EXPECT_GT(hi - lo, 0.0) << name;
     } else {
       const double a =
-          t->kind == LlamaTensorSpec::Kind::Embedding ? 0.1 : 1.0 / std::sqrt(double(t->shape[1]));
+          t->kind == LlamaTensorSpec::Kind::Projection ? 1.0 / std::sqrt(double(t->shape[1])) : 0.1;
       EXPECT_GE(lo, -a) << name;
       EXPECT_LE(hi, a) << name;
       EXPECT_GT(hi - lo, 1.9 * a) << name;  // the whole range is used

@@ -108,7 +108,7 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
     round_tensor(w.embed_tokens);
     for (LlamaLayerWeights& l : w.layers)
       for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
-                            &l.gate_proj, &l.up_proj, &l.down_proj})
+                            &l.gate_proj, &l.up_proj, &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias})
         round_tensor(*t);
     round_tensor(w.final_norm);
     round_tensor(w.lm_head);
@@ -501,6 +501,15 @@ TEST(CudaExecutor, TinyModelMatchesCpuReference) {
 TEST(CudaExecutor, Llama1bSliceMatchesCpuReference) {
   DUET_REQUIRE_GPU();
   check_generation(llama_1b_slice());
+}
+
+// Qwen2's q, k and v biases, added by the QKV GEMM's cuBLASLt epilogue.
+TEST(CudaExecutor, QkvBiasModelMatchesCpuReference) {
+  DUET_REQUIRE_GPU();
+  ModelSpec m = tiny_model();
+  m.qkv_bias = true;
+  m.name += "-qkv-bias";
+  check_generation(m);
 }
 
 // The same requests with CUDA graphs on and off: the eager decode path agrees with the CPU too,

@@ -906,6 +906,22 @@ struct GemmShape {
 
 class GemmTolerance : public ::testing::TestWithParam<GemmShape> {};
 
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// y = x W^T in double from the bf16 values of x [m, k] and W [n, k], and S = |x| |W|^T per element,
+// the scale of the float32 accumulation's error (float is plenty for it).
+struct GemmReference {
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> y;
+  MatF bound;
+};
+
+GemmReference gemm_reference(const std::vector<bf16>& x, const std::vector<bf16>& w, int m, int n, int k) {
+  MatF xf(m, k), wf(n, k);
+  for (std::size_t i = 0; i < x.size(); ++i) xf.data()[i] = dk::from_bf16(x[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) wf.data()[i] = dk::from_bf16(w[i]);
+  return {xf.cast<double>() * wf.cast<double>().transpose(), xf.cwiseAbs() * wf.cwiseAbs().transpose()};
+}
+
 // y = x W^T against a double-precision product of the same bf16 values. bf16 x bf16 products are
 // exact in float32, so the error is the float32 accumulation: at most k roundings of partial sums
 // bounded by S = sum_i |x_i w_i|, k 2^-24 S in the worst case and ~sqrt(k) 2^-24 S typically;
@@ -918,13 +934,7 @@ TEST_P(GemmTolerance, MatchesDoubleReference) {
   const auto [m, n, k] = GetParam();
   const auto x = random_bf16(std::size_t(m) * k, 0.0f, 1.0f, 100 + m);
   const auto w = random_bf16(std::size_t(n) * k, 0.0f, 0.05f, 200 + n);
-  using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  MatF xf(m, k), wf(n, k);
-  for (std::size_t i = 0; i < x.size(); ++i) xf.data()[i] = dk::from_bf16(x[i]);
-  for (std::size_t i = 0; i < w.size(); ++i) wf.data()[i] = dk::from_bf16(w[i]);
-  const MatD ref = xf.cast<double>() * wf.cast<double>().transpose();
-  const MatF bound = xf.cwiseAbs() * wf.cwiseAbs().transpose();  // S per element (float is plenty)
+  const auto [ref, bound] = gemm_reference(x, w, m, n, k);
 
   dk::StreamHandle s;
   auto d_x = upload(x, s.get());
@@ -960,6 +970,48 @@ INSTANTIATE_TEST_SUITE_P(Gemm, GemmTolerance,
                                            GemmShape{33, 4104, 72}, GemmShape{64, 4096, 4096},
                                            GemmShape{129, 2056, 1000}, GemmShape{255, 64, 4096},
                                            GemmShape{300, 4096, 1024}, GemmShape{300, 1000, 4096}));
+
+// The bias epilogue: y = x W^T + b on every row, b added in float32 before the bf16 rounding; a
+// shape's biased and unbiased plans are kept apart (the same shape runs without a bias after).
+TEST(Gemm, BiasEpilogueAddsTheBiasToEveryRow) {
+  DUET_REQUIRE_GPU();
+  const int m = 5, n = 2048, k = 1536;  // Qwen2.5-1.5B's QKV projection
+  const auto x = random_bf16(std::size_t(m) * k, 0.0f, 1.0f, 31);
+  const auto w = random_bf16(std::size_t(n) * k, 0.0f, 0.05f, 32);
+  const auto b = random_bf16(std::size_t(n), 0.0f, 4.0f, 33);
+  const auto [ref, bound] = gemm_reference(x, w, m, n, k);
+  dk::StreamHandle s;
+  auto d_x = upload(x, s.get());
+  auto d_w = upload(w, s.get());
+  auto d_b = upload(b, s.get());
+  dk::DeviceBuffer d_y(std::size_t(m) * n * 2), d_plain(std::size_t(m) * n * 2);
+  dk::Gemm gemm;
+  gemm.prepare(m, n, k, false, true);
+  EXPECT_THROW(gemm.prepare(m, n, k, true, true), duet::Error);  // a bias is for bf16 output
+  gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_y.as<bf16>(), m, n, k, s.get(), d_b.as<bf16>());
+  gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_plain.as<bf16>(), m, n, k, s.get());
+  const auto y = download<bf16>(d_y.get(), std::size_t(m) * n, s);
+  const auto plain = download<bf16>(d_plain.get(), std::size_t(m) * n, s);
+  int bad = 0, bad_plain = 0;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      const std::size_t e = std::size_t(i) * n + j;
+      const double r = ref(i, j) + double(dk::from_bf16(b[std::size_t(j)]));
+      const double tol = 0x1.0p-16 * double(bound(i, j)) + kBf16Rel * std::abs(r) + 1e-30;
+      if (!(std::abs(double(dk::from_bf16(y[e])) - r) <= tol) && ++bad <= 5)
+        ADD_FAILURE() << "y[" << i << ", " << j << "] = " << dk::from_bf16(y[e]) << ", reference " << r;
+      const double tol_plain = 0x1.0p-16 * double(bound(i, j)) + kBf16Rel * std::abs(ref(i, j)) + 1e-30;
+      if (!(std::abs(double(dk::from_bf16(plain[e])) - ref(i, j)) <= tol_plain) && ++bad_plain <= 5)
+        ADD_FAILURE() << "unbiased y[" << i << ", " << j << "] = " << dk::from_bf16(plain[e])
+                      << ", reference " << ref(i, j);
+    }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bad_plain, 0);
+  // A bias that is not 256-byte aligned (the plan assumed so) is refused before the call.
+  EXPECT_THROW(
+      gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_y.as<bf16>(), m, n, k, s.get(), d_b.as<bf16>() + 8),
+      duet::Error);
+}
 
 TEST(Gemm, ValidatesShapesAndAlignment) {
   DUET_REQUIRE_GPU();

@@ -68,5 +68,8 @@ local r = duet.run{out = false, progress = false,
                    workload = {problems = {{}}, solve = solve}}
 assert(r.problems == 1, "the workload did not finish")
 assert(accepted > 0 and accepted < #keys * #weird, "every or no submit was accepted: the probe tests nothing")
+-- duet.model says whether a model's q, k and v projections carry biases (Qwen2's do).
+assert(duet.model("qwen2.5-7b-instruct").qkv_bias == true and duet.model("llama-3.1-8b").qkv_bias == false,
+       "duet.model's qkv_bias")
 print(string.format("API edges: %d calls, %d of %d odd submits accepted, the process survived", calls, accepted,
                     #keys * #weird))

@@ -361,6 +361,11 @@ TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
                                            "");
                        }),
                        "measured on device 'h100-sxm', not 'h200'"));
+  // The same widths with Qwen2's q, k and v biases are another model: a step computes more.
+  ModelSpec biased = model_by_name("llama-3.2-1b");
+  biased.qkv_bias = true;
+  EXPECT_TRUE(contains(error_of([&] { choose_cost_model("profile:" + path, h100, biased, "h100-sxm", ""); }),
+                       "qkv-bias"));
   // A CPU engine's profile is for duet validate, which says so.
   p.device = "cpu-amd-epyc";
   save_profile(p, path);
