@@ -2,6 +2,8 @@
 -- rest (up to 0.9 of the GPU) for the PRM, and beam-search throughput at each point.
 --   duet run scripts/memory_split.lua [-- --problems 100 --prm-mode full --cost-model roofline]
 --   duet run scripts/memory_split.lua -- --fork-kv prefix_cache    forks as vLLM V1 runs them
+--   duet run scripts/memory_split.lua -- --max-num-seqs 1024 --max-num-batched-tokens 16384
+--                                           recent vLLM's defaults for its LLM class on an H100
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
@@ -14,7 +16,8 @@ local beam_search = require("workloads.beam_search")
 -- is a cache, not a reservation) and the PRM's prefix cache thrashes at 0.5: throughput is flat up
 -- to 0.45 and falls beyond.
 local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
-                       n = 16, concurrency = 256, cost_model = "auto", fork_kv = "share"}
+                       n = 16, concurrency = 256, cost_model = "auto", fork_kv = "share", max_num_seqs = 256,
+                       max_num_batched_tokens = 8192}
 local problems = math500.load{limit = args.problems}
 
 local results = duet.sweep{
@@ -25,9 +28,11 @@ local results = duet.sweep{
       gpu = args.gpu,
       cost_model = args.cost_model,
       engines = {
-        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util, fork_kv = args.fork_kv},
+        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util, fork_kv = args.fork_kv,
+         max_num_seqs = args.max_num_seqs, max_num_batched_tokens = args.max_num_batched_tokens},
         {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util,
-         fork_kv = args.fork_kv},
+         fork_kv = args.fork_kv, max_num_seqs = args.max_num_seqs,
+         max_num_batched_tokens = args.max_num_batched_tokens},
       },
       workload = beam_search.workload{problems = problems, n = args.n, beam_width = 4, prm_mode = args.prm_mode,
                                       score_cache = args.score_cache, seed = args.seed},
@@ -37,8 +42,9 @@ local results = duet.sweep{
   end,
 }
 
-print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s, fork_kv %s", #problems,
-                    args.prm_mode, args.gpu, args.cost_model, args.fork_kv))
+print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s, fork_kv %s, "
+                    .. "max_num_seqs %d, max_num_batched_tokens %d", #problems, args.prm_mode, args.gpu,
+                    args.cost_model, args.fork_kv, args.max_num_seqs, args.max_num_batched_tokens))
 print(string.format("%8s %8s %10s %10s %12s %10s %10s %8s", "llm", "prm", "llm blks", "prm blks", "problems/s",
                     "llm tok/s", "prm hit%", "prm evict"))
 for _, r in ipairs(results) do
