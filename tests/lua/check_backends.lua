@@ -11,6 +11,7 @@ local problems = math500.load{limit = 3}
 local setups = {
   static = {kv_pool = "static", prm = "models/tiny-llama/config.json"},
   shared = {kv_pool = "shared", prm = "models/tiny-llama/config.json"},
+  qwen2 = {kv_pool = "static", prm = "models/tiny-qwen2/config.json"},  -- q, k and v biases
   ["shared cost"] = {kv_pool = "shared", kv_eviction = "cost", prm = "models/small-llama/config.json",
                      llm_block = 16, prm_block = 4},
 }
@@ -30,7 +31,7 @@ local function run(backend, setup)
   }
 end
 
-for _, kv_pool in ipairs{"static", "shared", "shared cost"} do
+for _, kv_pool in ipairs{"static", "shared", "shared cost", "qwen2"} do
 local sim, cpu = run("sim", kv_pool), run("cpu", kv_pool)
 for _, name in ipairs{"llm", "prm"} do
   local a, b = sim.timeline(name), cpu.timeline(name)
