@@ -89,12 +89,14 @@ void BM_SchedulerStep256Decodes(benchmark::State& state) {
   const int blocks = 256 * 160;
   std::deque<Sequence> seqs;  // before the scheduler that links them
   auto kv = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 16, true});
-  auto sched = std::make_unique<Scheduler>(SchedulerConfig{256, 8192, true, 1 << 30}, *kv);
+  auto sched = std::make_unique<Scheduler>(
+      SchedulerConfig{.max_num_seqs = 256, .max_num_batched_tokens = 8192, .max_model_len = 1 << 30}, *kv);
   auto rebuild = [&] {
     sched.reset();  // its running list links the sequences: it goes first
     seqs.clear();
     kv = std::make_unique<KvCacheManager>(KvCacheConfig{blocks, 16, true});
-    sched = std::make_unique<Scheduler>(SchedulerConfig{256, 8192, true, 1 << 30}, *kv);
+    sched = std::make_unique<Scheduler>(
+        SchedulerConfig{.max_num_seqs = 256, .max_num_batched_tokens = 8192, .max_model_len = 1 << 30}, *kv);
     for (int i = 0; i < 256; ++i) sched->add(seqs.emplace_back(make_seq(i + 1, 500, i * 1000)));
     while (sched->num_waiting() > 0) {
       for (const BatchItem& it : sched->schedule().items) it.seq->num_computed_tokens += it.num_new_tokens;

@@ -53,6 +53,9 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
       "enable-prefix-caching", po::value(&a.prefix_caching)->default_value(true), "true or false")(
       "enable-chunked-prefill", po::value(&a.chunked_prefill)->default_value(true),
       "true or false (false: --max-num-batched-tokens must be at least --max-model-len, as in vLLM)")(
+      "scheduler-reserve-full-isl", po::value(&a.reserve_full_isl)->default_value(false),
+      "true: admit a request only when its whole prompt's blocks are free (vLLM's "
+      "scheduler_reserve_full_isl)")(
       "num-gpu-blocks-override", po::value(&a.num_gpu_blocks_override)->default_value(0),
       "what-if KV pool size in blocks instead of the plan's (0: from the budget)")(
       "allocator", po::value(&a.allocator)->default_value("paged"),
@@ -142,6 +145,7 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;
+  cfg.scheduler_reserve_full_isl = a.reserve_full_isl;
   cfg.allocator = allocator_kind_from_name(a.allocator);
   try {
     check_cost_model_name(a.cost_model);

@@ -23,7 +23,7 @@ struct TraceArgs {
   std::uint64_t seed = 0;
   EngineConfig engine;
   double gpu_memory_utilization = 0.9;
-  bool prefix_caching = true, chunked_prefill = true;
+  bool prefix_caching = true, chunked_prefill = true, reserve_full_isl = false;
   std::int32_t num_gpu_blocks_override = 0;
 };
 

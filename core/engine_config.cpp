@@ -47,7 +47,8 @@ EngineMemoryRequest memory_request(const EngineConfig& c) {
 }
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
-  return SchedulerConfig{c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill, c.max_model_len};
+  return SchedulerConfig{c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill, c.max_model_len,
+                         c.scheduler_reserve_full_isl};
 }
 
 std::shared_ptr<BlockPool> make_shared_pool(const std::vector<EngineConfig>& configs, const MemoryPlan& plan,

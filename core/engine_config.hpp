@@ -32,6 +32,7 @@ struct EngineConfig {
   int max_model_len = 8192;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  bool scheduler_reserve_full_isl = false;  // SchedulerConfig::reserve_full_prompt
   AllocatorKind allocator = AllocatorKind::Paged;
   ForkKv fork_kv = ForkKv::Share;  // how a fork's child gets its parent's KV (core/engine.hpp)
   std::int64_t runtime_overhead_bytes = kDefaultRuntimeOverheadBytes;

@@ -56,7 +56,10 @@ class KvAllocator {
   virtual int lookup_prefix(Sequence& seq) = 0;
   // Makes the table cover `num_new_tokens` more slots after num_computed_tokens, taking the
   // `num_hit_tokens` that lookup_prefix just found first. All or nothing: false changes nothing.
-  virtual bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) = 0;
+  // `num_must_fit` (when larger) is a check only: false unless the blocks of that many tokens
+  // would fit now.
+  virtual bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0,
+                              int num_must_fit = 0) = 0;
   // Gives dst (holding no blocks) the KV of src. False when it cannot (no memory to copy into):
   // dst then holds nothing and must recompute its tokens.
   virtual bool fork(const Sequence& src, Sequence& dst) = 0;

@@ -80,7 +80,7 @@ void KvCacheManager::release_block(BlockId b) {
   if (pool_->block(b).ref_count == 0) filled_tokens_ -= fill_[b];
 }
 
-bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens) {
+bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens, int num_must_fit) {
   const int bs = pool_->block_size(tenant_);
   KvState& kv = seq.kv;
   if (num_new_tokens < 0) throw std::logic_error("allocate_slots: negative token count");
@@ -92,6 +92,7 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   const int end = start + num_new_tokens;
   const int have = static_cast<int>(kv.blocks.size()) + hit_blocks;
   const int fresh = std::max(0, ceil_div(end, bs) - have);
+  const int must_fit = std::max(fresh, ceil_div(start + num_must_fit, bs) - have);
 
   // Writing into a partly filled block that a fork shares needs a private copy first.
   const int write_block = start / bs;
@@ -101,7 +102,7 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, int num_h
   int reusable_free_hits = 0;  // hit blocks that sit on the free lists count against free space
   for (int i = 0; i < hit_blocks; ++i) reusable_free_hits += pool_->block(hit_[i]).ref_count == 0;
   // On a shared pool, what the other models' floors reserve and this model's ceiling are not free.
-  if (fresh + int(cow) > pool_->available(tenant_) - reusable_free_hits) return false;
+  if (must_fit + int(cow) > pool_->available(tenant_) - reusable_free_hits) return false;
 
   // An admission: the sequence stops waiting. As in vLLM V1's prefix-cache statistics, a
   // re-admission after a preemption is no query: its hits are mostly its own blocks, freed when it

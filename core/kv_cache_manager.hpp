@@ -27,7 +27,8 @@ class KvCacheManager final : public KvAllocator {
   KvCacheManager(std::shared_ptr<BlockPool> pool, int tenant, bool enable_prefix_caching);
 
   int lookup_prefix(Sequence& seq) override;
-  bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
+  bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0,
+                      int num_must_fit = 0) override;
   bool fork(const Sequence& src, Sequence& dst) override;
   void free(Sequence& seq) override;
   void set_priority(Sequence& seq, int priority, bool shared = false) override;

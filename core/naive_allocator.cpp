@@ -30,7 +30,8 @@ std::int32_t NaiveAllocator::reserve() {
   return r;
 }
 
-bool NaiveAllocator::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens) {
+bool NaiveAllocator::allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens,
+                                    int /*num_must_fit*/) {
   if (num_hit_tokens != 0) throw std::logic_error("NaiveAllocator has no prefix cache");
   KvState& kv = seq.kv;
   const int end = kv.num_slots + num_new_tokens;

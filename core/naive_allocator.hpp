@@ -16,7 +16,9 @@ class NaiveAllocator final : public KvAllocator {
   NaiveAllocator(std::int32_t num_blocks, int block_size, int max_model_len);
 
   int lookup_prefix(Sequence&) override { return 0; }  // no sharing, no cache
-  bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0) override;
+  // A region holds max_model_len tokens: whatever must fit does once the region is taken.
+  bool allocate_slots(Sequence& seq, int num_new_tokens, int num_hit_tokens = 0,
+                      int num_must_fit = 0) override;
   // A new region with every used block copied; false (recompute) when no region is free.
   bool fork(const Sequence& src, Sequence& dst) override;
   void free(Sequence& seq) override;

@@ -140,7 +140,8 @@ Scheduler::Admission Scheduler::admit(Sequence& seq, Batch& batch, int& budget) 
   if (!config_.enable_chunked_prefill && remaining > budget) return Admission::NoBudget;
   const int n = std::min(remaining, budget);
   const bool held = holds_kv(seq.kv);
-  if (!kv_.allocate_slots(seq, n, hit)) return Admission::NoMemory;
+  if (!kv_.allocate_slots(seq, n, hit, config_.reserve_full_prompt ? remaining : 0))
+    return Admission::NoMemory;
   waiting_.erase(waiting_.begin());
   waiting_with_kv_ -= held;
   seq.num_computed_tokens = computed;

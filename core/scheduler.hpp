@@ -35,6 +35,10 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 8192;
   bool enable_chunked_prefill = true;
   int max_model_len = 8192;
+  // Admit a waiting sequence only when the blocks of all its remaining tokens are free, not just
+  // those of the chunk it computes now (vLLM's scheduler_reserve_full_isl; its allocate_slots
+  // checks full_sequence_must_fit and still allocates the chunk alone).
+  bool reserve_full_prompt = false;
 };
 
 struct SchedulerView {

@@ -41,6 +41,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     e["max_model_len"] = c.max_model_len;
     e["enable_prefix_caching"] = c.enable_prefix_caching;
     e["enable_chunked_prefill"] = c.enable_chunked_prefill;
+    e["scheduler_reserve_full_isl"] = c.scheduler_reserve_full_isl;
     e["allocator"] = c.allocator == AllocatorKind::Paged ? "paged" : "naive";
     e["fork_kv"] = fork_kv_name(c.fork_kv);
     config["engines"][c.name] = e;
@@ -52,6 +53,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
       m.numbers.emplace_back(p + key, e[key].get<double>());
     m.numbers.emplace_back(p + "enable_prefix_caching", c.enable_prefix_caching ? 1.0 : 0.0);
     m.numbers.emplace_back(p + "enable_chunked_prefill", c.enable_chunked_prefill ? 1.0 : 0.0);
+    m.numbers.emplace_back(p + "scheduler_reserve_full_isl", c.scheduler_reserve_full_isl ? 1.0 : 0.0);
     m.text.emplace_back(p + "allocator", e["allocator"].get<std::string>());
     m.text.emplace_back(p + "fork_kv", e["fork_kv"].get<std::string>());
   }

@@ -116,6 +116,7 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   t.checked("max_model_len", [&] { check_model_len(c); });
   c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);
+  c.scheduler_reserve_full_isl = t.boolean("scheduler_reserve_full_isl").value_or(false);
   const std::string allocator = t.string("allocator").value_or("paged");
   c.allocator = t.checked("allocator", [&] { return allocator_kind_from_name(allocator); });
   const std::string fork_kv = t.string("fork_kv").value_or("share");

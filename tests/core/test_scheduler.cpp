@@ -149,6 +149,29 @@ TEST(Scheduler, PreemptsTheLatestRunningAndResumesItFromThePrefixCache) {
   EXPECT_EQ(r.sched.num_preemptions(), 1);
 }
 
+// A prompt whose first chunk fits but whose whole does not: admitted for its chunk, it is preempted
+// on its next (the running sequence holds the rest), and recomputes. With reserve_full_prompt
+// (vLLM's scheduler_reserve_full_isl) it waits until the whole prompt's blocks are free.
+TEST(Scheduler, ReserveFullPromptWaitsForTheWholePromptsBlocks) {
+  for (const bool reserve : {false, true}) {
+    SCOPED_TRACE(reserve ? "reserve_full_prompt" : "first chunk only");
+    Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 64, .reserve_full_prompt = reserve}, 10);
+    Sequence& a = r.add(64, 3);
+    r.step();                          // a's prompt: 4 of the 10 blocks
+    Sequence& b = r.add(96, 1, 1000);  // 6 blocks; a's decodes take a fifth
+    int first_step_of_b = 0;
+    for (int step = 2; r.sched.has_work() && step < 20; ++step) {
+      const Batch batch = r.step();
+      for (const BatchItem& it : batch.items)
+        if (it.seq == &b && first_step_of_b == 0) first_step_of_b = step;
+    }
+    EXPECT_EQ(a.status, SeqStatus::Finished);
+    EXPECT_EQ(b.status, SeqStatus::Finished);
+    EXPECT_EQ(first_step_of_b, reserve ? 4 : 2);  // a samples in steps 1-3 (its prefill samples one)
+    EXPECT_EQ(b.num_preemptions, reserve ? 0 : 1);
+  }
+}
+
 TEST(Scheduler, AdmitsNothingInAStepThatPreempted) {
   Rig r({.max_num_seqs = 4, .max_num_batched_tokens = 100}, 6, 4);
   r.add(10, 6);

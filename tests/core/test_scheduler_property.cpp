@@ -49,7 +49,8 @@ std::string describe(const SchedCase& c) {
   os << "seed " << c.seed << " (" << (c.allocator == Allocator::Paged ? "paged" : "naive") << ", block_size "
      << c.block_size << ", " << c.num_blocks << " blocks, caching " << c.prefix_caching << ", max_num_seqs "
      << c.config.max_num_seqs << ", max_num_batched_tokens " << c.config.max_num_batched_tokens
-     << ", chunked " << c.config.enable_chunked_prefill << ", " << c.num_seqs << " sequences)";
+     << ", chunked " << c.config.enable_chunked_prefill << ", reserve_full_prompt "
+     << c.config.reserve_full_prompt << ", " << c.num_seqs << " sequences)";
   return os.str();
 }
 
@@ -505,6 +506,7 @@ SchedCase random_case(std::uint64_t seed) {
   }
   c.num_seqs = between(10, 60);
   c.arrival_pct = between(5, 60);
+  c.config.reserve_full_prompt = between(0, 99) < 25;
   return c;
 }
 

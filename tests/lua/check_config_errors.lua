@@ -46,6 +46,8 @@ end
 expect_error({engines = engine{model = "llama-9"}}, "engines%[1%].model: unknown model 'llama%-9'")
 expect_error({engines = engine{allocator = "buddy"}}, "engines%[1%].allocator: unknown allocator 'buddy'")
 expect_error({engines = engine{fork_kv = "copy"}}, "engines%[1%].fork_kv: unknown fork_kv .copy. %(valid: share, prefix_cache%)")
+expect_error({engines = engine{scheduler_reserve_full_isl = "yes"}},
+             "engines%[1%].scheduler_reserve_full_isl: expected true or false, got string")
 expect_error({engines = engine{cost_model = "operator:"}}, "engines%[1%].cost_model: unknown cost model 'operator:'")
 expect_error({engines = engine{load_format = "ckpt/dumy"}}, "engines%[1%].load_format: 'ckpt/dumy' is neither 'dummy' nor a checkpoint that exists")
 expect_error({engines = engine{budget_gib = 8}}, "engines%[1%].budget_gib: give either budget_gib or gpu_memory_utilization")
