@@ -275,15 +275,15 @@ using json_fields::optional_string;
 using json_fields::require_int;
 using json_fields::require_number;
 
-std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& origin) {
-  auto it = j.find("rope_scaling");
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  const json& rs = *it;
-  const std::string where = origin + ": rope_scaling";
+// Llama 3.1's scaling from the object that holds it (rope_scaling, or transformers 5's
+// rope_parameters, where rope_type 'default' means none).
+std::optional<RopeScaling> parse_rope_scaling(const json& rs, const std::string& where) {
   if (!rs.is_object()) throw Error(where + " must be an object");
   std::string type = optional_string(rs, "rope_type", where);
   if (type.empty()) type = optional_string(rs, "type", where);
-  if (type != "llama3") throw Error(where + ": rope_type '" + type + "' is not supported (only 'llama3')");
+  if (type == "default") return std::nullopt;
+  if (type != "llama3")
+    throw Error(where + ": rope_type '" + type + "' is not supported (only 'default' and 'llama3')");
   RopeScaling s;
   s.factor = require_number(rs, "factor", where);
   s.low_freq_factor = require_number(rs, "low_freq_factor", where);
@@ -298,20 +298,22 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
 enum class Family { Llama, Qwen2 };
 
 // The family a config.json names, by "architectures" and "model_type" (either may be absent; if
-// both are present they must agree). A PRM or reward model with a head of its own is refused: duet
-// scores from the LM head's logits of two tokens, as RLHFlow's Llama PRMs do.
+// both are present they must agree). Only causal LMs: a PRM or reward model with a head of its own
+// (a classifier over the hidden states) is refused, as duet scores from the LM head's logits of two
+// tokens, as RLHFlow's Llama PRMs do.
 Family family_of(const json& j, const std::string& origin) {
   std::optional<Family> by_arch, by_type;
   if (j.contains("architectures")) {
     const auto& arch = j["architectures"];
     const std::string a =
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
-    if (a.find("Llama") != std::string::npos) by_arch = Family::Llama;
-    else if (a == "Qwen2ForCausalLM") by_arch = Family::Qwen2;
-    else if (a.starts_with("Qwen2For"))
+    const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For");
+    if ((llama || qwen2) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                  "; duet models causal LMs whose scores come from the LM head's logits (a PRM's head "
-                  "of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled)");
+                  "; duet models causal LMs whose scores come from the LM head's logits (a head of its "
+                  "own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled)");
+    if (llama) by_arch = Family::Llama;
+    else if (qwen2) by_arch = Family::Qwen2;
     else
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM)");
@@ -405,7 +407,21 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     if (has_dtype && has_field(j, "torch_dtype") && dtype_of("torch_dtype") != m.dtype)
       throw Error(origin + ": fields 'dtype' (" + j["dtype"].dump() + ") and 'torch_dtype' (" +
                   j["torch_dtype"].dump() + ") disagree");
-    m.rope_scaling = parse_rope_scaling(j, origin);
+    // transformers 5 writes the RoPE base and its scaling as one object, rope_parameters; 4.x as
+    // rope_theta and rope_scaling. Read without it, such a file's base would be 10000, silently.
+    if (has_field(j, "rope_parameters")) {
+      const std::string where = origin + ": rope_parameters";
+      if (has_field(j, "rope_scaling"))
+        throw Error(origin + ": fields 'rope_parameters' and 'rope_scaling' are both present; give one");
+      const json& rp = j["rope_parameters"];
+      m.rope_scaling = parse_rope_scaling(rp, where);
+      const double theta = require_number(rp, "rope_theta", where);
+      if (has_field(j, "rope_theta") && m.rope_theta != theta)
+        throw Error(origin + ": fields 'rope_theta' and 'rope_parameters.rope_theta' disagree");
+      m.rope_theta = theta;
+    } else if (has_field(j, "rope_scaling")) {
+      m.rope_scaling = parse_rope_scaling(j["rope_scaling"], origin + ": rope_scaling");
+    }
     try {
       m.validate();
     } catch (const Error& e) {

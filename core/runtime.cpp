@@ -233,6 +233,8 @@ void Runtime::check_stuck() const {
              " out of its reach: other models' pages, their floors (min_blocks) or its ceiling (max_blocks)";
     why += ") is too small for them";
     if (e.scheduler().has_admit_policy()) why += ", or its admit policy refuses them";
+    if (e.scheduler().config().reserve_full_prompt)
+      why += " (scheduler_reserve_full_isl: a waiting sequence needs room for all its tokens at once)";
     throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
                 " waiting and " + std::to_string(e.scheduler().num_running()) +
                 " running sequences that cannot be scheduled: " + why);

@@ -29,8 +29,9 @@ namespace duet::gpu_bench {
 
 namespace {
 
-// The peer's decode tokens/s by (batch, context), from scripts/peer_hf.py's JSON.
-std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
+// The peer's decode tokens/s by (batch, context), from scripts/peer_hf.py's JSON, which must have
+// measured `model` (its "model" field starts with the name).
+std::map<std::pair<int, int>, double> load_peer(const std::string& path, const std::string& model) {
   std::map<std::pair<int, int>, double> out;
   if (path.empty()) return out;
   std::ifstream in(path);
@@ -38,6 +39,10 @@ std::map<std::pair<int, int>, double> load_peer(const std::string& path) {
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   try {
     const nlohmann::json j = json_fields::parse_unique_keys(text);
+    const std::string measured = j.at("model").get<std::string>();
+    if (!measured.starts_with(model))
+      throw Error(path + ": the peer measured '" + measured + "', not '" + model +
+                  "' (scripts/peer_hf.py runs Llama-3.2-1B: bench decode --model llama-3.2-1b)");
     for (const auto& r : j.at("rows"))
       out[{r.at("batch").get<int>(), r.at("context").get<int>()}] = r.at("tokens_per_s").get<double>();
   } catch (const nlohmann::json::exception& e) {
@@ -190,7 +195,7 @@ int bench_decode(const GpuBenchOptions& o) {
   CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);
   const std::int64_t weight_bytes = bytes_per_weight_read(spec);
   const std::int64_t kv_token = 2LL * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2;  // bf16
-  const auto peer = load_peer(o.peer);
+  const auto peer = load_peer(o.peer, spec.name);
   std::printf("  %5s %7s %10s %10s %7s %9s %10s %8s %7s %s\n", "batch", "context", "step ms", "roofline",
               "ratio", "GB/s", "tokens/s", "cpu ms", "x HF", "");
   nlohmann::json rows = nlohmann::json::array();

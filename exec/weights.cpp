@@ -57,11 +57,18 @@ HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const s
 }
 
 // A checkpoint with more layers than the config means the wrong config; loading its first
-// layers only would run without complaint and compute nonsense.
-void check_no_extra_layers(const ModelSpec& spec, const Checkpoint& ckpt) {
+// layers only would run without complaint and compute nonsense. So do q, k or v biases where the
+// config names a model without them (a Qwen2 checkpoint under a Llama config).
+void check_no_foreign_tensors(const ModelSpec& spec, const Checkpoint& ckpt) {
   constexpr std::string_view prefix = "model.layers.";
   for (const std::string& name : ckpt.names()) {
     if (!name.starts_with(prefix)) continue;
+    if (!spec.qkv_bias &&
+        (name.ends_with(".self_attn.q_proj.bias") || name.ends_with(".self_attn.k_proj.bias") ||
+         name.ends_with(".self_attn.v_proj.bias")))
+      throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " is a q, k or v bias, but model " +
+                  in_quotes(spec.name) +
+                  " has none (a Qwen2 checkpoint needs its config.json: Qwen2ForCausalLM)");
     const char* first = name.data() + prefix.size();
     const char* last = name.data() + name.size();
     long long layer = 0;
@@ -134,7 +141,7 @@ std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights) { retu
 LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) {
   spec.validate();
   const Checkpoint ckpt = Checkpoint::open(path);
-  check_no_extra_layers(spec, ckpt);
+  check_no_foreign_tensors(spec, ckpt);
   LlamaWeights w;
   w.spec = spec;
   w.layers.resize(std::size_t(spec.num_layers));

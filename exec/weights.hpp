@@ -38,7 +38,8 @@ std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights);
 // all converted. Errors name the file and the tensor, and both shapes for a mismatch.
 //   - Unexpected extra tensors are ignored (old exports carry rotary_emb.inv_freq buffers, PRMs
 //     may carry heads), except layers beyond spec.num_layers: a checkpoint with more layers than
-//     the config is a wrong config, and loading a prefix of it would run silently wrong.
+//     the config is a wrong config, and loading a prefix of it would run silently wrong; and so
+//     are q, k and v biases for a model without them (a Qwen2 checkpoint under a Llama config).
 //   - A tied model (tie_word_embeddings) ignores a lm_head.weight in the checkpoint, as
 //     transformers does: some exporters write the tied copy, and the config decides. lm_head
 //     is then a copy of embed_tokens.

@@ -133,6 +133,47 @@ TEST(KvCacheManager, HitsOnFreeBlocksCountAgainstFreeSpace) {
   kv.pool().check_consistency();
 }
 
+// num_must_fit (vLLM's full_sequence_must_fit) is a check: the blocks of that many tokens must be
+// free now, hit blocks on the free list and a copy-on-write copy counted as for the chunk itself,
+// and only the chunk's are allocated.
+TEST(KvCacheManager, MustFitChecksTheWholeAndAllocatesTheChunk) {
+  {  // a fresh prompt of 3 blocks on a pool of 3, with 2 free: its first block fits, the whole not
+    auto kv = make_kv(3, 4);
+    Sequence a = make_seq(1, 4, 500);
+    ASSERT_TRUE(admit(kv, a));
+    Sequence b = make_seq(2, 12);
+    EXPECT_FALSE(kv.allocate_slots(b, 4, 0, 12));
+    EXPECT_TRUE(b.kv.blocks.empty());
+    EXPECT_TRUE(kv.allocate_slots(b, 4, 0, 8));  // 2 blocks' worth must fit: they do
+    EXPECT_EQ(b.kv.blocks.size(), 1u) << "only the chunk's block is taken";
+  }
+  {  // hits on the free list count against free space: 2 hit blocks + 2 more for 16 tokens, of 3
+    auto kv = make_kv(3, 4);
+    Sequence a = make_seq(1, 9);
+    ASSERT_TRUE(admit(kv, a));
+    kv.free(a);
+    Sequence b = make_seq(2, 16);
+    ASSERT_EQ(kv.lookup_prefix(b), 8);
+    EXPECT_FALSE(kv.allocate_slots(b, 1, 8, 8));
+    ASSERT_EQ(kv.lookup_prefix(b), 8);
+    EXPECT_TRUE(kv.allocate_slots(b, 1, 8, 4));  // 12 tokens: the 2 hits and 1 fresh, all 3 blocks
+    kv.pool().check_consistency();
+  }
+  {  // a fork writing into its parent's half-full block needs its copy beside the rest
+    auto kv = make_kv(5, 4);
+    Sequence a = make_seq(1, 6);  // blocks: 4 + 2; 3 free
+    ASSERT_TRUE(admit(kv, a));
+    Sequence f = make_seq(2, 0);
+    f.tokens = a.tokens;
+    f.num_computed_tokens = 6;
+    kv.fork(a, f);
+    for (TokenId t = 7; t < 18; ++t) f.tokens.push_back(t);  // 17 tokens: 11 after the 6 computed
+    EXPECT_FALSE(kv.allocate_slots(f, 1, 0, 11)) << "5 blocks in all: the copy and 3 more, of 3 free";
+    EXPECT_TRUE(kv.allocate_slots(f, 1, 0, 10)) << "4 blocks in all: the copy and 2 more, all 3 free";
+    EXPECT_EQ(kv.take_copies().size(), 1u);
+  }
+}
+
 TEST(KvCacheManager, ForkSharesEveryBlockAndCopiesAPartialBlockOnWrite) {
   auto kv = make_kv(10, 4);
   Sequence a = make_seq(1, 10);  // blocks: 4 + 4 + 2

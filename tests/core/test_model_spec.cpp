@@ -416,6 +416,8 @@ TEST_F(ModelSpecHfConfig, VariantsDuetDoesNotModelNameTheField) {
       {[](json& j) { j["hidden_act"] = "gelu"; }, "field 'hidden_act' is \"gelu\""},
       {[](json& j) { j["attention_bias"] = true; }, "field 'attention_bias' is true"},
       {[](json& j) { j["mlp_bias"] = true; }, "field 'mlp_bias' is true"},
+      {[](json& j) { j["architectures"] = json::array({"LlamaForSequenceClassification"}); },
+       "duet models causal LMs"},
       {[](json& j) {
          j["quantization_config"] = {{"quant_method", "awq"}};
        },
@@ -482,13 +484,49 @@ TEST_F(ModelSpecHfConfig, Qwen2ConfigIsTheLlamaDecoderWithQkvBiases) {
   EXPECT_TRUE(from_hf_config(write(type_only.dump())).qkv_bias);
 }
 
+// transformers 5 writes RoPE's base and scaling as one object, rope_parameters: read, never a
+// silent base of 10000.
+TEST_F(ModelSpecHfConfig, RopeParametersOfTransformers5AreRead) {
+  json qwen = json::parse(kQwen25_1_5BConfig);
+  qwen.erase("rope_theta");
+  qwen["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  const ModelSpec q = from_hf_config(write(qwen.dump()));
+  EXPECT_DOUBLE_EQ(q.rope_theta, 1000000.0);
+  EXPECT_FALSE(q.rope_scaling.has_value());
+  json llama = json::parse(kLlama32_1BConfig);
+  llama["rope_parameters"] = llama["rope_scaling"];
+  llama["rope_parameters"]["rope_theta"] = 500000.0;
+  llama.erase("rope_scaling");  // rope_theta stays, as some exports keep it: it agrees
+  const ModelSpec l = from_hf_config(write(llama.dump()));
+  EXPECT_DOUBLE_EQ(l.rope_theta, 500000.0);
+  ASSERT_TRUE(l.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(l.rope_scaling->factor, 32.0);
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["rope_parameters"]["rope_theta"] = 10000.0; },
+       "fields 'rope_theta' and 'rope_parameters.rope_theta' disagree"},
+      {[](json& j) { j["rope_parameters"].erase("rope_theta"); }, "rope_parameters"},
+      {[](json& j) { j["rope_scaling"] = j["rope_parameters"]; },
+       "fields 'rope_parameters' and 'rope_scaling' are both present"},
+      {[](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; }, "rope_type 'yarn' is not supported"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    json j = llama;
+    edit(j);
+    const std::string path = write(j.dump());
+    const std::string msg = error_of([&] { from_hf_config(path); });
+    EXPECT_TRUE(contains(msg, path) && contains(msg, expected)) << msg;
+  }
+}
+
 // What a Qwen2 config.json can hold that duet does not model is an error naming the field.
 TEST_F(ModelSpecHfConfig, Qwen2VariantsDuetDoesNotModelNameTheField) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["use_sliding_window"] = true; },
        "field 'use_sliding_window' is true; sliding-window attention is not modelled"},
       {[](json& j) { j["architectures"] = json::array({"Qwen2ForProcessRewardModel"}); },
-       "a PRM's head of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled"},
+       "a head of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled"},
+      {[](json& j) { j["architectures"] = json::array({"Qwen2ForSequenceClassification"}); },
+       "duet models causal LMs"},
       {[](json& j) { j["model_type"] = "llama"; },
        "fields 'architectures' ([\"Qwen2ForCausalLM\"]) and 'model_type' (\"llama\") name different models"},
       {[](json& j) { j["attention_bias"] = true; }, "Qwen2's only biases are on q, k and v"},

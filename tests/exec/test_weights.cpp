@@ -155,6 +155,16 @@ TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
   save_llama_weights(w, dir.file("model.safetensors"), DType::F32);
   const LlamaWeights loaded = load_llama_weights(w.spec, dir.file("model.safetensors"));
   expect_equal_weights(w, loaded);
+  // A Qwen2 checkpoint under a Llama config would lose its biases without a word: refused.
+  ModelSpec llama = w.spec;
+  llama.qkv_bias = false;
+  try {
+    load_llama_weights(llama, dir.file("model.safetensors"));
+    ADD_FAILURE() << "loaded a Qwen2 checkpoint as a Llama";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a q, k or v bias, but model 'tiny' has none"), std::string::npos)
+        << e.what();
+  }
   // A Qwen2 checkpoint without its biases is a wrong config or a wrong file: named, not zero.
   const RawCheckpoint raw = raw_tensors(w, "model.layers.1.self_attn.v_proj.bias");
   write_safetensors(dir.file("nobias.safetensors"), raw.tensors);
