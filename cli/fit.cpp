@@ -82,6 +82,9 @@ int fit_runs(const std::string& path, const std::string& group, const std::strin
       if (!e.shape.empty() && model_shape(spec) != e.shape)
         throw Error(path + ": engine '" + name + "' ran " + e.model + " (" + e.shape + "), not --model " +
                     spec.name + " (" + model_shape(spec) + ")");
+      // A file without shapes (a profile's measurements before they recorded one) names its model.
+      if (e.shape.empty() && spec.name != e.model)
+        throw Error(path + ": engine '" + name + "' ran " + e.model + ", not --model " + spec.name);
       p.model = spec.name;
       p.model_shape = model_shape(spec);
     } else {

@@ -74,6 +74,9 @@ void write_measurements(const ProfileResult& r, const EngineConfig& c, const std
   meta.text.emplace_back("device_name", r.profile.device_name);
   meta.text.emplace_back("git_revision", r.profile.git_revision);
   meta.text.emplace_back("grid_json", r.profile.grid_json);
+  // What `duet fit --run` checks a --model against, as in every run file.
+  for (const EngineRecords& e : engines)
+    meta.text.emplace_back(e.name + ".model_shape", r.profile.model_shape);
   RunFileWriter(path).write_run("/", meta, engines, summary);
 }
 

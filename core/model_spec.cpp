@@ -310,8 +310,9 @@ Family family_of(const json& j, const std::string& origin) {
     const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For");
     if ((llama || qwen2) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                  "; duet models causal LMs whose scores come from the LM head's logits (a head of its "
-                  "own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled)");
+                  "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM), whose PRM scores come from "
+                  "the LM head's logits: a model without an LM head, or with a head of its own (such as "
+                  "Qwen2.5-Math-PRM's two-label classifier), is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
     else

@@ -292,6 +292,11 @@ struct CudaExecutor::Impl {
 void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size,
                               const CudaExecutorOptions& o) {
   m.validate();
+  // Its weights, activations and KV are bf16: a float16 or float32 model would run as another one
+  // than the simulator prices (vLLM's dtype "auto" runs a float32 checkpoint in bf16 too).
+  if (m.dtype != DType::BF16)
+    throw Error("CudaExecutor: model '" + m.name + "' is " + dtype_name(m.dtype) +
+                "; the CUDA engine runs bfloat16 (give its config.json torch_dtype \"bfloat16\")");
   spec = m;
   opt = o;
   if (num_blocks <= 0 || block_size <= 0)

@@ -43,7 +43,7 @@ local results = duet.sweep{
 }
 
 print(string.format("memory split sweep: %d problems, %s PRM scoring, %s, cost model %s, fork_kv %s, "
-                    .. "max_num_seqs %d, max_num_batched_tokens %d", #problems, args.prm_mode, args.gpu,
+                    .. "max_num_seqs %s, max_num_batched_tokens %s", #problems, args.prm_mode, args.gpu,
                     args.cost_model, args.fork_kv, args.max_num_seqs, args.max_num_batched_tokens))
 print(string.format("%8s %8s %10s %10s %12s %10s %10s %8s", "llm", "prm", "llm blks", "prm blks", "problems/s",
                     "llm tok/s", "prm hit%", "prm evict"))

@@ -112,7 +112,10 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   c.limits = {min_blocks.value_or(0), max_blocks.value_or(kNoCeiling)};
   c.max_num_seqs = t.int32("max_num_seqs").value_or(c.max_num_seqs);
   c.max_num_batched_tokens = t.int32("max_num_batched_tokens").value_or(c.max_num_batched_tokens);
-  c.max_model_len = t.int32("max_model_len").value_or(c.max_model_len);
+  // 8192, or the model's own limit where it is shorter (Qwen2.5-Math's 4096): vLLM's default is
+  // the model's limit, which a search's beams never approach.
+  c.max_model_len =
+      t.int32("max_model_len").value_or(std::min(c.max_model_len, c.model.max_position_embeddings));
   t.checked("max_model_len", [&] { check_model_len(c); });
   c.enable_prefix_caching = t.boolean("enable_prefix_caching").value_or(true);
   c.enable_chunked_prefill = t.boolean("enable_chunked_prefill").value_or(true);

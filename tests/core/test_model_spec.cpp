@@ -524,7 +524,7 @@ TEST_F(ModelSpecHfConfig, Qwen2VariantsDuetDoesNotModelNameTheField) {
       {[](json& j) { j["use_sliding_window"] = true; },
        "field 'use_sliding_window' is true; sliding-window attention is not modelled"},
       {[](json& j) { j["architectures"] = json::array({"Qwen2ForProcessRewardModel"}); },
-       "a head of its own, such as Qwen2.5-Math-PRM's two-label classifier, is not modelled"},
+       "with a head of its own (such as Qwen2.5-Math-PRM's two-label classifier), is not modelled"},
       {[](json& j) { j["architectures"] = json::array({"Qwen2ForSequenceClassification"}); },
        "duet models causal LMs"},
       {[](json& j) { j["model_type"] = "llama"; },

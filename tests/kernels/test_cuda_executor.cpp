@@ -1071,6 +1071,15 @@ TEST(CudaExecutor, RejectsBadOptionsAndWeights) {
   EXPECT_THROW(CudaExecutor(w, 0, 16), Error);
   w.layers[1].k_proj.shape = {16, 64};
   EXPECT_THROW(CudaExecutor(w, 8, 16), Error);
+  // It runs bf16 only: a float32 model would run as another than the simulator prices.
+  ModelSpec fp32 = spec;
+  fp32.dtype = DType::F32;
+  try {
+    CudaExecutor wide(fp32, CudaExecutor::DummyWeights{0}, 8, 16);
+    ADD_FAILURE() << "a float32 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the CUDA engine runs bfloat16"), std::string::npos) << e.what();
+  }
   // More memory than the device has, with the figures in the message.
   try {
     CudaExecutor huge(rounded_weights(spec), 1 << 30, 16);

@@ -139,4 +139,13 @@ assert(checked == #submit_errors)
 assert(duet.run(config{arbiter = "priority", arbiter_priority = {"prm", "llm"}}))
 assert(duet.run(config{arbiter = "priority"}))
 assert(duet.run(config{out = false}))
+-- max_model_len defaults to 8192, or to a model's shorter limit (Qwen2.5-Math's 4096; it was an error).
+local limits = {}
+duet.run{gpu = "h100", out = false, progress = false,
+         engines = {{name = "short", model = "tests/cli/data/short-context-qwen2-config.json", gpu_memory_utilization = 0.3},
+                    {name = "long", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}},
+         workload = {problems = {{}}, solve = function(ctx)
+           limits.short, limits.long = ctx.engines.short.max_model_len, ctx.engines.long.max_model_len
+         end}}
+assert(limits.short == 4096 and limits.long == 8192, string.format("max_model_len %s and %s", limits.short, limits.long))
 print("configuration errors: ok")
