@@ -26,21 +26,27 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const ModelSpec m = model_from(name, context(L).opt.source_dir);
-    lua_createtable(L, 0, 13);
+    lua_createtable(L, 0, 17);
     set_string(L, "name", m.name.c_str());
-    set_number(L, "num_layers", m.num_layers);
-    set_number(L, "hidden_size", m.hidden_size);
-    set_number(L, "num_heads", m.num_heads);
-    set_number(L, "num_kv_heads", m.num_kv_heads);
-    set_number(L, "head_dim", m.head_dim);
-    set_number(L, "intermediate_size", m.intermediate_size);
-    set_number(L, "vocab_size", m.vocab_size);
-    set_number(L, "num_parameters", double(m.num_parameters()));
-    set_number(L, "weight_bytes", double(m.weight_bytes()));
-    set_number(L, "kv_bytes_per_token", double(m.kv_bytes_per_token()));
+    set_integer(L, "num_layers", m.num_layers);
+    set_integer(L, "hidden_size", m.hidden_size);
+    set_integer(L, "num_heads", m.num_heads);
+    set_integer(L, "num_kv_heads", m.num_kv_heads);
+    set_integer(L, "head_dim", m.head_dim);
+    set_integer(L, "intermediate_size", m.intermediate_size);
+    set_integer(L, "vocab_size", m.vocab_size);
+    set_integer(L, "max_position_embeddings", m.max_position_embeddings);
+    set_number(L, "rope_theta", m.rope_theta);
+    set_string(L, "dtype", dtype_name(m.dtype));
+    set_integer(L, "num_parameters", m.num_parameters());
+    set_integer(L, "weight_bytes", m.weight_bytes());
+    set_integer(L, "kv_bytes_per_token", m.kv_bytes_per_token());
     set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
-    lua_pushboolean(L, m.qkv_bias);
-    lua_setfield(L, -2, "qkv_bias");
+    for (const auto& [key, value] :
+         {std::pair{"qkv_bias", m.qkv_bias}, {"tie_word_embeddings", m.tie_word_embeddings}}) {
+      lua_pushboolean(L, value);
+      lua_setfield(L, -2, key);
+    }
     return 1;
   });
 }

@@ -69,7 +69,10 @@ local r = duet.run{out = false, progress = false,
 assert(r.problems == 1, "the workload did not finish")
 assert(accepted > 0 and accepted < #keys * #weird, "every or no submit was accepted: the probe tests nothing")
 -- duet.model says whether a model's q, k and v projections carry biases (Qwen2's do).
-assert(duet.model("qwen2.5-7b-instruct").qkv_bias == true and duet.model("llama-3.1-8b").qkv_bias == false,
-       "duet.model's qkv_bias")
+local qwen, llama = duet.model("qwen2.5-7b-instruct"), duet.model("llama-3.1-8b")
+assert(qwen.qkv_bias == true and llama.qkv_bias == false, "duet.model's qkv_bias")
+assert(math.type(qwen.num_layers) == "integer" and qwen.max_position_embeddings == 32768 and qwen.rope_theta == 1e6
+       and qwen.dtype == "bfloat16" and qwen.tie_word_embeddings == false and qwen.num_parameters == 7615616512,
+       "duet.model's fields")
 print(string.format("API edges: %d calls, %d of %d odd submits accepted, the process survived", calls, accepted,
                     #keys * #weird))
