@@ -294,8 +294,9 @@ std::optional<RopeScaling> parse_rope_scaling(const json& rs, const std::string&
   return s;
 }
 
-// The decoders duet models: Llama, and Qwen2 (Llama with q, k and v biases).
-enum class Family { Llama, Qwen2 };
+// The decoders duet models: Llama, Qwen2 (Llama with q, k and v biases) and Mistral (Llama whose
+// attention may be limited to a sliding window).
+enum class Family { Llama, Qwen2, Mistral };
 
 // The family a config.json names, by "architectures" and "model_type" (either may be absent; if
 // both are present they must agree). Only causal LMs: a PRM or reward model with a head of its own
@@ -307,24 +308,28 @@ Family family_of(const json& j, const std::string& origin) {
     const auto& arch = j["architectures"];
     const std::string a =
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
-    const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For");
-    if ((llama || qwen2) && !a.ends_with("ForCausalLM"))
+    const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For"),
+               mistral = a.starts_with("MistralFor");
+    if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM), whose PRM scores come from "
                   "the LM head's logits: a model without an LM head, or with a head of its own (such as "
                   "Qwen2.5-Math-PRM's two-label classifier), is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
+    else if (mistral) by_arch = Family::Mistral;
     else
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                  "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM)");
+                  "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM, "
+                  "MistralForCausalLM)");
   }
   if (has_field(j, "model_type")) {
     if (j["model_type"] == "llama") by_type = Family::Llama;
     else if (j["model_type"] == "qwen2") by_type = Family::Qwen2;
+    else if (j["model_type"] == "mistral") by_type = Family::Mistral;
     else
       throw Error(origin + ": field 'model_type' is " + j["model_type"].dump() +
-                  "; duet models Llama-architecture decoders ('llama', 'qwen2')");
+                  "; duet models Llama-architecture decoders ('llama', 'qwen2', 'mistral')");
   }
   if (by_arch && by_type && *by_arch != *by_type)
     throw Error(origin + ": fields 'architectures' (" + j["architectures"].dump() + ") and 'model_type' (" +
@@ -345,11 +350,17 @@ void check_variant(const json& j, Family family, const std::string& origin) {
       refuse(key, family == Family::Qwen2 ? "Qwen2's only biases are on q, k and v"
                                           : "duet's Llama layers have no bias terms");
   // Qwen2's layers attend within a window only when use_sliding_window is set (transformers'
-  // Qwen2Config); without it the sliding_window field is inert.
+  // Qwen2Config); without it the sliding_window field is inert. Per-layer kinds (layer_types, as
+  // transformers writes them today) must all be full attention.
   if (has_field(j, "use_sliding_window") && j["use_sliding_window"] != false)
     refuse("use_sliding_window",
-           "sliding-window attention is not modelled (duet's layers attend to "
-           "the whole context)");
+           "sliding-window attention is not modelled (duet's layers attend to the whole context)");
+  if (has_field(j, "layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() ||
+        std::any_of(types.begin(), types.end(), [](const json& t) { return t != "full_attention"; }))
+      refuse("layer_types", "only full attention is modelled (duet's layers attend to the whole context)");
+  }
   if (has_field(j, "quantization_config"))
     throw Error(origin +
                 ": field 'quantization_config': quantized weights are not modelled (duet prices and "
@@ -376,6 +387,11 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     m.intermediate_size = require_int(j, "intermediate_size", origin);
     m.vocab_size = require_int(j, "vocab_size", origin);
     m.max_position_embeddings = require_int(j, "max_position_embeddings", origin);
+    // Mistral's layers attend to the last sliding_window tokens only (Mistral-7B-v0.1: 4096; v0.3:
+    // none). Up to the window that is full attention: duet takes the window as the model's context.
+    if (family == Family::Mistral && has_field(j, "sliding_window"))
+      m.max_position_embeddings =
+          std::min(m.max_position_embeddings, require_int(j, "sliding_window", origin));
     if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
     // Without a head_dim field, HF's Llama derives it: the heads must split hidden_size evenly.
     if (!has_field(j, "head_dim") && m.hidden_size % m.num_heads != 0)

@@ -1,6 +1,7 @@
 #pragma once
 // The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs). Qwen2
-// (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections.
+// (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections; Mistral
+// the same as Llama, its sliding window read as its context length.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -484,6 +484,51 @@ TEST_F(ModelSpecHfConfig, Qwen2ConfigIsTheLlamaDecoderWithQkvBiases) {
   EXPECT_TRUE(from_hf_config(write(type_only.dump())).qkv_bias);
 }
 
+// mistralai/Mistral-7B-v0.1's config.json fields (HuggingFace hub): a Llama decoder whose layers
+// attend to the last 4096 tokens, which duet takes as its context (full attention up to there).
+// The Math-Shepherd PRM (peiyi9979/math-shepherd-mistral-7b-prm) has this shape.
+constexpr const char* kMistral7BConfig = R"({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+TEST_F(ModelSpecHfConfig, MistralIsALlamaWhoseWindowIsItsContext) {
+  const ModelSpec m = from_hf_config(write(kMistral7BConfig));
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.max_position_embeddings, 4096) << "the sliding window";
+  EXPECT_EQ(m.num_parameters(), 7241732096LL);  // the hub's count for Mistral-7B-v0.1
+  json v03 = json::parse(kMistral7BConfig);     // v0.3: no window, a 32768-token vocabulary
+  v03["sliding_window"] = nullptr;
+  v03["vocab_size"] = 32768;
+  EXPECT_EQ(from_hf_config(write(v03.dump())).max_position_embeddings, 32768);
+  json classifier = json::parse(kMistral7BConfig);
+  classifier["architectures"] = json::array({"MistralForSequenceClassification"});
+  const std::string path = write(classifier.dump());
+  EXPECT_TRUE(contains(error_of([&] { from_hf_config(path); }), "duet models causal LMs"));
+  json layers = json::parse(kQwen25_1_5BConfig);
+  layers["layer_types"] = json::array({"full_attention", "sliding_attention"});
+  const std::string sliding = write(layers.dump());
+  EXPECT_TRUE(contains(error_of([&] { from_hf_config(sliding); }), "field 'layer_types'"));
+}
+
 // transformers 5 writes RoPE's base and scaling as one object, rope_parameters: read, never a
 // silent base of 10000.
 TEST_F(ModelSpecHfConfig, RopeParametersOfTransformers5AreRead) {
