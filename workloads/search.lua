@@ -160,6 +160,15 @@ local function inner_scores(child, o)
   end
 end
 
+-- The generator's tokens from `from` (0-based; default all) as the PRM reads them: as they are, or
+-- folded into a smaller PRM vocabulary (a Llama 3 or Qwen2.5 generator with a Mistral or Llama
+-- PRM). duet takes the PRM to read as many tokens as the generator wrote, tokenizers aside.
+local function prm_tokens(llm, prm, id, from)
+  local t = llm:tokens(id, from)
+  if prm.vocab_size < llm.vocab_size then t = t:fold(prm.vocab_size) end
+  return t
+end
+
 -- Submits the PRM request that scores a child's new steps (one, or every step of a request
 -- generated to the end); returns its id.
 function S.score(ctx, problem, child, o)
@@ -175,9 +184,9 @@ function S.score(ctx, problem, child, o)
     local spec = {kind = "score", keep = true, score_positions = positions, scores = scores}
     if parent.prm then
       spec.parent = parent.prm
-      spec.append = llm:tokens(child.llm, parent.len)
+      spec.append = prm_tokens(llm, prm, child.llm, parent.len)
     else
-      spec.prompt = llm:tokens(child.llm)
+      spec.prompt = prm_tokens(llm, prm, child.llm)
     end
     child.prm = prm:submit(spec)
     return child.prm
@@ -185,7 +194,8 @@ function S.score(ctx, problem, child, o)
   -- Full re-scoring: the whole trajectory, with a score at every step end, unless the score
   -- cache already holds the earlier steps' scores.
   if not o.score_cache then positions, scores = child.ends, child.scores end
-  return prm:submit{kind = "score", prompt = llm:tokens(child.llm), score_positions = positions, scores = scores}
+  return prm:submit{kind = "score", prompt = prm_tokens(llm, prm, child.llm), score_positions = positions,
+                    scores = scores}
 end
 
 function S.aggregate(t, o) return prm_scores.aggregate(t.scores, o.agg) end

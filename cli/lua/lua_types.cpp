@@ -70,6 +70,22 @@ int token_list_concat(lua_State* L) {  // a .. b
   });
 }
 
+// list:fold(n): a new list whose ids at or above n become id mod n. A generator's tokens for a
+// PRM of a smaller vocabulary (a Llama 3 generator's for a Mistral PRM): the same count and, since
+// the map is fixed, the same prefix-cache identity for the same tokens.
+int token_list_fold(lua_State* L) {
+  auto* list = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
+  const lua_Integer n = luaL_checkinteger(L, 2);
+  if (n < 1 || n > lua_Integer(INT32_MAX))
+    return luaL_error(L, "TokenList:fold: vocabulary size %I is not 1 to 2^31 - 1", n);
+  return guarded(L, [&] {
+    std::vector<TokenId> ids = list->ids;
+    for (TokenId& t : ids) t = TokenId(t % TokenId(n));
+    push_token_list(L, std::move(ids));
+    return 1;
+  });
+}
+
 int token_list_tostring(lua_State* L) {
   auto* list = static_cast<TokenList*>(luaL_checkudata(L, 1, kTokenListMeta));
   lua_pushfstring(L, "TokenList(%d tokens)", int(list->ids.size()));
@@ -89,6 +105,8 @@ void register_types(lua_State* L) {
   lua_newtable(L);
   lua_pushcfunction(L, token_list_get);
   lua_setfield(L, -2, "get");
+  lua_pushcfunction(L, token_list_fold);
+  lua_setfield(L, -2, "fold");
   lua_setfield(L, -2, "__index");
   protect_metatable(L, kTokenListMeta);
   lua_pop(L, 1);

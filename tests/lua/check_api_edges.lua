@@ -74,5 +74,17 @@ assert(qwen.qkv_bias == true and llama.qkv_bias == false, "duet.model's qkv_bias
 assert(math.type(qwen.num_layers) == "integer" and qwen.max_position_embeddings == 32768 and qwen.rope_theta == 1e6
        and qwen.dtype == "bfloat16" and qwen.tie_word_embeddings == false and qwen.num_parameters == 7615616512,
        "duet.model's fields")
+-- TokenList:fold(n) maps ids at or above n into [0, n); a search hands the PRM its generator's tokens
+-- so, where the PRM's vocabulary is smaller (Qwen2.5's 151,936 against Llama 3's 128,256: each
+-- PRM request failed with a token outside the PRM's vocabulary).
+local folded = duet.token_list{5, 130000, 31999}:fold(32000)
+assert(#folded == 3 and folded:get(1) == 5 and folded:get(2) == 130000 % 32000 and folded:get(3) == 31999)
+assert(not pcall(function() return folded:fold(0) end), "fold(0) must be an error")
+local beam_search = require("workloads.beam_search")
+local mixed = duet.run{gpu = "h100", out = false, progress = false,
+  engines = {{name = "llm", model = "qwen2.5-1.5b-instruct", gpu_memory_utilization = 0.3},
+             {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.6}},
+  workload = beam_search.workload{problems = require("workloads.math500").load{limit = 40}, n = 4, beam_width = 4}}
+assert(mixed.problems == 40, "a Qwen2.5 generator with a Llama 3 PRM")
 print(string.format("API edges: %d calls, %d of %d odd submits accepted, the process survived", calls, accepted,
                     #keys * #weird))
