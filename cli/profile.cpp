@@ -93,7 +93,7 @@ int profile(int argc, char** argv) {
       "(prefill chunks with and without cached context, decode batches over contexts, mixed, copy-on-write), "
       "fit the calibrated cost model, and write the profile (and the raw measurements as PROFILE.h5)");
   options.add_options()("backend", po::value(&backend)->default_value("cpu"), "cpu or cuda")(
-      "model", po::value(&model)->required(), "built-in model or a HuggingFace config.json")(
+      "model", po::value(&model)->required(), "built-in model, or a HuggingFace config.json or its folder")(
       "gpu", po::value(&gpu), "cuda: the GPU spec to record (default: detected from the device name)")(
       "out", po::value(&out)->required(),
       "profile JSON (profiles/DEVICE/MODEL.json is where the simulator looks)")(

@@ -37,7 +37,8 @@ po::options_description trace_options(TraceArgs& a, BackendChoice backends) {
                                               "synthetic: Poisson arrivals per second (0: all at once)")(
       "seed", po::value(&a.seed)->default_value(0),
       "seed of prompt tokens, arrivals, outputs and dummy weights");
-  const std::string model_help = "built-in model (" + builtin_model_list() + ") or a HuggingFace config.json";
+  const std::string model_help =
+      "built-in model (" + builtin_model_list() + "), or a HuggingFace config.json or its folder";
   po::options_description engine("Engine (vLLM's names)");
   engine.add_options()("model", po::value(&a.model)->default_value("llama-3.1-8b"), model_help.c_str())(
       "gpu", po::value(&a.gpu)->default_value("h100"),

@@ -241,7 +241,7 @@ ModelSpec model_by_name(const std::string& name) {
   for (const auto& b : kBuiltins)
     if (n == b.name) return b.make();
   throw Error("unknown model '" + name + "' (built-in models: " + builtin_model_list() +
-              "; or give the path of a HuggingFace config.json)");
+              "; or give the path of a HuggingFace config.json or of its folder)");
 }
 
 ModelSpec resolve_model(const std::string& name_or_path) {
@@ -249,7 +249,7 @@ ModelSpec resolve_model(const std::string& name_or_path) {
     // A hub id (meta-llama/Llama-3.2-1B) that is no file: the built-in names are the useful answer.
     if (!name_or_path.ends_with(".json") && !std::filesystem::exists(name_or_path))
       throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " +
-                  builtin_model_list() + "; or give the path of a HuggingFace config.json)");
+                  builtin_model_list() + "; or give the path of a HuggingFace config.json or of its folder)");
     return from_hf_config(name_or_path);
   }
   try {
