@@ -212,10 +212,14 @@ def _prefixed(prefix, attrs):
     return {f"{prefix}.{name}": value for name, value in attrs.items() if not isinstance(value, str) or name == "model"}
 
 
+_LONG_TEXTS = {"script", "config_json", "command_line", "grid_json"}
+
+
 def sweep_table(path, sweep=None):
     """Every sweep point of a file (or of the sweep labelled `sweep`), one row each: the point's
     parameters (point.NAME), the run's numbers (problems_per_s, makespan_s, ...), and each engine's
-    summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...). A point
+    summary attributes as ENGINE.NAME (llm.generated_tokens_per_s, prm.evictions, ...), and the
+    run's settings, texts included (llm.model_shape, prm.fork_kv, ...). A point
     that failed is a row too, in its place, with its `error` and no numbers (NaN); `failed` tells
     them apart."""
     rows = []
@@ -226,8 +230,9 @@ def sweep_table(path, sweep=None):
         if sweep is not None and run["attrs"].get("sweep") != sweep:
             continue
         row = {"group": group, "sweep": run["attrs"].get("sweep", ""), **run["summary"]}
-        # Numbers, and the point's parameters whatever their type; not the long texts (the script).
-        row.update({k: v for k, v in run["attrs"].items() if not isinstance(v, str) or k.startswith("point.")})
+        # Numbers and settings, texts too (each engine's model, model_shape, fork_kv, cost_model: a
+        # sweep over models differs in them); not the long texts (the script, its command line).
+        row.update({k: v for k, v in run["attrs"].items() if k not in _LONG_TEXTS})
         for name, engine in run["engines"].items():
             row.update(_prefixed(name, engine["attrs"]))
         rows.append({**row, "failed": False})

@@ -32,6 +32,9 @@ except KeyError as error:
     assert "pass group=" in str(error) and "/sweeps/0000/points/0000" in str(error), error
 groups = duet_h5.list_runs(sweep)
 assert duet_h5.load_run(sweep, groups[1], tables=False)["group"] == groups[1]
+# sweep_table keeps the settings that are texts (a sweep over models differs in them), not the script.
+table = duet_h5.sweep_table(sweep)
+assert table["llm.model_shape"].str.startswith("L16 h2048").all() and "script" not in table, list(table)
 
 # A sweep point that failed has no run: load_run says so, with the point's error.
 failing = os.path.join(out, "failing.lua")
