@@ -312,7 +312,8 @@ Family family_of(const json& j, const std::string& origin) {
                mistral = a.starts_with("MistralFor");
     if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                  "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM), whose PRM scores come from "
+                  "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), whose "
+                  "PRM scores come from "
                   "the LM head's logits: a model without an LM head, or with a head of its own (such as "
                   "Qwen2.5-Math-PRM's two-label classifier), is not modelled");
     if (llama) by_arch = Family::Llama;
