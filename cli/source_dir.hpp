@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/gpu_spec.hpp"
+#include "core/json_fields.hpp"
 #include "core/model_spec.hpp"
 
 #ifndef DUET_SOURCE_DIR
@@ -38,18 +39,10 @@ inline std::string absolute_path(const std::string& path) {
   return ec || path.empty() ? path : p.lexically_normal().string();
 }
 
-// A built-in model's name, or a config.json path found as resolve_path finds it, or the folder
-// that holds one (a HuggingFace checkpoint's, as vLLM takes a model): what an engine's `model`,
-// duet.model() and every --model flag take.
+// A built-in model's name, or a config.json path or its folder's (resolve_model) found as
+// resolve_path finds it: what an engine's `model`, duet.model() and every --model flag take.
 inline ModelSpec model_from(const std::string& name, const std::string& dir = source_dir()) {
-  if (name.ends_with(".json")) return resolve_model(resolve_path(name, dir));
-  if (name.find('/') != std::string::npos) {
-    const std::string folder = resolve_path(name, dir);
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(folder + "/config.json", ec))
-      return resolve_model(folder + "/config.json");
-  }
-  return resolve_model(name);
+  return resolve_model(json_fields::names_a_file(name) ? resolve_path(name, dir) : name);
 }
 
 // load_format: "dummy", or a checkpoint (a .safetensors file or a folder of them) found as

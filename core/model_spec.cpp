@@ -250,6 +250,11 @@ ModelSpec resolve_model(const std::string& name_or_path) {
     if (!name_or_path.ends_with(".json") && !std::filesystem::exists(name_or_path))
       throw Error("unknown model '" + name_or_path + "' (no such file; built-in models: " +
                   builtin_model_list() + "; or give the path of a HuggingFace config.json or of its folder)");
+    // A model's folder (a HuggingFace checkpoint's, as vLLM takes a model) stands for its config.json.
+    const std::string in_folder = name_or_path + "/config.json";
+    std::error_code ec;
+    if (std::filesystem::is_directory(name_or_path, ec) && std::filesystem::is_regular_file(in_folder, ec))
+      return from_hf_config(in_folder);
     return from_hf_config(name_or_path);
   }
   try {

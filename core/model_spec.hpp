@@ -74,7 +74,7 @@ std::vector<std::string> builtin_model_names();
 std::string builtin_model_list();
 
 // A built-in name, or the path of a HuggingFace config.json (anything ending in .json or
-// naming an existing file).
+// naming an existing file), or of the folder that holds one.
 ModelSpec resolve_model(const std::string& name_or_path);
 
 // Reads a HuggingFace config.json. Errors name the file and the missing or bad field.

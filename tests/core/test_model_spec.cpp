@@ -563,6 +563,15 @@ TEST_F(ModelSpecHfConfig, RopeParametersOfTransformers5AreRead) {
   }
 }
 
+// A model's folder stands for its config.json; a folder without one is named as a folder.
+TEST_F(ModelSpecHfConfig, AModelsFolderStandsForItsConfig) {
+  write(kQwen25_1_5BConfig);
+  EXPECT_TRUE(resolve_model(dir_.string()).qkv_bias);
+  fs::create_directories(dir_ / "empty");
+  const std::string msg = error_of([&] { resolve_model((dir_ / "empty").string()); });
+  EXPECT_TRUE(contains(msg, "is a directory, not a config.json file")) << msg;
+}
+
 // What a Qwen2 config.json can hold that duet does not model is an error naming the field.
 TEST_F(ModelSpecHfConfig, Qwen2VariantsDuetDoesNotModelNameTheField) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
