@@ -143,6 +143,11 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   EngineConfig cfg = a.engine;
   cfg.name = "llm";
   cfg.model = model_from(a.model, source_dir);
+  // A trace's requests generate: a PRM with a score head would fail at its first request.
+  if (!cfg.model.can_generate())
+    throw Error("--model " + a.model + ": a PRM with a score head (" +
+                std::to_string(cfg.model.score_labels) +
+                " labels) cannot generate, and a trace's requests do");
   cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;

@@ -9,9 +9,10 @@
 namespace duet {
 
 Engine::Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv,
-               Executor& executor, SchedulerPolicy policy, ForkKv fork_kv)
+               Executor& executor, SchedulerPolicy policy, ForkKv fork_kv, std::string scores_only)
     : name_(std::move(name)),
       fork_kv_(fork_kv),
+      scores_only_(std::move(scores_only)),
       kv_(std::move(kv)),
       scheduler_(config, *kv_, std::move(policy)),
       executor_(executor) {}
@@ -19,6 +20,7 @@ Engine::Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<
 Sequence& Engine::add(Sequence seq, double now) {
   if (seqs_.count(seq.id))
     throw Error("engine '" + name_ + "': sequence id " + std::to_string(seq.id) + " is in use");
+  check_kind(seq);
   if (seq.kind == SeqKind::Generate && seq.sampling.max_tokens <= 0)
     throw Error("engine '" + name_ + "': max_tokens must be positive, got " +
                 std::to_string(seq.sampling.max_tokens));
@@ -30,6 +32,12 @@ Sequence& Engine::add(Sequence seq, double now) {
   seqs_.emplace(ref.id, std::move(owned));
   admit_or_forget(ref);
   return ref;
+}
+
+void Engine::check_kind(const Sequence& seq) const {
+  if (seq.kind == SeqKind::Generate && !scores_only_.empty())
+    throw Error("engine '" + name_ + "': sequence " + std::to_string(seq.id) + " asks to generate, but " +
+                scores_only_);
 }
 
 // The scheduler's checks (max_model_len, score positions, the order policy) may refuse a sequence
@@ -53,6 +61,7 @@ Sequence& Engine::fork(SeqId src_id, Sequence child, double now) {
     throw Error("engine '" + name_ + "': sequence " + std::to_string(src_id) + " no longer holds its KV");
   if (seqs_.count(child.id))
     throw Error("engine '" + name_ + "': sequence id " + std::to_string(child.id) + " is in use");
+  check_kind(child);
   std::vector<TokenId> tokens = src->tokens;
   tokens.insert(tokens.end(), child.tokens.begin(), child.tokens.end());
   child.tokens = std::move(tokens);

@@ -37,8 +37,10 @@ enum class ForkKv : std::uint8_t {
 
 class Engine {
  public:
+  // `scores_only`, when not empty, says why the engine's model cannot generate (a PRM with a score
+  // head and no LM head): a Generate sequence is then refused with it.
   Engine(std::string name, const SchedulerConfig& config, std::unique_ptr<KvAllocator> kv, Executor& executor,
-         SchedulerPolicy policy = {}, ForkKv fork_kv = ForkKv::Share);
+         SchedulerPolicy policy = {}, ForkKv fork_kv = ForkKv::Share, std::string scores_only = {});
 
   const std::string& name() const { return name_; }
 
@@ -70,12 +72,14 @@ class Engine {
   const KvAllocator& kv() const { return *kv_; }
 
  private:
-  void admit_or_forget(Sequence& seq);  // scheduler_.add, or no trace of the sequence
+  void check_kind(const Sequence& seq) const;  // a Generate sequence on a scores-only engine
+  void admit_or_forget(Sequence& seq);         // scheduler_.add, or no trace of the sequence
   void postprocess(StepOutcome& outcome, double start, double done);  // the step's start and end
   bool should_stop(const Sequence& seq, TokenId token) const;
 
   std::string name_;
   ForkKv fork_kv_;
+  std::string scores_only_;
   std::unique_ptr<KvAllocator> kv_;
   // Before the scheduler: its running list links the sequences, so they must outlive it.
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;

@@ -69,7 +69,7 @@ std::int64_t activation_bytes(const ModelSpec& m, int max_num_batched_tokens, in
   const std::int64_t qkv = std::int64_t(m.num_heads + 2 * m.num_kv_heads) * m.head_dim;
   const std::int64_t mlp = 3LL * m.intermediate_size + std::int64_t(m.num_heads) * m.head_dim;
   const std::int64_t per_token = 2LL * m.hidden_size + std::max(qkv, mlp);
-  const std::int64_t logits = std::int64_t(max_num_seqs) * m.vocab_size * 4;
+  const std::int64_t logits = std::int64_t(max_num_seqs) * m.logits_width() * 4;
   return std::int64_t(max_num_batched_tokens) * per_token * dtype_bytes(m.dtype) + logits;
 }
 

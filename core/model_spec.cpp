@@ -96,6 +96,17 @@ ModelSpec qwen2_5_7b() {
   return m;
 }
 
+// Qwen/Qwen2.5-Math-PRM-7B's config.json on the HuggingFace hub: Qwen2.5-Math-7B's decoder (its
+// 4096-token context and RoPE base of 10000) under a two-label score head, no LM head.
+ModelSpec qwen2_5_math_prm_7b() {
+  ModelSpec m = qwen2_5_7b();
+  m.name = "qwen2.5-math-prm-7b";
+  m.max_position_embeddings = 4096;
+  m.rope_theta = 10000.0;
+  m.score_labels = 2;
+  return m;
+}
+
 struct BuiltinModel {
   const char* name;
   ModelSpec (*make)();
@@ -109,6 +120,7 @@ constexpr BuiltinModel kBuiltins[] = {
     {"llama3.1-8b-prm-deepseek-data", llama_3_1_8b},
     {"qwen2.5-1.5b-instruct", qwen2_5_1_5b},
     {"qwen2.5-7b-instruct", qwen2_5_7b},
+    {"qwen2.5-math-prm-7b", qwen2_5_math_prm_7b},
 };
 
 }  // namespace
@@ -150,7 +162,16 @@ std::int64_t ModelSpec::kv_bytes_per_token() const {
 
 std::int64_t ModelSpec::embedding_parameters() const {
   const std::int64_t table = std::int64_t(vocab_size) * hidden_size;
-  return tie_word_embeddings ? table : 2 * table;
+  return tie_word_embeddings || score_labels > 0 ? table : 2 * table;
+}
+
+std::int64_t ModelSpec::score_head_parameters() const {
+  const std::int64_t h = hidden_size, labels = score_labels;
+  return score_labels > 0 ? h * h + h + labels * h + labels : 0;
+}
+
+std::int64_t ModelSpec::head_weights() const {
+  return score_labels > 0 ? score_head_parameters() : std::int64_t(vocab_size) * hidden_size;
 }
 
 std::int64_t ModelSpec::layer_parameters() const {
@@ -167,7 +188,7 @@ std::int64_t ModelSpec::qkv_bias_parameters() const {
 }
 
 std::int64_t ModelSpec::num_parameters() const {
-  return embedding_parameters() + num_layers * layer_parameters() + hidden_size;
+  return embedding_parameters() + num_layers * layer_parameters() + hidden_size + score_head_parameters();
 }
 
 std::int64_t ModelSpec::weight_bytes() const { return num_parameters() * dtype_bytes(dtype); }
@@ -178,9 +199,14 @@ double ModelSpec::layer_flops_per_token() const {
   return (2.0 * double(matmul) + double(qkv_bias_parameters())) * num_layers;
 }
 
-double ModelSpec::linear_flops_per_token() const {
-  return layer_flops_per_token() + 2.0 * double(vocab_size) * hidden_size;
+double ModelSpec::head_flops_per_token() const {
+  if (score_labels == 0) return 2.0 * double(vocab_size) * hidden_size;
+  // Two FLOPs per weight, one per bias and one for the ReLU of each hidden value.
+  const double h = hidden_size, labels = score_labels;
+  return 2.0 * (h * h + labels * h) + (h + labels) + h;
 }
+
+double ModelSpec::linear_flops_per_token() const { return layer_flops_per_token() + head_flops_per_token(); }
 
 double ModelSpec::attention_flops(std::int64_t new_tokens, std::int64_t context_before) const {
   // Query i (0-based) sees context_before + i + 1 keys: QK^T and PV are 2 FLOPs per MAC each.
@@ -207,6 +233,9 @@ void ModelSpec::validate() const {
   positive("intermediate_size", intermediate_size);
   positive("vocab_size", vocab_size);
   positive("max_position_embeddings", max_position_embeddings);
+  if (score_labels < 0 || score_labels > 1024)
+    throw Error("model '" + name + "': score_labels must be 0 (an LM head) or a classifier's labels, got " +
+                std::to_string(score_labels));
   // Far beyond any published model, and small enough that every product of them (parameters,
   // KV bytes per token, FLOPs) fits 64-bit arithmetic: a larger value is a typo, not a model.
   auto at_most = [&](const char* field, long long v, long long limit) {
@@ -303,31 +332,44 @@ std::optional<RopeScaling> parse_rope_scaling(const json& rs, const std::string&
 // attention may be limited to a sliding window).
 enum class Family { Llama, Qwen2, Mistral };
 
-// The family a config.json names, by "architectures" and "model_type" (either may be absent; if
-// both are present they must agree). Only causal LMs: a PRM or reward model with a head of its own
-// (a classifier over the hidden states) is refused, as duet scores from the LM head's logits of two
-// tokens, as RLHFlow's Llama PRMs do.
-Family family_of(const json& j, const std::string& origin) {
+// What a config.json's "architectures" and "model_type" say (either may be absent, not both; if
+// both are present they must agree): the decoder, and the labels of its score head (0: an LM head).
+struct Architecture {
+  Family family = Family::Llama;
+  int score_labels = 0;
+};
+
+// transformers' name for Qwen2.5-Math-PRM (its remote code, as vLLM and SGLang implement it): a
+// Qwen2 decoder whose `score` head has two labels.
+constexpr const char* kQwen2Prm = "Qwen2ForProcessRewardModel";
+constexpr int kQwen2PrmLabels = 2;
+
+// Causal LMs, whose PRM scores come from the LM head's logits of two tokens (as RLHFlow's Llama
+// PRMs and Math-Shepherd score), and Qwen2.5-Math-PRM. Other heads of their own (a sequence
+// classifier, Qwen2ForRewardModel's one-label outcome head) are refused.
+Architecture architecture_of(const json& j, const std::string& origin) {
   std::optional<Family> by_arch, by_type;
+  Architecture out;
   if (j.contains("architectures")) {
     const auto& arch = j["architectures"];
     const std::string a =
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
     const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For"),
                mistral = a.starts_with("MistralFor");
-    if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
+    if (a == kQwen2Prm) out.score_labels = kQwen2PrmLabels;
+    else if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), whose "
-                  "PRM scores come from "
-                  "the LM head's logits: a model without an LM head, or with a head of its own (such as "
-                  "Qwen2.5-Math-PRM's two-label classifier), is not modelled");
+                  "PRM scores come from the LM head's logits, and Qwen2.5-Math-PRM's two-label classifier (" +
+                  kQwen2Prm + "): another head of its own is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
     else if (mistral) by_arch = Family::Mistral;
     else
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM, "
-                  "MistralForCausalLM)");
+                  "MistralForCausalLM, " +
+                  kQwen2Prm + ")");
   }
   if (has_field(j, "model_type")) {
     if (j["model_type"] == "llama") by_type = Family::Llama;
@@ -340,7 +382,14 @@ Family family_of(const json& j, const std::string& origin) {
   if (by_arch && by_type && *by_arch != *by_type)
     throw Error(origin + ": fields 'architectures' (" + j["architectures"].dump() + ") and 'model_type' (" +
                 j["model_type"].dump() + ") name different models");
-  return by_arch.value_or(by_type.value_or(Family::Llama));
+  // Every config.json transformers writes names its model_type: without either field the file may
+  // be any model's, and reading it as a Llama would be a guess.
+  if (!by_arch && !by_type)
+    throw Error(origin +
+                ": neither field 'architectures' nor 'model_type' is present; give one (such as "
+                "\"model_type\": \"llama\"), as transformers writes them");
+  out.family = by_arch.value_or(by_type.value_or(Family::Llama));
+  return out;
 }
 
 // Fields of a config.json that change what a step computes or stores, where duet models only the
@@ -378,10 +427,12 @@ void check_variant(const json& j, Family family, const std::string& origin) {
 ModelSpec from_hf_config_text(const std::string& text, const std::string& origin) {
   const json j = json_fields::parse_object(text, origin);
   try {
-    const Family family = family_of(j, origin);
+    const Architecture arch = architecture_of(j, origin);
+    const Family family = arch.family;
     check_variant(j, family, origin);
     ModelSpec m;
     m.qkv_bias = family == Family::Qwen2;
+    m.score_labels = arch.score_labels;
     m.name = optional_string(j, "_name_or_path", origin);
     if (m.name.empty()) m.name = origin;
     m.num_layers = require_int(j, "num_hidden_layers", origin);

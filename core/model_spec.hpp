@@ -1,7 +1,8 @@
 #pragma once
 // The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs). Qwen2
 // (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections; Mistral
-// the same as Llama, its sliding window read as its context length.
+// the same as Llama, its sliding window read as its context length. Its output head is the LM head,
+// or a PRM's classifier (Qwen2.5-Math-PRM's).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,11 +42,23 @@ struct ModelSpec {
   // Qwen2's q_proj, k_proj and v_proj carry biases (its o_proj and MLP do not): transformers'
   // Qwen2Attention. Llama's "attention_bias" would bias o_proj too, which duet does not model.
   bool qkv_bias = false;
+  // A PRM whose head classifies the final hidden state instead of predicting tokens: transformers'
+  // Qwen2ForProcessRewardModel (Qwen2.5-Math-PRM), whose `score` is Linear(hidden, hidden) + bias,
+  // ReLU, Linear(hidden, labels) + bias; its two labels' softmax gives a step's score. 0: the LM
+  // head. Such a model has no lm_head and cannot generate.
+  int score_labels = 0;
+
+  // The width of a logits row: the vocabulary, or the score head's labels.
+  int logits_width() const { return score_labels > 0 ? score_labels : vocab_size; }
+  bool can_generate() const { return score_labels == 0; }
 
   // Bytes of K and V for one token across all layers.
   std::int64_t kv_bytes_per_token() const;
-  // Parameters by group; weight bytes at `dtype`.
+  // Parameters by group; weight bytes at `dtype`. The embedding's count holds an untied LM head.
   std::int64_t embedding_parameters() const;
+  std::int64_t score_head_parameters() const;  // the score head's weights and biases (0 without)
+  // The weights the output head reads per step: vocab x hidden for the LM head, tied or not.
+  std::int64_t head_weights() const;
   std::int64_t layer_parameters() const;     // one decoder layer: attention + MLP + two norms (+ biases)
   std::int64_t qkv_bias_parameters() const;  // one layer's q, k and v biases (0 without)
   std::int64_t num_parameters() const;
@@ -55,6 +68,8 @@ struct ModelSpec {
   double linear_flops_per_token() const;
   // The same without the LM head: what a token whose logits are not needed costs.
   double layer_flops_per_token() const;
+  // The output head's FLOPs for one logits row (the LM head's, or the score head's).
+  double head_flops_per_token() const;
   // Attention score and value FLOPs for `new_tokens` queries causally attending to a context
   // that already holds `context_before` tokens: sum over queries of 4 * layers * heads * head_dim
   // * (keys visible to that query).
@@ -67,7 +82,7 @@ struct ModelSpec {
 };
 
 // Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-1.5b-instruct",
-// "qwen2.5-7b-instruct", and their aliases.
+// "qwen2.5-7b-instruct", "qwen2.5-math-prm-7b", and their aliases.
 ModelSpec model_by_name(const std::string& name);
 std::vector<std::string> builtin_model_names();
 // The same as one text, "llama-3.2-1b, ...": for messages and help.

@@ -7,14 +7,18 @@
 
 namespace duet {
 
-void check_batch(const Batch& batch, const KvLayout& layout, int vocab_size, const char* executor) {
+void check_batch(const Batch& batch, const KvLayout& layout, const ModelSpec& model, const char* executor) {
   const std::string who = executor;
+  const int vocab_size = model.vocab_size;
   for (const BlockCopy& c : batch.copies)
     if (c.src < 0 || c.src >= layout.num_blocks || c.dst < 0 || c.dst >= layout.num_blocks)
       throw std::logic_error(who + ": block copy outside the pool");
   for (const BatchItem& it : batch.items) {
     if (!it.seq) throw std::logic_error(who + ": batch item without a sequence");
     const Sequence& s = *it.seq;
+    if (it.want == Want::Sample && !model.can_generate())
+      throw std::logic_error(who + ": sequence " + std::to_string(s.id) + " samples, but model " +
+                             model.name + " has a score head and no LM head");
     const int end = it.context_len + it.num_new_tokens;
     if (it.context_len < 0 || it.num_new_tokens <= 0 || end > s.num_tokens())
       throw std::logic_error(who + ": sequence " + std::to_string(s.id) + ": tokens [" +

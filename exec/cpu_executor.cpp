@@ -66,11 +66,12 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_
   if (num_blocks <= 0 || block_size <= 0)
     throw Error("CpuExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) +
                 " and " + std::to_string(block_size));
-  const int vocab = weights.spec.vocab_size;
+  const int width = weights.spec.logits_width();
   for (TokenId id : {options.prm_plus_id, options.prm_minus_id})
-    if (id < 0 || id >= vocab)
-      throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
-                  std::to_string(vocab));
+    if (id < 0 || id >= width)
+      throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the " +
+                  (weights.spec.can_generate() ? "vocabulary" : "score head's labels") + " of " +
+                  std::to_string(width));
   check_weights();
   inv_freq_ = rope_inv_freq(weights.spec);
   if (arena.empty()) {
@@ -94,7 +95,14 @@ void CpuExecutor::check_weights() const {
                 " layers of weights for a model of " + std::to_string(m.num_layers));
   expect_shape(weights_.embed_tokens, m.vocab_size, h, "model.embed_tokens.weight");
   expect_shape(weights_.final_norm, h, 0, "model.norm.weight");
-  expect_shape(lm_head_of(weights_), m.vocab_size, h, "lm_head.weight");
+  if (m.score_labels > 0) {
+    expect_shape(weights_.score_hidden, h, h, "score.0.weight");
+    expect_shape(weights_.score_hidden_bias, h, 0, "score.0.bias");
+    expect_shape(weights_.score_out, m.score_labels, h, "score.2.weight");
+    expect_shape(weights_.score_out_bias, m.score_labels, 0, "score.2.bias");
+  } else {
+    expect_shape(lm_head_of(weights_), m.vocab_size, h, "lm_head.weight");
+  }
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     const LlamaLayerWeights& l = weights_.layers[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -118,7 +126,7 @@ void CpuExecutor::check_weights() const {
 StepResult CpuExecutor::execute(const Batch& batch) {
   const auto start = std::chrono::steady_clock::now();
   const FlushDenormals flush;
-  check_batch(batch, layout_, weights_.spec.vocab_size, "CpuExecutor");
+  check_batch(batch, layout_, weights_.spec, "CpuExecutor");
   // Copy-on-write first: a fork's private copy of a shared partial block must hold the shared
   // tokens before the fork writes its own after them.
   for (const BlockCopy& c : batch.copies) kv_copy_block(kv_, layout_, c.src, c.dst);
@@ -231,7 +239,7 @@ std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& p
   MatrixRM h(Eigen::Index(rows.size()), x.cols());
   for (std::size_t r = 0; r < rows.size(); ++r) h.row(Eigen::Index(r)) = x.row(rows[r]);
   rms_norm_rows(h, vec(weights_.final_norm), float(weights_.spec.rms_norm_eps), h);
-  const MatrixRM all = h * matrix(lm_head_of(weights_)).transpose();
+  const MatrixRM all = head(h);
   Eigen::Index next = 0;
   for (ItemLogits& item : out) {
     const Eigen::Index n = Eigen::Index(item.positions.size());
@@ -241,15 +249,27 @@ std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& p
   return out;
 }
 
+// The output head on normed hidden rows: the LM head's logits, or the score head's labels
+// (Linear, ReLU, Linear, each Linear with its bias: Qwen2ForProcessRewardModel's `score`).
+MatrixRM CpuExecutor::head(const MatrixRM& h) const {
+  if (weights_.spec.score_labels == 0) return h * matrix(lm_head_of(weights_)).transpose();
+  MatrixRM hidden = h * matrix(weights_.score_hidden).transpose();
+  add_bias(hidden, weights_.score_hidden_bias);
+  hidden = hidden.cwiseMax(0.0f);
+  MatrixRM labels = hidden * matrix(weights_.score_out).transpose();
+  add_bias(labels, weights_.score_out_bias);
+  return labels;
+}
+
 // Tokens and scores from the step's logits (an item's row 0 is its sampled row or its first
 // scored one), or from the sequence's script when it is forced.
 StepResult CpuExecutor::outputs(const Batch& batch) const {
-  const std::size_t vocab = std::size_t(weights_.spec.vocab_size);
+  const std::size_t width = std::size_t(weights_.spec.logits_width());
   auto row = [&](std::size_t item, std::size_t k) -> std::span<const float> {
-    return {last_logits_[item].logits.row(Eigen::Index(k)).data(), vocab};
+    return {last_logits_[item].logits.row(Eigen::Index(k)).data(), width};
   };
   return step_outputs(
-      batch, options_.honour_scripts, int(vocab),
+      batch, options_.honour_scripts, weights_.spec.vocab_size,
       [&](std::size_t i) {
         const Sequence& s = *batch.items[i].seq;
         return sample_token(row(i, 0), s.sampling, s.num_output_tokens());

@@ -68,6 +68,7 @@ class CpuExecutor final : public Executor {
   void mlp_block(int layer, MatrixRM& x) const;
   void rope_rows(const RowPlan& plan, MatrixRM& m, int num_heads) const;
   std::vector<ItemLogits> logits(const Batch& batch, const RowPlan& plan, const MatrixRM& x) const;
+  MatrixRM head(const MatrixRM& h) const;
   StepResult outputs(const Batch& batch) const;
 
   const LlamaWeights& weights_;

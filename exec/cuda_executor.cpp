@@ -64,6 +64,8 @@ struct WeightPlan {
     std::int64_t input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;  // qkv_bias -1 without
   };
   std::int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
+  // A score head's (ModelSpec::score_labels), -1 without; lm_head is then -1.
+  std::int64_t score_hidden = -1, score_hidden_bias = -1, score_out = -1, score_out_bias = -1;
   std::vector<Layer> layers;
   std::vector<std::int64_t> dst;  // per tensor spec
   std::int64_t total = 0;
@@ -93,7 +95,16 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     p.layers.push_back(L);
   }
   p.final_norm = take(h);
-  p.lm_head = m.tie_word_embeddings ? p.embed : take(v * h);
+  if (m.score_labels > 0) {
+    const std::int64_t labels = m.score_labels;
+    p.lm_head = -1;
+    p.score_hidden = take(h * h);
+    p.score_hidden_bias = take(h);  // 256-byte aligned, as the GEMM's bias epilogue needs
+    p.score_out = take(labels * h);
+    p.score_out_bias = take(labels);
+  } else {
+    p.lm_head = m.tie_word_embeddings ? p.embed : take(v * h);
+  }
   p.total = off;
 
   // The destinations, in llama_tensor_specs order: q, k, v stacked into qkv (their biases into
@@ -106,6 +117,10 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     if (t.name == "model.embed_tokens.weight") d = p.embed;
     else if (t.name == "model.norm.weight") d = p.final_norm;
     else if (t.name == "lm_head.weight") d = p.lm_head;
+    else if (t.name == "score.0.weight") d = p.score_hidden;
+    else if (t.name == "score.0.bias") d = p.score_hidden_bias;
+    else if (t.name == "score.2.weight") d = p.score_out;
+    else if (t.name == "score.2.bias") d = p.score_out_bias;
     else if (t.name.rfind("model.layers.", 0) == 0) {
       const std::size_t dot = t.name.find('.', 13);
       const int l = std::stoi(t.name.substr(13, dot - 13));
@@ -213,6 +228,7 @@ struct CudaExecutor::Impl {
   int cap_tokens = 0, cap_rows = 0;
   std::size_t cap_meta = 0, cap_ws = 0;
   k::DeviceBuffer x, h, d, scratch, gathered, logits, out, meta, ws;
+  k::DeviceBuffer head_hidden;  // a score head's hidden layer [cap_rows, H]; empty without one
 
   // The metadata's host side (cap_meta bytes, grown with meta by ensure(), which synchronizes
   // first), pinned so that its upload is a DMA the host does not wait for. Each step ends in a
@@ -303,9 +319,10 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
     throw Error("CudaExecutor: num_blocks and block_size must be positive, got " +
                 std::to_string(num_blocks) + " and " + std::to_string(block_size));
   for (TokenId id : {o.prm_plus_id, o.prm_minus_id})
-    if (id < 0 || id >= m.vocab_size)
-      throw Error("CudaExecutor: PRM label id " + std::to_string(id) + " is outside the vocabulary of " +
-                  std::to_string(m.vocab_size));
+    if (id < 0 || id >= m.logits_width())
+      throw Error("CudaExecutor: PRM label id " + std::to_string(id) + " is outside the " +
+                  (m.can_generate() ? "vocabulary" : "score head's labels") + " of " +
+                  std::to_string(m.logits_width()));
   if (o.max_num_batched_tokens <= 0 || o.max_num_seqs <= 0 || o.max_model_len <= 0)
     throw Error("CudaExecutor: max_num_batched_tokens, max_num_seqs and max_model_len must be positive");
   for (int b : o.graph_batch_sizes)
@@ -326,7 +343,7 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   Q = m.num_heads * m.head_dim;
   KV = m.num_kv_heads * m.head_dim;
   F = m.intermediate_size;
-  V = m.vocab_size;
+  V = m.logits_width();
   QKV = Q + 2 * KV;
   scratch_width = std::max(QKV + Q, 3 * F);
 
@@ -390,7 +407,8 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
 std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size_t meta_bytes,
                                                  std::size_t ws_bytes) const {
   const std::size_t t = std::size_t(tokens), r = std::size_t(rows);
-  return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H)) +  // bf16
+  const std::size_t head = spec.score_labels > 0 ? r * std::size_t(H) : 0;  // head_hidden
+  return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H) + head) +  // bf16
          4 * r * std::size_t(V) + 4 * out_entries(tokens, rows) + meta_bytes + ws_bytes;
 }
 
@@ -420,10 +438,11 @@ void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t
   }
   if (tokens > cap_tokens) cap_tokens = tokens;
   if (rows > cap_rows) {
-    gathered = {}, logits = {};
+    gathered = {}, logits = {}, head_hidden = {};
     const std::size_t r = std::size_t(rows);
     gathered = k::DeviceBuffer(2 * r * std::size_t(H));
     logits = k::DeviceBuffer(4 * r * std::size_t(V));
+    if (spec.score_labels > 0) head_hidden = k::DeviceBuffer(2 * r * std::size_t(H));
     cap_rows = rows;
   }
   if (meta_bytes > cap_meta) {
@@ -561,7 +580,13 @@ void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
       k::gather_rows(Hn, row_index + r0, gathered.as<bf16>(), n, H, s);
       rows = gathered.as<const bf16>();
     }
-    gemm->f32_out(rows, W + wplan.lm_head, L, n, V, H, s);
+    if (spec.score_labels > 0) {  // Linear + bias + ReLU (one GEMM), then the labels' Linear
+      bf16* hidden = head_hidden.as<bf16>();
+      gemm->bf16_out(rows, W + wplan.score_hidden, hidden, n, H, H, s, W + wplan.score_hidden_bias, true);
+      k::small_linear_f32(hidden, W + wplan.score_out, W + wplan.score_out_bias, L, n, V, H, s);
+    } else {
+      gemm->f32_out(rows, W + wplan.lm_head, L, n, V, H, s);
+    }
     const int sampled_end = std::min(r0 + n, f.Rs);
     if (sampled_end > r0) k::sample(L, params + r0, out_tokens + r0, sampled_end - r0, V, s);
     const int p0 = std::max(r0, f.score_row0), p1 = std::min(r0 + n, f.score_row0 + f.Rp);
@@ -574,7 +599,7 @@ void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
 // A step: plan it on the host, stage its metadata, launch its device work, collect its outputs.
 StepResult CudaExecutor::Impl::execute(const Batch& batch) {
   const auto t0 = Clock::now();
-  check_batch(batch, layout, spec.vocab_size, "CudaExecutor");
+  check_batch(batch, layout, spec, "CudaExecutor");
   used_graph = false;
   pending_capture.reset();  // a step that threw before its capture leaves none behind
   last_logits.clear();
@@ -758,8 +783,11 @@ void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
   gemm->prepare(f.T, H, Q, false);
   gemm->prepare(f.T, 2 * F, H, false);
   gemm->prepare(f.T, H, F, false);
-  if (f.R > 0) gemm->prepare(std::min(f.R, cap_rows), V, H, true);
-  if (f.R > cap_rows && f.R % cap_rows != 0) gemm->prepare(f.R % cap_rows, V, H, true);
+  for (const int rows : {f.R > 0 ? std::min(f.R, cap_rows) : 0, f.R > cap_rows ? f.R % cap_rows : 0}) {
+    if (rows == 0) continue;
+    if (spec.score_labels > 0) gemm->prepare(rows, H, H, false, true, true);
+    else gemm->prepare(rows, V, H, true);
+  }
 }
 
 // The step's metadata in one upload; the step's device time starts here.

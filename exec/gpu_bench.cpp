@@ -22,6 +22,7 @@
 #include "core/runtime.hpp"
 #include "exec/build_revision.hpp"
 #include "exec/cuda_executor.hpp"
+#include "exec/vocabulary.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
@@ -164,11 +165,18 @@ StepTimes time_steps(CudaExecutor& exec, const Batch& batch, int warmup, int ite
   return {median(device), median(cpu), graph};
 }
 
+// Decode steps are a generator's: a PRM with a score head has no LM head to sample from.
+ModelSpec generator(ModelSpec m, const char* bench) {
+  if (!m.can_generate())
+    throw Error(std::string(bench) + ": model '" + m.name +
+                "' has a score head and cannot generate; its steps are scored prefills (bench prefill)");
+  return m;
+}
+
 std::int64_t bytes_per_weight_read(const ModelSpec& m) {
-  // A decode step reads every layer, the final norm and the LM head once; of the embedding table
-  // only the batch's rows (when it is not the LM head too).
-  return 2 * (std::int64_t(m.num_layers) * m.layer_parameters() + m.hidden_size +
-              std::int64_t(m.vocab_size) * m.hidden_size);
+  // A decode step reads every layer, the final norm and the output head once; of the embedding
+  // table only the batch's rows (when it is not the LM head too).
+  return 2 * (std::int64_t(m.num_layers) * m.layer_parameters() + m.hidden_size + m.head_weights());
 }
 
 }  // namespace
@@ -177,7 +185,7 @@ std::int64_t bytes_per_weight_read(const ModelSpec& m) {
 // every KV byte read once, at peak bandwidth. Target: within 1.3x at batch 64-256.
 int bench_decode(const GpuBenchOptions& o) {
   const DetectedGpu gpu = detect_gpu(o.gpu);
-  ModelSpec spec = resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model);
+  ModelSpec spec = generator(resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model), "bench decode");
   const std::vector<int> batches = {1, 8, 32, 64, 128, 256};
   const std::vector<int> contexts = {512, 1024, 2048, 4096};
   const int block_size = o.block_size;
@@ -421,6 +429,7 @@ int bench_prefill(const GpuBenchOptions& o) {
   opt.max_num_seqs = o.prefill_seq > 0 ? std::max(1, max_tokens / o.prefill_seq) : 1;
   opt.max_model_len = o.prefill_seq > 0 ? o.prefill_seq : max_tokens;
   opt.use_cuda_graphs = false;
+  if (!spec.can_generate()) opt.prm_plus_id = kScoreHeadPlusLabel, opt.prm_minus_id = kScoreHeadMinusLabel;
   // Every sequence rounds up to whole blocks: max_num_seqs of them at max_model_len each.
   const int blocks = opt.max_num_seqs * ((opt.max_model_len + block_size - 1) / block_size) + 64;
   CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);
@@ -443,7 +452,7 @@ int bench_prefill(const GpuBenchOptions& o) {
     const double keys = double(seqs) * (double(len) * (len + 1.0) / 2.0);
     const double flops = linear_per_token * double(seqs) * len +
                          4.0 * spec.num_layers * spec.num_heads * spec.head_dim * keys +
-                         2.0 * h * spec.vocab_size * double(seqs) * kScores;
+                         spec.head_flops_per_token() * double(seqs) * kScores;
     const double tflops = flops / t.device_s / 1e12;
     const double frac = flops / t.device_s / gpu.spec.bf16_flops;
     met = met && frac >= kTarget;
@@ -486,7 +495,8 @@ int bench_prefill(const GpuBenchOptions& o) {
 // Target: scheduling + preparation <= 10% of the device step.
 int bench_cpu_overhead(const GpuBenchOptions& o) {
   const DetectedGpu gpu = detect_gpu(o.gpu);
-  const ModelSpec spec = resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model);
+  const ModelSpec spec =
+      generator(resolve_model(o.model.empty() ? "llama-3.2-1b" : o.model), "bench cpu-overhead");
   const std::vector<int> batches = {16, 64, 256};
   const int prompt = 128, shared = 64, decode = 64, block_size = 16;
   constexpr double kTarget = 0.10;

@@ -38,7 +38,13 @@ struct LlamaWeights {
   HostTensor embed_tokens;  // model.embed_tokens.weight [vocab, hidden]
   std::vector<LlamaLayerWeights> layers;
   HostTensor final_norm;  // model.norm.weight [hidden]
-  HostTensor lm_head;     // lm_head.weight [vocab, hidden]; a copy of embed_tokens when tied
+  HostTensor lm_head;     // lm_head.weight [vocab, hidden]; a copy of embed_tokens when tied; empty
+                          // with a score head
+  // A score head (ModelSpec::score_labels > 0) in place of the LM head, empty otherwise:
+  HostTensor score_hidden;       // score.0.weight [hidden, hidden]
+  HostTensor score_hidden_bias;  // score.0.bias   [hidden]
+  HostTensor score_out;          // score.2.weight [labels, hidden]
+  HostTensor score_out_bias;     // score.2.bias   [labels]
 };
 
 }  // namespace duet

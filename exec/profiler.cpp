@@ -295,6 +295,13 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
                           const std::function<void(std::size_t, std::size_t)>& progress) {
   if (!is_real_backend(backend.name))
     throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
+  // The grid's decodes and sampled prefills are a generator's steps; a PRM with a score head runs
+  // only scored prefills, which alone leave the decode terms of the fit unknown.
+  if (!config.model.can_generate())
+    throw Error("profile: model '" + config.model.name + "' has a score head (" +
+                std::to_string(config.model.score_labels) +
+                " labels) and cannot generate, and the profile's grid decodes; such a PRM is priced by the "
+                "GPU's operator model (docs/cost-models.md)");
   const auto wall0 = std::chrono::steady_clock::now();
   std::vector<GridPoint> grid = profile_grid(limits);
   // A pool for the largest decode batch at the longest context and every grid point's batch, as

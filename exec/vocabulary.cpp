@@ -12,9 +12,8 @@ namespace {
 constexpr int kLlama3VocabSize = 128256;
 Vocabulary llama3() { return {"llama-3", kLlama3VocabSize, 271, 128009, 10, 12}; }
 
-}  // namespace
-
-Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, const std::string& engine) {
+Vocabulary token_vocabulary(const ModelSpec& model, const std::string& source_dir,
+                            const std::string& engine) {
   if (model.vocab_size == kLlama3VocabSize) return llama3();
   const std::string path = source_dir + "/workloads/data/tokenizer/duet-math.model";
   const Tokenizer t = Tokenizer::load(path);
@@ -25,6 +24,17 @@ Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, 
       throw Error("engine '" + engine + "': model " + model.name + " has a vocabulary of " +
                   std::to_string(model.vocab_size) + " tokens, which is neither Llama 3's (" +
                   std::to_string(kLlama3VocabSize) + ") nor large enough for " + path + "'s ids");
+  return v;
+}
+
+}  // namespace
+
+Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, const std::string& engine) {
+  Vocabulary v = token_vocabulary(model, source_dir, engine);
+  if (!model.can_generate()) {
+    v.prm_plus_id = kScoreHeadPlusLabel;
+    v.prm_minus_id = kScoreHeadMinusLabel;
+  }
   return v;
 }
 

@@ -13,9 +13,14 @@ struct Vocabulary {
   int vocab_size = 0;
   TokenId step_id = kNoToken;  // "\n\n"
   TokenId eos_id = kNoToken;   // the end of an assistant turn
+  // The PRM's "+"/"-" tokens; for a model with a score head, its labels' indices (1 and 0).
   TokenId prm_plus_id = kNoToken;
   TokenId prm_minus_id = kNoToken;
 };
+
+// Qwen2.5-Math-PRM's labels: the softmax's second entry is the probability that the step is
+// correct (the model card's make_step_rewards reads probabilities[..., 1]).
+inline constexpr TokenId kScoreHeadPlusLabel = 1, kScoreHeadMinusLabel = 0;
 
 // Llama 3's ids for its 128,256-token vocabulary; otherwise the repository's sentencepiece model
 // (workloads/data/tokenizer/duet-math.model under source_dir), whose ids must fit the model's

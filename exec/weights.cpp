@@ -30,7 +30,9 @@ auto tensor_slots(W& w) {
     slots.insert(slots.end(), {&l.o_proj, &l.post_norm, &l.gate_proj, &l.up_proj, &l.down_proj});
   }
   slots.push_back(&w.final_norm);
-  if (!w.spec.tie_word_embeddings) slots.push_back(&w.lm_head);
+  if (w.spec.score_labels > 0)
+    slots.insert(slots.end(), {&w.score_hidden, &w.score_hidden_bias, &w.score_out, &w.score_out_bias});
+  else if (!w.spec.tie_word_embeddings) slots.push_back(&w.lm_head);
   return slots;
 }
 
@@ -132,7 +134,15 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
                                {p + "mlp.down_proj.weight", {h, inter}, Kind::Projection}});
   }
   specs.push_back({"model.norm.weight", {h}, Kind::Norm});
-  if (!spec.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, h}, Kind::Projection});
+  if (spec.score_labels > 0) {
+    const std::int64_t labels = spec.score_labels;
+    specs.insert(specs.end(), {{"score.0.weight", {h, h}, Kind::Projection},
+                               {"score.0.bias", {h}, Kind::Bias},
+                               {"score.2.weight", {labels, h}, Kind::Projection},
+                               {"score.2.bias", {labels}, Kind::Bias}});
+  } else if (!spec.tie_word_embeddings) {
+    specs.push_back({"lm_head.weight", {vocab, h}, Kind::Projection});
+  }
   return specs;
 }
 
@@ -142,13 +152,21 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) 
   spec.validate();
   const Checkpoint ckpt = Checkpoint::open(path);
   check_no_foreign_tensors(spec, ckpt);
+  // Qwen2.5-Math-PRM's checkpoint under a causal LM's config: say which config it needs.
+  if (spec.can_generate() && !spec.tie_word_embeddings && !ckpt.find("lm_head.weight") &&
+      ckpt.find("score.0.weight"))
+    throw Error(ckpt.file_of("score.0.weight") +
+                ": the checkpoint has a score head (score.0.weight) and no " + "lm_head.weight, but model " +
+                in_quotes(spec.name) +
+                " is a causal LM (a Qwen2.5-Math-PRM checkpoint needs its config.json: "
+                "Qwen2ForProcessRewardModel)");
   LlamaWeights w;
   w.spec = spec;
   w.layers.resize(std::size_t(spec.num_layers));
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
   const auto slots = tensor_slots(w);
   for (std::size_t i = 0; i < specs.size(); ++i) *slots[i] = load_tensor(ckpt, specs[i], spec.name);
-  if (spec.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  if (spec.tie_word_embeddings && spec.can_generate()) w.lm_head = w.embed_tokens;
   return w;
 }
 
@@ -179,7 +197,7 @@ LlamaWeights dummy_llama_weights(const ModelSpec& spec, std::uint64_t seed) {
   const std::vector<LlamaTensorSpec> specs = llama_tensor_specs(spec);
   const auto slots = tensor_slots(w);
   for (std::size_t i = 0; i < specs.size(); ++i) *slots[i] = dummy_tensor(specs[i], seed);
-  if (spec.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  if (spec.tie_word_embeddings && spec.can_generate()) w.lm_head = w.embed_tokens;
   return w;
 }
 

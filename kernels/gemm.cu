@@ -17,9 +17,10 @@
 //
 // Bias. A bf16 call may add a bias vector of n elements to every row of y through the epilogue
 // (CUBLASLT_EPILOGUE_BIAS: in cuBLAS's view a bias per row of D, which is y's column); it is added
-// to the float32 result before the rounding to bf16. A plan is for one epilogue; the bias pointer
-// is set on its descriptor at each call (a graph captures the call's pointer), and must be 256-byte
-// aligned.
+// to the float32 result before the rounding to bf16, and may be followed by a ReLU
+// (CUBLASLT_EPILOGUE_RELU_BIAS; CUBLASLT_EPILOGUE_RELU without a bias). A plan is for one epilogue;
+// the bias pointer is set on its descriptor at each call (a graph captures the call's pointer), and
+// must be 256-byte aligned.
 //
 // A Gemm owns one workspace, so it must not run on two streams at once; it is not thread-safe.
 #include <cublasLt.h>
@@ -59,7 +60,7 @@ struct Gemm::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int, int, int, bool>;  // m, n, k, output cudaDataType, bias
+  using Key = std::tuple<int, int, int, int, int>;  // m, n, k, output cudaDataType, cublasLtEpilogue_t
 
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
@@ -77,8 +78,14 @@ struct Gemm::Impl {
     if (p.op) cublaslt().MatmulDescDestroy(p.op);
   }
 
-  const Plan& plan(int m, int n, int k, cudaDataType_t out, bool bias) {
-    const Key key{m, n, k, int(out), bias};
+  static cublasLtEpilogue_t epilogue_of(bool bias, bool relu) {
+    if (relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+
+  const Plan& plan(int m, int n, int k, cudaDataType_t out, bool bias, bool relu) {
+    const cublasLtEpilogue_t epilogue = epilogue_of(bias, relu);
+    const Key key{m, n, k, int(out), int(epilogue)};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     try {
@@ -88,8 +95,7 @@ struct Gemm::Impl {
             "cublasLtMatmulDescSetAttribute(TRANSA)");
       check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
-      if (bias) {
-        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof epilogue),
               "cublasLtMatmulDescSetAttribute(EPILOGUE)");
@@ -112,7 +118,8 @@ struct Gemm::Impl {
       }
       if (found == 0)
         throw Error("Gemm: cuBLASLt has no algorithm for " + shape(m, n, k) +
-                    (out == CUDA_R_16BF ? " (bf16 out" : " (float32 out") + (bias ? ", bias)" : ")"));
+                    (out == CUDA_R_16BF ? " (bf16 out" : " (float32 out") + (bias ? ", bias" : "") +
+                    (relu ? ", relu)" : ")"));
       p.algo = result.algo;
     } catch (...) {
       destroy(p);
@@ -163,7 +170,7 @@ struct Gemm::Impl {
   }
 
   void run(const bf16* x, const bf16* w, void* y, int m, int n, int k, cudaDataType_t out, Stream s,
-           const bf16* bias = nullptr) {
+           const bf16* bias = nullptr, bool relu = false) {
     const char* what = call_name(out);
     check_shape(m, n, k, out);
     if (m == 0) return;
@@ -173,7 +180,7 @@ struct Gemm::Impl {
     // must then be aligned as cudaMalloc aligns (256 bytes), as the engine's weights are.
     if (bias && reinterpret_cast<std::uintptr_t>(bias) % 256 != 0)
       throw Error(std::string(what) + ": the bias must be 256-byte aligned (" + shape(m, n, k) + ")");
-    const Plan& p = plan(m, n, k, out, bias != nullptr);
+    const Plan& p = plan(m, n, k, out, bias != nullptr, relu);
     if (bias)
       check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
@@ -191,19 +198,20 @@ Gemm::Gemm(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 
 Gemm::~Gemm() = default;
 
-void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s, const bf16* bias) {
-  impl_->run(x, w, y, m, n, k, CUDA_R_16BF, s, bias);
+void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, Stream s, const bf16* bias,
+                    bool relu) {
+  impl_->run(x, w, y, m, n, k, CUDA_R_16BF, s, bias, relu);
 }
 
 void Gemm::f32_out(const bf16* x, const bf16* w, float* y, int m, int n, int k, Stream s) {
   impl_->run(x, w, y, m, n, k, CUDA_R_32F, s);
 }
 
-void Gemm::prepare(int m, int n, int k, bool f32_out, bool bias) {
+void Gemm::prepare(int m, int n, int k, bool f32_out, bool bias, bool relu) {
   const cudaDataType_t out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   Impl::check_shape(m, n, k, out);
-  if (bias && f32_out) throw Error("Gemm::prepare: a bias is for bf16 output only");
-  if (m > 0) impl_->plan(m, n, k, out, bias);
+  if ((bias || relu) && f32_out) throw Error("Gemm::prepare: a bias or ReLU is for bf16 output only");
+  if (m > 0) impl_->plan(m, n, k, out, bias, relu);
 }
 
 }  // namespace duet::kernels

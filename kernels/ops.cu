@@ -230,6 +230,24 @@ __global__ void prm_scores_kernel(const float* logits, float* out, int rows, int
   }
 }
 
+// --- a small Linear -------------------------------------------------------------------------------
+
+// One warp per output (r, j): lanes stride over k, then a shuffle reduction. The order of the sum
+// differs from a GEMM's, by float32 rounding only.
+__global__ void small_linear_kernel(const bf16* x, const bf16* w, const bf16* bias, float* y, int rows, int n,
+                                    int k) {
+  const int warp = int((std::size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  if (warp >= rows * n) return;
+  const int r = warp / n, j = warp % n;
+  const bf16* xr = x + std::size_t(r) * k;
+  const bf16* wj = w + std::size_t(j) * k;
+  float sum = 0.0f;
+  for (int i = lane; i < k; i += 32) sum += bf16_to_float(xr[i]) * bf16_to_float(wj[i]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (lane == 0) y[std::size_t(r) * n + j] = sum + bf16_to_float(bias[j]);
+}
+
 // Dummy weights: element i is dummy_value(init, i), the host's own function (dummy_value.hpp).
 __global__ void fill_dummy_kernel(bf16* dst, std::int64_t n, const DummyInit init) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
@@ -285,6 +303,17 @@ void silu_mul(const bf16* gate_up, bf16* out, int rows, int inter, Stream s) {
   else if (v == 2) silu_mul_kernel<2><<<blocks, threads, 0, s>>>(gate_up, out, inter, total);
   else silu_mul_kernel<1><<<blocks, threads, 0, s>>>(gate_up, out, inter, total);
   check_launch("silu_mul");
+}
+
+void small_linear_f32(const bf16* x, const bf16* w, const bf16* bias, float* y, int rows, int n, int k,
+                      Stream s) {
+  require(rows >= 0 && n > 0 && k > 0, "small_linear_f32: rows must be >= 0, n and k > 0");
+  require(std::int64_t(rows) * n <= (std::int64_t(1) << 26), "small_linear_f32: too many outputs (rows x n)");
+  if (rows == 0) return;
+  const int threads = 256, warps = rows * n;
+  small_linear_kernel<<<(warps + threads / 32 - 1) / (threads / 32), threads, 0, s>>>(x, w, bias, y, rows, n,
+                                                                                      k);
+  check_launch("small_linear_f32");
 }
 
 void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id,

@@ -44,6 +44,12 @@ void sample(const float* logits, const SampleParams* params, std::int32_t* out_t
 void prm_scores(const float* logits, float* out, int rows, int vocab, std::int32_t plus_id,
                 std::int32_t minus_id, Stream s);
 
+// A Linear with few outputs, in float32: y[r, j] = dot(x[r, :], w[j, :]) + bias[j], x [rows, k],
+// w [n, k] (HuggingFace's layout), bias [n]. A PRM score head's last layer, whose n = 2 labels is
+// below what cuBLASLt's tensor-core path aligns; one warp per output, a float32 sum.
+void small_linear_f32(const bf16* x, const bf16* w, const bf16* bias, float* y, int rows, int n, int k,
+                      Stream s);
+
 // Gathers rows of x [*, hidden] into out [rows, hidden]: the LM head runs only on rows needing logits.
 void gather_rows(const bf16* x, const std::int32_t* rows_index, bf16* out, int rows, int hidden, Stream s);
 

@@ -49,7 +49,10 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& logical) const 
   // Logits only for the rows that need them, written in fp32.
   if (s.logit_rows > 0) {
     const double rows = s.logit_rows;
-    b.lm_head_s = op_time(2.0 * rows * h * m.vocab_size, w * h * m.vocab_size + 4.0 * rows * m.vocab_size);
+    // A score head also writes and reads its hidden layer's activations.
+    const double hidden_act = m.score_labels > 0 ? 2.0 * w * rows * h : 0.0;
+    b.lm_head_s = op_time(rows * m.head_flops_per_token(),
+                          w * double(m.head_weights()) + hidden_act + 4.0 * rows * m.logits_width());
   }
   const double attn_flops_per_key = 4.0 * m.num_layers * m.num_heads * m.head_dim;
   const double kv_token_bytes = double(m.kv_bytes_per_token());

@@ -26,7 +26,7 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
   const char* name = luaL_checkstring(L, 1);  // not a std::string: lua_error longjmps past destructors
   return guarded(L, [&] {
     const ModelSpec m = model_from(name, context(L).opt.source_dir);
-    lua_createtable(L, 0, 17);
+    lua_createtable(L, 0, 18);
     set_string(L, "name", m.name.c_str());
     set_integer(L, "num_layers", m.num_layers);
     set_integer(L, "hidden_size", m.hidden_size);
@@ -35,6 +35,7 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
     set_integer(L, "head_dim", m.head_dim);
     set_integer(L, "intermediate_size", m.intermediate_size);
     set_integer(L, "vocab_size", m.vocab_size);
+    set_integer(L, "score_labels", m.score_labels);  // 0: an LM head
     set_integer(L, "max_position_embeddings", m.max_position_embeddings);
     set_number(L, "rope_theta", m.rope_theta);
     set_string(L, "dtype", dtype_name(m.dtype));

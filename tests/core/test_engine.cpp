@@ -288,6 +288,39 @@ TEST(Engine, BadRequestsAreErrors) {
   EXPECT_THROW(r.engine.fork(77, prompt(3, 1), 0), Error);
 }
 
+// A PRM with a score head has no LM head: its engine scores, and a request (or a fork) that would
+// generate is refused with the reason, leaving nothing behind.
+TEST(Engine, AScoresOnlyEngineRefusesToGenerate) {
+  ScriptedExecutor exec;
+  Engine engine("prm", {.max_num_seqs = 16, .max_num_batched_tokens = 64},
+                std::make_unique<KvCacheManager>(KvCacheConfig{64, 4, true}), exec, {}, ForkKv::Share,
+                "its model has a score head");
+  Sequence score = prompt(1, 6);
+  score.kind = SeqKind::Score;
+  score.score_positions = {5};
+  score.keep_kv = true;
+  engine.add(std::move(score), 0);
+  while (engine.has_work()) engine.step(0);
+  try {
+    engine.add(prompt(2, 4), 0);
+    FAIL() << "a generation request was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "engine 'prm': sequence 2 asks to generate, but its model has a score head"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(engine.fork(1, prompt(3, 2), 0), Error);
+  EXPECT_EQ(engine.find(2), nullptr);
+  EXPECT_EQ(engine.find(3), nullptr);
+  Sequence child = prompt(4, 2);
+  child.kind = SeqKind::Score;
+  child.score_positions = {7};
+  engine.fork(1, std::move(child), 0);  // scoring is what it does
+  while (engine.has_work()) engine.step(0);
+  EXPECT_EQ(engine.find(4)->scores.size(), 1u);
+}
+
 TEST(Engine, ReleaseOfALiveSequenceAbortsIt) {
   EngineRig r;
   r.engine.add(prompt(1, 20, 50), 0);

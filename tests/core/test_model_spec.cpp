@@ -101,6 +101,29 @@ TEST(ModelSpec, Qwen25BuiltInsHaveThePublishedShapesAndBiases) {
   EXPECT_FALSE(model_by_name("llama-3.1-8b").qkv_bias);
 }
 
+// Qwen/Qwen2.5-Math-PRM-7B: Qwen2.5-Math-7B's decoder under a two-label score head, so Qwen2.5-7B's
+// 7.62B parameters less its LM head (152,064 x 3,584 = 0.545B) plus the score head's 12.9M.
+TEST(ModelSpec, Qwen25MathPrmHasAScoreHeadAndNoLmHead) {
+  const ModelSpec prm = model_by_name("Qwen2.5-Math-PRM-7B");
+  const ModelSpec lm = model_by_name("qwen2.5-7b-instruct");
+  EXPECT_EQ(prm.score_labels, 2);
+  EXPECT_FALSE(prm.can_generate());
+  EXPECT_EQ(prm.logits_width(), 2);
+  EXPECT_EQ(prm.max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(prm.rope_theta, 10000.0);
+  const std::int64_t h = 3584;
+  EXPECT_EQ(prm.score_head_parameters(), h * h + h + 2 * h + 2);
+  EXPECT_EQ(prm.head_weights(), prm.score_head_parameters());
+  EXPECT_EQ(prm.num_parameters(), lm.num_parameters() - 152064 * h + prm.score_head_parameters());
+  EXPECT_NEAR(double(prm.num_parameters()) / 1e9, 7.08, 0.01);
+  // The head's FLOPs per scored row: two per weight, one per bias and per ReLU.
+  EXPECT_DOUBLE_EQ(prm.linear_flops_per_token() - prm.layer_flops_per_token(),
+                   2.0 * double(h * h + 2 * h) + double(h + 2) + double(h));
+  EXPECT_EQ(lm.logits_width(), 152064);
+  EXPECT_EQ(lm.head_weights(), 152064 * h);
+  EXPECT_TRUE(lm.can_generate());
+}
+
 TEST(ModelSpec, KvBytesPerToken) {
   // K and V, per layer, per KV head, head_dim values of 2 bytes (bf16).
   EXPECT_EQ(model_by_name("llama-3.2-1b").kv_bytes_per_token(), 2 * 16 * 8 * 64 * 2);   // 32768
@@ -427,6 +450,11 @@ TEST_F(ModelSpecHfConfig, VariantsDuetDoesNotModelNameTheField) {
          j["model_type"] = "gpt2";
        },
        "field 'model_type' is \"gpt2\""},
+      {[](json& j) {
+         j.erase("architectures");
+         j.erase("model_type");
+       },
+       "neither field 'architectures' nor 'model_type' is present"},
   };
   for (const auto& [edit, expected] : cases) {
     const std::string path = write_edited(edit);
@@ -482,6 +510,28 @@ TEST_F(ModelSpecHfConfig, Qwen2ConfigIsTheLlamaDecoderWithQkvBiases) {
   json type_only = json::parse(kQwen25_1_5BConfig);
   type_only.erase("architectures");
   EXPECT_TRUE(from_hf_config(write(type_only.dump())).qkv_bias);
+}
+
+// Qwen/Qwen2.5-Math-PRM-7B's config.json reads as the built-in of that name: the decoder of a
+// Qwen2ForCausalLM and the two labels of its score head.
+TEST_F(ModelSpecHfConfig, Qwen2ProcessRewardModelHasAScoreHead) {
+  json j = json::parse(kQwen25_1_5BConfig);
+  const ModelSpec b = model_by_name("qwen2.5-math-prm-7b");
+  j["architectures"] = json::array({"Qwen2ForProcessRewardModel"});
+  j["hidden_size"] = b.hidden_size;
+  j["intermediate_size"] = b.intermediate_size;
+  j["num_attention_heads"] = b.num_heads;
+  j["num_key_value_heads"] = b.num_kv_heads;
+  j["max_position_embeddings"] = 4096;
+  j["sliding_window"] = 4096;
+  j["rope_theta"] = 10000.0;
+  j["tie_word_embeddings"] = false;
+  j["vocab_size"] = 152064;
+  const ModelSpec m = from_hf_config(write(j.dump()));
+  EXPECT_EQ(m.score_labels, 2);
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_EQ(m.num_parameters(), b.num_parameters());
+  EXPECT_EQ(m.max_position_embeddings, b.max_position_embeddings);
 }
 
 // mistralai/Mistral-7B-v0.1's config.json fields (HuggingFace hub): a Llama decoder whose layers
@@ -577,8 +627,8 @@ TEST_F(ModelSpecHfConfig, Qwen2VariantsDuetDoesNotModelNameTheField) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["use_sliding_window"] = true; },
        "field 'use_sliding_window' is true; sliding-window attention is not modelled"},
-      {[](json& j) { j["architectures"] = json::array({"Qwen2ForProcessRewardModel"}); },
-       "with a head of its own (such as Qwen2.5-Math-PRM's two-label classifier), is not modelled"},
+      {[](json& j) { j["architectures"] = json::array({"Qwen2ForRewardModel"}); },
+       "another head of its own is not modelled"},
       {[](json& j) { j["architectures"] = json::array({"Qwen2ForSequenceClassification"}); },
        "duet models causal LMs"},
       {[](json& j) { j["model_type"] = "llama"; },

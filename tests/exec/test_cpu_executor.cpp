@@ -95,7 +95,15 @@ LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
     L.v_bias = random_tensor({kv}, -1.0, 1.0, u);
   }
   w.final_norm = norm_weight(h, u);
-  w.lm_head = linear(m.vocab_size, h, u);
+  if (m.score_labels == 0) {
+    w.lm_head = linear(m.vocab_size, h, u);
+    return w;
+  }
+  // Biases large enough to move every label: one left out, or the ReLU, fails the reference.
+  w.score_hidden = linear(h, h, u);
+  w.score_hidden_bias = random_tensor({h}, -1.0, 1.0, u);
+  w.score_out = linear(m.score_labels, h, u);
+  w.score_out_bias = random_tensor({m.score_labels}, -1.0, 1.0, u);
   return w;
 }
 
@@ -166,7 +174,13 @@ Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenI
     const Eigen::ArrayXXd up = (h * as_double(l.up_proj).transpose()).array();
     x += (g / (1.0 + (-g).exp()) * up).matrix() * as_double(l.down_proj).transpose();
   }
-  return ref_rms_norm(x, w.final_norm, m.rms_norm_eps) * as_double(w.lm_head).transpose();
+  const Eigen::MatrixXd hn = ref_rms_norm(x, w.final_norm, m.rms_norm_eps);
+  if (m.score_labels == 0) return hn * as_double(w.lm_head).transpose();
+  Eigen::MatrixXd hidden = hn * as_double(w.score_hidden).transpose();
+  hidden.rowwise() += as_double(w.score_hidden_bias).transpose().row(0);
+  Eigen::MatrixXd labels = hidden.cwiseMax(0.0) * as_double(w.score_out).transpose();
+  labels.rowwise() += as_double(w.score_out_bias).transpose().row(0);
+  return labels;
 }
 
 // --- A real engine around the executor --------------------------------------------------------
@@ -259,6 +273,11 @@ struct Rig {
     s.sampling = std::move(sampling);
     s.sampling.max_tokens = max_tokens;
     return engine.add(std::move(s), 0.0);
+  }
+
+  // A PRM request: the whole of `tokens` known, scored at `positions`.
+  Sequence& score(SeqId id, std::vector<TokenId> tokens, std::vector<int> positions) {
+    return engine.add(test_support::score_request(id, std::move(tokens), std::move(positions)), 0.0);
   }
 
   // Forks `parent` into `count` children, ids 10 up, and releases it: each child adds 2 tokens of
@@ -533,20 +552,11 @@ TEST(CpuExecutor, TwoModelsOnOneSharedArenaMatchFullRecompute) {
 TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
   const CpuExecutorOptions options{.prm_plus_id = 10, .prm_minus_id = 20};
   Rig rig(tiny_spec(), 64, 7, options);
-  auto score_request = [&](SeqId id, std::vector<TokenId> tokens, std::vector<int> positions) -> Sequence& {
-    Sequence s;
-    s.id = id;
-    s.kind = SeqKind::Score;
-    s.num_prompt_tokens = int(tokens.size());
-    s.tokens = std::move(tokens);
-    s.score_positions = std::move(positions);
-    return rig.engine.add(std::move(s), 0.0);
-  };
   const std::vector<TokenId> solution = random_tokens(20, 5);
-  Sequence& a = score_request(1, solution, {5, 11, 19});
+  Sequence& a = rig.score(1, solution, {5, 11, 19});
   // Shares the first 14 tokens: a prefix hit up to its first score position.
   Sequence& b =
-      score_request(2, concat({solution.begin(), solution.begin() + 14}, random_tokens(6, 6)), {13, 17, 19});
+      rig.score(2, concat({solution.begin(), solution.begin() + 14}, random_tokens(6, 6)), {13, 17, 19});
   rig.run();
   EXPECT_GT(b.num_cached_prompt_tokens, 0);
   auto ref = expect_rows_match_reference(rig);
@@ -559,6 +569,37 @@ TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
       EXPECT_NEAR(s->scores[k], 1.0 / (1.0 + std::exp(l(20) - l(10))), 3e-5) << s->id << " score " << k;
     }
   }
+}
+
+// Qwen2.5-Math-PRM's head: Linear + bias, ReLU, Linear + bias to two labels, whose softmax's
+// second entry is the score; rows of the labels' logits match the double-precision reference.
+TEST(CpuExecutor, ScoreHeadScoresAreTheSoftmaxOfItsLabels) {
+  ModelSpec m = tiny_spec();
+  m.qkv_bias = true;
+  m.tie_word_embeddings = false;
+  m.score_labels = 2;
+  Rig rig(m, 64, 7, {.prm_plus_id = 1, .prm_minus_id = 0});
+  Sequence& a = rig.score(1, random_tokens(20, 5), {5, 11, 19});
+  rig.run();
+  auto ref = expect_rows_match_reference(rig);
+  ASSERT_EQ(ref[1].cols(), 2);
+  ASSERT_EQ(a.scores.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto l = ref[1].row(a.score_positions[k]);
+    EXPECT_NEAR(a.scores[k], 1.0 / (1.0 + std::exp(l(0) - l(1))), 3e-5) << "score " << k;
+  }
+  // It has no LM head to sample from: a sampling item is a scheduler bug.
+  Sequence g;
+  g.id = 2;
+  g.tokens = random_tokens(4, 6);
+  g.num_prompt_tokens = 4;
+  g.kv.blocks = {0};
+  Batch b;
+  b.block_size = 4;
+  add_item(b, g, 0, 4, Want::Sample);
+  EXPECT_THROW(rig.exec.execute(b), std::logic_error);
+  // Label ids beyond its two labels are refused.
+  EXPECT_THROW(CpuExecutor(rig.weights, 8, 4, {.prm_plus_id = 2, .prm_minus_id = 0}), Error);
 }
 
 TEST(CpuExecutor, ForcedScriptsReplaceSamplesAndScores) {

@@ -43,7 +43,7 @@ ModelSpec tiny_spec(bool tied, bool qkv_bias = false) {
   return m;
 }
 
-// Every tensor of `w` with its HuggingFace name; lm_head always (a copy when tied).
+// Every tensor of `w` with its HuggingFace name; lm_head always (a copy when tied), or the score head.
 std::vector<std::pair<std::string, const HostTensor*>> all_tensors(const LlamaWeights& w) {
   std::vector<std::pair<std::string, const HostTensor*>> out{{"model.embed_tokens.weight", &w.embed_tokens}};
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
@@ -63,7 +63,13 @@ std::vector<std::pair<std::string, const HostTensor*>> all_tensors(const LlamaWe
                            {p + "mlp.up_proj.weight", &l.up_proj},
                            {p + "mlp.down_proj.weight", &l.down_proj}});
   }
-  out.insert(out.end(), {{"model.norm.weight", &w.final_norm}, {"lm_head.weight", &w.lm_head}});
+  out.emplace_back("model.norm.weight", &w.final_norm);
+  if (w.spec.score_labels > 0)
+    out.insert(out.end(), {{"score.0.weight", &w.score_hidden},
+                           {"score.0.bias", &w.score_hidden_bias},
+                           {"score.2.weight", &w.score_out},
+                           {"score.2.bias", &w.score_out_bias}});
+  else out.emplace_back("lm_head.weight", &w.lm_head);
   return out;
 }
 
@@ -176,6 +182,45 @@ TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Qwen2.5-Math-PRM's score head takes the LM head's place, with transformers' nn.Sequential names.
+TEST(Weights, AScoreHeadReplacesTheLmHead) {
+  ModelSpec spec = tiny_spec(false, true);
+  spec.score_labels = 2;
+  const auto specs = llama_tensor_specs(spec);
+  std::int64_t params = 0;
+  for (const LlamaTensorSpec& t : specs) params += t.numel();
+  EXPECT_EQ(params, spec.num_parameters());
+  ASSERT_GE(specs.size(), 5u);
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> head = {{"score.0.weight", {64, 64}},
+                                                                               {"score.0.bias", {64}},
+                                                                               {"score.2.weight", {2, 64}},
+                                                                               {"score.2.bias", {2}}};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(specs[specs.size() - 4 + i].name, head[i].first);
+    EXPECT_EQ(specs[specs.size() - 4 + i].shape, head[i].second);
+  }
+  EXPECT_EQ(specs[specs.size() - 5].name, "model.norm.weight");
+  EXPECT_EQ(specs.back().kind, LlamaTensorSpec::Kind::Bias);
+
+  TempDir dir;
+  const LlamaWeights w = dummy_llama_weights(spec, 4);
+  EXPECT_TRUE(w.lm_head.data.empty());
+  EXPECT_EQ(w.score_out_bias.data.size(), 2u);
+  save_llama_weights(w, dir.file("prm.safetensors"), DType::F32);
+  expect_equal_weights(w, load_llama_weights(spec, dir.file("prm.safetensors")));
+  // Under its decoder's causal-LM config the checkpoint has no lm_head: the error says which config.
+  ModelSpec lm = spec;
+  lm.score_labels = 0;
+  const std::string msg = error_of([&] { load_llama_weights(lm, dir.file("prm.safetensors")); });
+  EXPECT_TRUE(contains(msg, "has a score head (score.0.weight) and no lm_head.weight") &&
+              contains(msg, "Qwen2ForProcessRewardModel"))
+      << msg;
+  // A PRM config over a causal LM's checkpoint misses its head, by name.
+  save_llama_weights(dummy_llama_weights(lm, 4), dir.file("lm.safetensors"), DType::F32);
+  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(spec, dir.file("lm.safetensors")); }),
+                       "missing tensor 'score.0.weight'"));
 }
 
 // --- Round trips ---------------------------------------------------------------------------------

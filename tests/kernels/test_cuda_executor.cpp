@@ -27,6 +27,7 @@
 //  - KV pool, forced-script lockstep (identical token streams and block tables on both):
 //    max |gpu - cpu| <= 5% and RMS <= 1% of max(1, max |cpu value|).
 #include "exec/cuda_executor.hpp"
+#include "exec/vocabulary.hpp"
 #include "tests/support/test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -110,8 +111,9 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
       for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
                             &l.gate_proj, &l.up_proj, &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias})
         round_tensor(*t);
-    round_tensor(w.final_norm);
-    round_tensor(w.lm_head);
+    for (HostTensor* t :
+         {&w.final_norm, &w.lm_head, &w.score_hidden, &w.score_hidden_bias, &w.score_out, &w.score_out_bias})
+      round_tensor(*t);
   }
   return *slot;
 }
@@ -596,23 +598,15 @@ TEST(CudaExecutor, SplitKvDecodeReplaysFromGraphs) {
 }
 
 // PRM scoring: Score requests whose chunks end anywhere, with a prefix hit up to the second's
-// first score position.
-TEST(CudaExecutor, PrmScoresMatchCpuReference) {
-  DUET_REQUIRE_GPU();
-  const ModelSpec spec = tiny_model();
+// first score position; the scores are the two-way softmax of logits plus_id and minus_id.
+void check_prm_scores(const ModelSpec& spec, TokenId plus_id, TokenId minus_id) {
   const LlamaWeights& w = rounded_weights(spec);
   RigConfig c;
-  c.prm_plus_id = 10;
-  c.prm_minus_id = 20;
+  c.prm_plus_id = plus_id;
+  c.prm_minus_id = minus_id;
   GpuRig rig(w, c, make_gpu(w, c));
   auto score_request = [&](SeqId id, std::vector<TokenId> tokens, std::vector<int> positions) -> Sequence& {
-    Sequence s;
-    s.id = id;
-    s.kind = SeqKind::Score;
-    s.num_prompt_tokens = int(tokens.size());
-    s.tokens = std::move(tokens);
-    s.score_positions = std::move(positions);
-    return rig.engine.add(std::move(s), 0.0);
+    return rig.engine.add(test_support::score_request(id, std::move(tokens), std::move(positions)), 0.0);
   };
   const std::vector<TokenId> solution = random_tokens(60, 5, spec.vocab_size);
   score_request(1, solution, {5, 23, 24, 47, 59});
@@ -626,13 +620,27 @@ TEST(CudaExecutor, PrmScoresMatchCpuReference) {
     ASSERT_EQ(s.scores.size(), s.score_positions.size());
     for (std::size_t k = 0; k < s.scores.size(); ++k) {
       const int p = s.score_positions[k];
-      const float own = prm_score(ref.gpu.at(id).at(p), 10, 20);
-      const float cpu = prm_score(ref.cpu.at(id).at(p), 10, 20);
+      const float own = prm_score(ref.gpu.at(id).at(p), plus_id, minus_id);
+      const float cpu = prm_score(ref.cpu.at(id).at(p), plus_id, minus_id);
       EXPECT_NEAR(s.scores[k], own, 1e-5) << id << " score " << k;
       EXPECT_NEAR(s.scores[k], cpu, kScoreTol) << id << " score " << k;
     }
   }
   EXPECT_GT(rig.engine.find(2)->num_cached_prompt_tokens, 0);
+}
+
+TEST(CudaExecutor, PrmScoresMatchCpuReference) {
+  DUET_REQUIRE_GPU();
+  check_prm_scores(tiny_model(), 10, 20);
+}
+
+// Qwen2.5-Math-PRM's score head in place of the LM head: a GEMM with cuBLASLt's bias and ReLU
+// epilogue, then the two labels' Linear (small_linear_f32); its logits rows are the labels'.
+TEST(CudaExecutor, ScoreHeadPrmMatchesCpuReference) {
+  DUET_REQUIRE_GPU();
+  const ModelSpec spec = resolve_model(source_dir() + "/models/tiny-qwen2-prm/config.json");
+  ASSERT_EQ(spec.score_labels, 2);
+  check_prm_scores(spec, kScoreHeadPlusLabel, kScoreHeadMinusLabel);
 }
 
 // A step that scores more positions than the logits buffer's rows (max_num_seqs and the largest

@@ -26,6 +26,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -984,15 +985,21 @@ TEST(Gemm, BiasEpilogueAddsTheBiasToEveryRow) {
   auto d_x = upload(x, s.get());
   auto d_w = upload(w, s.get());
   auto d_b = upload(b, s.get());
-  dk::DeviceBuffer d_y(std::size_t(m) * n * 2), d_plain(std::size_t(m) * n * 2);
+  dk::DeviceBuffer d_y(std::size_t(m) * n * 2), d_plain(std::size_t(m) * n * 2),
+      d_relu(std::size_t(m) * n * 2);
   dk::Gemm gemm;
   gemm.prepare(m, n, k, false, true);
-  EXPECT_THROW(gemm.prepare(m, n, k, true, true), duet::Error);  // a bias is for bf16 output
+  gemm.prepare(m, n, k, false, true, true);
+  EXPECT_THROW(gemm.prepare(m, n, k, true, true), duet::Error);         // a bias is for bf16 output
+  EXPECT_THROW(gemm.prepare(m, n, k, true, false, true), duet::Error);  // and so is a ReLU
   gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_y.as<bf16>(), m, n, k, s.get(), d_b.as<bf16>());
   gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_plain.as<bf16>(), m, n, k, s.get());
+  // A score head's hidden layer: max(0, x W^T + b), the ReLU after the bias (half the outputs).
+  gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_relu.as<bf16>(), m, n, k, s.get(), d_b.as<bf16>(), true);
   const auto y = download<bf16>(d_y.get(), std::size_t(m) * n, s);
   const auto plain = download<bf16>(d_plain.get(), std::size_t(m) * n, s);
-  int bad = 0, bad_plain = 0;
+  const auto relu = download<bf16>(d_relu.get(), std::size_t(m) * n, s);
+  int bad = 0, bad_plain = 0, bad_relu = 0, zeros = 0;
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       const std::size_t e = std::size_t(i) * n + j;
@@ -1000,6 +1007,11 @@ TEST(Gemm, BiasEpilogueAddsTheBiasToEveryRow) {
       const double tol = 0x1.0p-16 * double(bound(i, j)) + kBf16Rel * std::abs(r) + 1e-30;
       if (!(std::abs(double(dk::from_bf16(y[e])) - r) <= tol) && ++bad <= 5)
         ADD_FAILURE() << "y[" << i << ", " << j << "] = " << dk::from_bf16(y[e]) << ", reference " << r;
+      // max(0, .) moves no value farther from its reference: the same tolerance holds.
+      zeros += dk::from_bf16(relu[e]) == 0.0f;
+      if (!(std::abs(double(dk::from_bf16(relu[e])) - std::max(r, 0.0)) <= tol) && ++bad_relu <= 5)
+        ADD_FAILURE() << "relu y[" << i << ", " << j << "] = " << dk::from_bf16(relu[e]) << ", reference "
+                      << std::max(r, 0.0);
       const double tol_plain = 0x1.0p-16 * double(bound(i, j)) + kBf16Rel * std::abs(ref(i, j)) + 1e-30;
       if (!(std::abs(double(dk::from_bf16(plain[e])) - ref(i, j)) <= tol_plain) && ++bad_plain <= 5)
         ADD_FAILURE() << "unbiased y[" << i << ", " << j << "] = " << dk::from_bf16(plain[e])
@@ -1007,10 +1019,41 @@ TEST(Gemm, BiasEpilogueAddsTheBiasToEveryRow) {
     }
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(bad_plain, 0);
+  EXPECT_EQ(bad_relu, 0);
+  EXPECT_GT(zeros, m * n / 4) << "the bias should make many outputs negative, which the ReLU zeroes";
   // A bias that is not 256-byte aligned (the plan assumed so) is refused before the call.
   EXPECT_THROW(
       gemm.bf16_out(d_x.as<bf16>(), d_w.as<bf16>(), d_y.as<bf16>(), m, n, k, s.get(), d_b.as<bf16>() + 8),
       duet::Error);
+}
+
+// A score head's labels: y = x W^T + b in float32 for n = 2 outputs, below cuBLASLt's alignment.
+// One warp sums each output in float32: the GEMM tests' accumulation bound holds.
+TEST(Ops, SmallLinearIsAFloat32LinearLayer) {
+  DUET_REQUIRE_GPU();
+  for (const auto& [m, n, k] : {std::tuple{37, 2, 3584}, std::tuple{1, 2, 256}, std::tuple{300, 3, 100}}) {
+    const auto x = random_bf16(std::size_t(m) * k, 0.0f, 1.0f, 41);
+    const auto w = random_bf16(std::size_t(n) * k, 0.0f, 0.05f, 42);
+    const auto b = random_bf16(std::size_t(n), 0.0f, 2.0f, 43);
+    const auto [ref, bound] = gemm_reference(x, w, m, n, k);
+    dk::StreamHandle s;
+    auto d_x = upload(x, s.get());
+    auto d_w = upload(w, s.get());
+    auto d_b = upload(b, s.get());
+    dk::DeviceBuffer d_y(std::size_t(m) * n * 4);
+    dk::small_linear_f32(d_x.as<bf16>(), d_w.as<bf16>(), d_b.as<bf16>(), d_y.as<float>(), m, n, k, s.get());
+    const auto y = download<float>(d_y.get(), std::size_t(m) * n, s);
+    int bad = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        const double r = ref(i, j) + double(dk::from_bf16(b[std::size_t(j)]));
+        const double tol = 0x1.0p-16 * double(bound(i, j)) + 0x1.0p-22 * std::abs(r) + 1e-30;
+        if (!(std::abs(double(y[std::size_t(i) * n + j]) - r) <= tol) && ++bad <= 5)
+          ADD_FAILURE() << "m=" << m << " k=" << k << ": y[" << i << ", " << j
+                        << "] = " << y[std::size_t(i) * n + j] << ", reference " << r;
+      }
+    EXPECT_EQ(bad, 0) << "m=" << m << " n=" << n << " k=" << k;
+  }
 }
 
 TEST(Gemm, ValidatesShapesAndAlignment) {

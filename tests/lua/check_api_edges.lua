@@ -74,6 +74,11 @@ assert(qwen.qkv_bias == true and llama.qkv_bias == false, "duet.model's qkv_bias
 assert(math.type(qwen.num_layers) == "integer" and qwen.max_position_embeddings == 32768 and qwen.rope_theta == 1e6
        and qwen.dtype == "bfloat16" and qwen.tie_word_embeddings == false and qwen.num_parameters == 7615616512,
        "duet.model's fields")
+-- and whether its head is a PRM's classifier (Qwen2.5-Math-PRM: two labels, no LM head).
+local math_prm = duet.model("qwen2.5-math-prm-7b")
+assert(math_prm.score_labels == 2 and qwen.score_labels == 0 and math_prm.max_position_embeddings == 4096
+       and math_prm.num_parameters == 7615616512 - 152064 * 3584 + 3584 * 3584 + 3584 + 2 * 3584 + 2,
+       "duet.model's score_labels")
 -- TokenList:fold(n) maps ids at or above n into [0, n); a search hands the PRM its generator's tokens
 -- so, where the PRM's vocabulary is smaller (Qwen2.5's 151,936 against Llama 3's 128,256: each
 -- PRM request failed with a token outside the PRM's vocabulary).

@@ -92,6 +92,17 @@ inline std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<Tok
   return a;
 }
 
+// A PRM request: all of `tokens` known, scored at `positions`.
+inline Sequence score_request(SeqId id, std::vector<TokenId> tokens, std::vector<int> positions) {
+  Sequence s;
+  s.id = id;
+  s.kind = SeqKind::Score;
+  s.num_prompt_tokens = int(tokens.size());
+  s.tokens = std::move(tokens);
+  s.score_positions = std::move(positions);
+  return s;
+}
+
 // Admission as the scheduler does it: the prefix hit, then the rest of the prompt; the whole
 // prompt is then computed. False (and nothing held) when the pool cannot take it.
 inline bool admit(KvAllocator& kv, Sequence& s) {
