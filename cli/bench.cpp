@@ -38,6 +38,7 @@ ExperimentOutcome simulate_trace(const Trace& trace, const std::string& model, c
   spec.source_dir = source_dir();
   EngineSetup e;
   e.config.model = model_from(model);
+  check_can_generate(e.config.model, "bench sim-trace");  // a trace's requests generate
   e.config.max_model_len = std::min(16384, e.config.model.max_position_embeddings);
   e.cost_model = "roofline";
   spec.engines.push_back(e);
@@ -130,6 +131,7 @@ int bench_hdf5(const std::string& trace_path, const std::string& model, const st
 // prefill of `batch` prompts of `prompt` tokens in one step, then `decode` decode steps.
 int bench_cpu(const std::string& model_path, int batch, int prompt, int decode) {
   const ModelSpec spec = model_from(model_path);
+  check_can_generate(spec, "bench cpu");  // its decode steps generate
   // Each sequence within the model's positions, and the KV pool's block count within int32.
   if (std::int64_t(prompt) + decode >= spec.max_position_embeddings)
     throw UsageError("--prompt + --decode is " + std::to_string(std::int64_t(prompt) + decode) + ", beyond " +

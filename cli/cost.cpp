@@ -82,7 +82,8 @@ nlohmann::json to_json(const StepBreakdown& b, const std::string& model, const s
           {"outside_fitted_range", b.outside}};
 }
 
-void print_table(const StepBreakdown& b) {
+// `head`: the output head's row ("lm_head", or a PRM's "score_head").
+void print_table(const StepBreakdown& b, const char* head) {
   const double step = b.step_s();
   std::printf("%-14s %14s %12s %7s\n", "operator", "per layer us", "step us", "share");
   auto row = [&](const char* name, double per_layer, double total) {
@@ -92,7 +93,7 @@ void print_table(const StepBreakdown& b) {
   };
   for (std::size_t i = 0; i < kLayerOperators.size(); ++i)
     row(kLayerOperators[i], b.per_layer_s[i], b.layers * b.per_layer_s[i]);
-  row("lm_head", -1, b.lm_head_s);
+  row(head, -1, b.lm_head_s);
   row("sampling", -1, b.sampling_s);
   row("other", -1, b.other_s);
   if (b.unattributed_s > 0) row("unattributed", -1, b.unattributed_s);
@@ -146,7 +147,7 @@ int cost(int argc, char** argv) {
           "batch: %d prefill tokens in %d chunk(s) after %lld cached each; %d decodes at context %lld\n\n",
           shape.prefill_tokens, shape.prefill_seqs, (long long)a.prefill_context, shape.decode_seqs,
           (long long)a.decode_context);
-      print_table(b);
+      print_table(b, model.can_generate() ? "lm_head" : "score_head");
       if (b.unattributed_s > 0)
         std::printf("\n(a measured profile prices whole steps; it does not split them by operator)\n");
     }

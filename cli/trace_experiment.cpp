@@ -143,11 +143,8 @@ TraceExperiment trace_experiment(const TraceArgs& a, const std::string& source_d
   EngineConfig cfg = a.engine;
   cfg.name = "llm";
   cfg.model = model_from(a.model, source_dir);
-  // A trace's requests generate: a PRM with a score head would fail at its first request.
-  if (!cfg.model.can_generate())
-    throw Error("--model " + a.model + ": a PRM with a score head (" +
-                std::to_string(cfg.model.score_labels) +
-                " labels) cannot generate, and a trace's requests do");
+  // Its requests (a trace's or synthetic) generate: a PRM with a score head would fail at the first.
+  check_can_generate(cfg.model, "--model " + a.model);
   cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.enable_prefix_caching = a.prefix_caching;
   cfg.enable_chunked_prefill = a.chunked_prefill;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
@@ -75,8 +77,8 @@ int finish(const std::vector<ValidationPoint>& points, double max_error, const s
 }
 
 // A trace slice through the simulator (with the device's profile) and the real engine.
-int validate_trace(const TraceArgs& args, const std::string& profile, int repeats, double max_error,
-                   const std::string& out, const std::string& command_line) {
+int validate_trace(const TraceArgs& args, const std::vector<std::string>& profiles, int repeats,
+                   double max_error, const std::string& out, const std::string& command_line) {
   if (!is_real_backend(args.backend))
     throw Error("--backend must be a real engine (cpu or cuda) to validate against");
   // The flags, the model and the trace are the command's input: an error in them is bad usage
@@ -94,8 +96,7 @@ int validate_trace(const TraceArgs& args, const std::string& profile, int repeat
     sim = x.spec;
     sim.backend = "sim";
     sim.cost_device = device_key(args.backend, sim.gpu);
-    path = profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, sim.engines[0].config.model)
-                           : profile;
+    path = profile_for(profiles, sim.engines[0].config.model, sim.profile_dir, sim.cost_device);
     if (!std::filesystem::exists(path))
       throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device +
                   " (" + path + "); measure one with `duet profile` or pass --profile");
@@ -139,13 +140,14 @@ struct ScriptPoint {
 // The script runs `repeats` times: the first pass predicts and measures each point, later passes
 // measure again. Repeating whole passes, rather than each point in place, spreads a slow spell of
 // a shared machine over all points instead of charging it to one.
-int validate_script(lua::ScriptOptions opt, const std::string& backend, const std::string& profile,
-                    int repeats, double max_error, const std::string& out, bool progress) {
+int validate_script(lua::ScriptOptions opt, const std::string& backend,
+                    const std::vector<std::string>& profiles, int repeats, double max_error,
+                    const std::string& out, bool progress) {
   std::vector<ScriptPoint> points;
   std::size_t next = 0;
   lua::ValidateMode mode;
   mode.backend = backend;
-  mode.profile = profile;
+  mode.profiles = profiles;
   mode.record = [&](const lua::ValidationRun& run) {
     if (mode.predict) {
       ScriptPoint p;
@@ -206,7 +208,8 @@ int validate_script(lua::ScriptOptions opt, const std::string& backend, const st
 int validate(int argc, char** argv) {
   lua::ScriptOptions opt;
   TraceArgs trace;
-  std::string profile, out;
+  std::vector<std::string> profiles;
+  std::string out;
   double max_error = 0.10;
   int repeats = 1;
   po::options_description options(
@@ -217,13 +220,15 @@ int validate(int argc, char** argv) {
       "profile, and on the real backend, and prints predicted against measured throughput");
   po::options_description own("Validation");
   own.add_options()("script", po::value(&opt.script), "the Lua script")(
-      "profile", po::value(&profile), "the profile to predict with (default: profiles/DEVICE/MODEL.json)")(
-      "max-error", po::value(&max_error)->default_value(0.10, "0.1"),
-      "exit 1 when a point's |throughput error| exceeds this "
-      "(0: never)")("repeats", po::value(&repeats)->default_value(1),
-                    "passes of the real engine over every point (the script, or "
-                    "the trace): each point's fastest run is compared, and from "
-                    "2 on the table shows how far the real engine is from itself")(
+      "profile", po::value(&profiles),
+      "the profile to predict with (default: profiles/DEVICE/MODEL.json); again for each model when the "
+      "engines run different ones")("max-error", po::value(&max_error)->default_value(0.10, "0.1"),
+                                    "exit 1 when a point's |throughput error| exceeds this "
+                                    "(0: never)")(
+      "repeats", po::value(&repeats)->default_value(1),
+      "passes of the real engine over every point (the script, or "
+      "the trace): each point's fastest run is compared, and from "
+      "2 on the table shows how far the real engine is from itself")(
       "out", po::value(&out), "HDF5 file (default: SCRIPT's name, or the trace's, with .validate.h5)")(
       "no-progress", "never draw progress bars")("help,h", "this help");
   options.add(own).add(trace_options(trace, BackendChoice::RealEngine));
@@ -266,13 +271,16 @@ int validate(int argc, char** argv) {
                       .stem()
                       .string() +
                   ".validate.h5";
-          check_hdf5_output(out, {opt.script, trace.trace, profile});
-          if (!profile.empty() && !std::filesystem::is_regular_file(profile))
-            throw Error("--profile " + profile + ": no such file (a profile that `duet profile` wrote)");
+          std::vector<std::string> inputs{opt.script, trace.trace};
+          inputs.insert(inputs.end(), profiles.begin(), profiles.end());
+          check_hdf5_output(out, inputs);
+          for (const std::string& profile : profiles)
+            if (!std::filesystem::is_regular_file(profile))
+              throw Error("--profile " + profile + ": no such file (a profile that `duet profile` wrote)");
         });
-        if (opt.script.empty()) return validate_trace(trace, profile, repeats, max_error, out, command_line);
+        if (opt.script.empty()) return validate_trace(trace, profiles, repeats, max_error, out, command_line);
         opt.command_line = command_line;  // the file records this command, not a `duet run` one
-        return validate_script(opt, trace.backend, profile, repeats, max_error, out,
+        return validate_script(opt, trace.backend, profiles, repeats, max_error, out,
                                !vm.count("no-progress"));
       });
 }

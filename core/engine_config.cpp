@@ -90,7 +90,7 @@ namespace {
 // Why an engine of this model cannot generate ("" when it can), for Engine's errors.
 std::string scores_only(const ModelSpec& m) {
   if (m.can_generate()) return {};
-  return "its model '" + m.name + "' is a PRM whose head classifies (" + std::to_string(m.score_labels) +
+  return "its model '" + m.name + "' is a PRM whose head classifies (" + std::to_string(m.score_labels()) +
          " labels) where an LM head would predict tokens: it scores steps and cannot generate";
 }
 

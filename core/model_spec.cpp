@@ -103,7 +103,7 @@ ModelSpec qwen2_5_math_prm_7b() {
   m.name = "qwen2.5-math-prm-7b";
   m.max_position_embeddings = 4096;
   m.rope_theta = 10000.0;
-  m.score_labels = 2;
+  m.score_head = ScoreHead::Classifier;
   return m;
 }
 
@@ -160,18 +160,43 @@ std::int64_t ModelSpec::kv_bytes_per_token() const {
   return 2LL * num_layers * num_kv_heads * head_dim * dtype_bytes(dtype);
 }
 
+const char* score_head_name(ScoreHead head) {
+  switch (head) {
+    case ScoreHead::None:
+      return "none";
+    case ScoreHead::Classifier:
+      return "classifier";
+    case ScoreHead::Value:
+      return "value";
+  }
+  return "?";
+}
+
+int ModelSpec::score_labels() const {
+  switch (score_head) {
+    case ScoreHead::None:
+      return 0;
+    case ScoreHead::Classifier:
+      return 2;
+    case ScoreHead::Value:
+      return 1;
+  }
+  return 0;
+}
+
 std::int64_t ModelSpec::embedding_parameters() const {
   const std::int64_t table = std::int64_t(vocab_size) * hidden_size;
-  return tie_word_embeddings || score_labels > 0 ? table : 2 * table;
+  return tie_word_embeddings || !can_generate() ? table : 2 * table;
 }
 
 std::int64_t ModelSpec::score_head_parameters() const {
-  const std::int64_t h = hidden_size, labels = score_labels;
-  return score_labels > 0 ? h * h + h + labels * h + labels : 0;
+  const std::int64_t h = hidden_size, labels = score_labels();
+  const std::int64_t hidden_layer = score_head == ScoreHead::Classifier ? h * h + h : 0;
+  return hidden_layer + labels * h + labels;
 }
 
 std::int64_t ModelSpec::head_weights() const {
-  return score_labels > 0 ? score_head_parameters() : std::int64_t(vocab_size) * hidden_size;
+  return can_generate() ? std::int64_t(vocab_size) * hidden_size : score_head_parameters();
 }
 
 std::int64_t ModelSpec::layer_parameters() const {
@@ -200,10 +225,11 @@ double ModelSpec::layer_flops_per_token() const {
 }
 
 double ModelSpec::head_flops_per_token() const {
-  if (score_labels == 0) return 2.0 * double(vocab_size) * hidden_size;
+  if (can_generate()) return 2.0 * double(vocab_size) * hidden_size;
   // Two FLOPs per weight, one per bias and one for the ReLU of each hidden value.
-  const double h = hidden_size, labels = score_labels;
-  return 2.0 * (h * h + labels * h) + (h + labels) + h;
+  const double h = hidden_size, labels = score_labels();
+  const double hidden_layer = score_head == ScoreHead::Classifier ? 2.0 * h * h + h + h : 0.0;
+  return hidden_layer + 2.0 * labels * h + labels;
 }
 
 double ModelSpec::linear_flops_per_token() const { return layer_flops_per_token() + head_flops_per_token(); }
@@ -233,9 +259,6 @@ void ModelSpec::validate() const {
   positive("intermediate_size", intermediate_size);
   positive("vocab_size", vocab_size);
   positive("max_position_embeddings", max_position_embeddings);
-  if (score_labels < 0 || score_labels > 1024)
-    throw Error("model '" + name + "': score_labels must be 0 (an LM head) or a classifier's labels, got " +
-                std::to_string(score_labels));
   // Far beyond any published model, and small enough that every product of them (parameters,
   // KV bytes per token, FLOPs) fits 64-bit arithmetic: a larger value is a typo, not a model.
   auto at_most = [&](const char* field, long long v, long long limit) {
@@ -257,6 +280,12 @@ void ModelSpec::validate() const {
     throw Error("model '" + name + "': head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (rope_theta <= 0) throw Error("model '" + name + "': rope_theta must be positive");
   if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
+}
+
+void check_can_generate(const ModelSpec& m, const std::string& what) {
+  if (!m.can_generate())
+    throw Error(what + ": model '" + m.name + "' is a PRM with a " + score_head_name(m.score_head) +
+                " head and no LM head: it scores steps and cannot generate");
 }
 
 std::string builtin_model_list() {
@@ -333,19 +362,20 @@ std::optional<RopeScaling> parse_rope_scaling(const json& rs, const std::string&
 enum class Family { Llama, Qwen2, Mistral };
 
 // What a config.json's "architectures" and "model_type" say (either may be absent, not both; if
-// both are present they must agree): the decoder, and the labels of its score head (0: an LM head).
+// both are present they must agree): the decoder, and its score head.
 struct Architecture {
   Family family = Family::Llama;
-  int score_labels = 0;
+  ScoreHead score_head = ScoreHead::None;
 };
 
-// transformers' name for Qwen2.5-Math-PRM (its remote code, as vLLM and SGLang implement it): a
-// Qwen2 decoder whose `score` head has two labels.
+// The PRMs with a head of their own, by their architectures name: Qwen2.5-Math-PRM's (its remote
+// code, as vLLM and SGLang implement it) and Skywork-o1-Open-PRM's (its own, as its vLLM plugin
+// implements it), both Qwen2 decoders.
 constexpr const char* kQwen2Prm = "Qwen2ForProcessRewardModel";
-constexpr int kQwen2PrmLabels = 2;
+constexpr const char* kSkyworkPrm = "Qwen2ForPrmModel";
 
 // Causal LMs, whose PRM scores come from the LM head's logits of two tokens (as RLHFlow's Llama
-// PRMs and Math-Shepherd score), and Qwen2.5-Math-PRM. Other heads of their own (a sequence
+// PRMs and Math-Shepherd score), and the two PRMs above. Other heads of their own (a sequence
 // classifier, Qwen2ForRewardModel's one-label outcome head) are refused.
 Architecture architecture_of(const json& j, const std::string& origin) {
   std::optional<Family> by_arch, by_type;
@@ -356,12 +386,14 @@ Architecture architecture_of(const json& j, const std::string& origin) {
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
     const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For"),
                mistral = a.starts_with("MistralFor");
-    if (a == kQwen2Prm) out.score_labels = kQwen2PrmLabels;
+    if (a == kQwen2Prm) out.score_head = ScoreHead::Classifier;
+    else if (a == kSkyworkPrm) out.score_head = ScoreHead::Value;
     else if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), whose "
-                  "PRM scores come from the LM head's logits, and Qwen2.5-Math-PRM's two-label classifier (" +
-                  kQwen2Prm + "): another head of its own is not modelled");
+                  "PRM scores come from the LM head's logits, Qwen2.5-Math-PRM's two-label classifier (" +
+                  kQwen2Prm + ") and Skywork-o1-Open-PRM's value head (" + kSkyworkPrm +
+                  "): another head of its own is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
     else if (mistral) by_arch = Family::Mistral;
@@ -369,7 +401,7 @@ Architecture architecture_of(const json& j, const std::string& origin) {
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM, "
                   "MistralForCausalLM, " +
-                  kQwen2Prm + ")");
+                  kQwen2Prm + ", " + kSkyworkPrm + ")");
   }
   if (has_field(j, "model_type")) {
     if (j["model_type"] == "llama") by_type = Family::Llama;
@@ -432,7 +464,17 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     check_variant(j, family, origin);
     ModelSpec m;
     m.qkv_bias = family == Family::Qwen2;
-    m.score_labels = arch.score_labels;
+    m.score_head = arch.score_head;
+    // Qwen2.5-Math-PRM's head has two labels (its modelling code fixes num_labels at 2): a config
+    // that says otherwise is another model, not this one with a wider head.
+    if (m.score_head == ScoreHead::Classifier) {
+      if (has_field(j, "num_labels") && require_int(j, "num_labels", origin) != 2)
+        throw Error(origin + ": field 'num_labels' is " + j["num_labels"].dump() + "; " + kQwen2Prm +
+                    "'s score head has 2 labels");
+      if (has_field(j, "id2label") && (!j["id2label"].is_object() || j["id2label"].size() != 2))
+        throw Error(origin + ": field 'id2label' is " + j["id2label"].dump() + "; " + kQwen2Prm +
+                    "'s score head has 2 labels");
+    }
     m.name = optional_string(j, "_name_or_path", origin);
     if (m.name.empty()) m.name = origin;
     m.num_layers = require_int(j, "num_hidden_layers", origin);

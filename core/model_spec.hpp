@@ -12,6 +12,18 @@ namespace duet {
 
 enum class DType { BF16, F16, F32 };
 
+// A PRM's head in place of the LM head.
+enum class ScoreHead : std::uint8_t {
+  None,  // the LM head: a PRM's score is the two-way softmax of two tokens' logits
+  // transformers' Qwen2ForProcessRewardModel (Qwen2.5-Math-PRM): `score` is Linear(hidden, hidden)
+  // + bias, ReLU, Linear(hidden, 2) + bias; the score is the second label's softmax.
+  Classifier,
+  // Skywork-o1-Open-PRM's Qwen2ForPrmModel: `v_head.summary` is Linear(hidden, 1) + bias; the score
+  // is the value's sigmoid.
+  Value,
+};
+const char* score_head_name(ScoreHead head);  // "none", "classifier", "value"
+
 int dtype_bytes(DType dtype);
 DType dtype_from_name(const std::string& name);  // "bfloat16", "bf16", "float16", "f16", "float32", "f32"
 const char* dtype_name(DType dtype);
@@ -42,15 +54,16 @@ struct ModelSpec {
   // Qwen2's q_proj, k_proj and v_proj carry biases (its o_proj and MLP do not): transformers'
   // Qwen2Attention. Llama's "attention_bias" would bias o_proj too, which duet does not model.
   bool qkv_bias = false;
-  // A PRM whose head classifies the final hidden state instead of predicting tokens: transformers'
-  // Qwen2ForProcessRewardModel (Qwen2.5-Math-PRM), whose `score` is Linear(hidden, hidden) + bias,
-  // ReLU, Linear(hidden, labels) + bias; its two labels' softmax gives a step's score. 0: the LM
-  // head. Such a model has no lm_head and cannot generate.
-  int score_labels = 0;
+  // A PRM whose head scores the final hidden state instead of predicting tokens (ScoreHead). Such a
+  // model has no lm_head and cannot generate.
+  ScoreHead score_head = ScoreHead::None;
 
-  // The width of a logits row: the vocabulary, or the score head's labels.
-  int logits_width() const { return score_labels > 0 ? score_labels : vocab_size; }
-  bool can_generate() const { return score_labels == 0; }
+  // The outputs of the score head's last Linear: 2, 1, or 0 with an LM head.
+  int score_labels() const;
+  // The width of a logits row: the vocabulary, or 2 with a score head (a value head's row is the
+  // value and a constant 0, so that both heads' scores are a two-way softmax).
+  int logits_width() const { return score_head == ScoreHead::None ? vocab_size : 2; }
+  bool can_generate() const { return score_head == ScoreHead::None; }
 
   // Bytes of K and V for one token across all layers.
   std::int64_t kv_bytes_per_token() const;
@@ -80,6 +93,10 @@ struct ModelSpec {
   // Throws duet::Error naming the field when a shape is impossible.
   void validate() const;
 };
+
+// Throws duet::Error, `what` first, when the model cannot generate (a PRM with a score head): for
+// the commands whose requests generate.
+void check_can_generate(const ModelSpec& m, const std::string& what);
 
 // Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-1.5b-instruct",
 // "qwen2.5-7b-instruct", "qwen2.5-math-prm-7b", and their aliases.

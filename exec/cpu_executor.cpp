@@ -95,11 +95,14 @@ void CpuExecutor::check_weights() const {
                 " layers of weights for a model of " + std::to_string(m.num_layers));
   expect_shape(weights_.embed_tokens, m.vocab_size, h, "model.embed_tokens.weight");
   expect_shape(weights_.final_norm, h, 0, "model.norm.weight");
-  if (m.score_labels > 0) {
+  if (m.score_head == ScoreHead::Classifier) {
     expect_shape(weights_.score_hidden, h, h, "score.0.weight");
     expect_shape(weights_.score_hidden_bias, h, 0, "score.0.bias");
-    expect_shape(weights_.score_out, m.score_labels, h, "score.2.weight");
-    expect_shape(weights_.score_out_bias, m.score_labels, 0, "score.2.bias");
+    expect_shape(weights_.score_out, 2, h, "score.2.weight");
+    expect_shape(weights_.score_out_bias, 2, 0, "score.2.bias");
+  } else if (m.score_head == ScoreHead::Value) {
+    expect_shape(weights_.score_out, 1, h, "v_head.summary.weight");
+    expect_shape(weights_.score_out_bias, 1, 0, "v_head.summary.bias");
   } else {
     expect_shape(lm_head_of(weights_), m.vocab_size, h, "lm_head.weight");
   }
@@ -249,16 +252,24 @@ std::vector<ItemLogits> CpuExecutor::logits(const Batch& batch, const RowPlan& p
   return out;
 }
 
-// The output head on normed hidden rows: the LM head's logits, or the score head's labels
-// (Linear, ReLU, Linear, each Linear with its bias: Qwen2ForProcessRewardModel's `score`).
+// The output head on normed hidden rows: the LM head's logits, or the score head's two columns: a
+// classifier's labels (Linear, ReLU, Linear, each with its bias: Qwen2ForProcessRewardModel's
+// `score`), or a value head's value (one Linear with its bias) beside a constant 0, whose two-way
+// softmax is the value's sigmoid.
 MatrixRM CpuExecutor::head(const MatrixRM& h) const {
-  if (weights_.spec.score_labels == 0) return h * matrix(lm_head_of(weights_)).transpose();
-  MatrixRM hidden = h * matrix(weights_.score_hidden).transpose();
-  add_bias(hidden, weights_.score_hidden_bias);
-  hidden = hidden.cwiseMax(0.0f);
-  MatrixRM labels = hidden * matrix(weights_.score_out).transpose();
-  add_bias(labels, weights_.score_out_bias);
-  return labels;
+  const ScoreHead kind = weights_.spec.score_head;
+  if (kind == ScoreHead::None) return h * matrix(lm_head_of(weights_)).transpose();
+  MatrixRM in = h;
+  if (kind == ScoreHead::Classifier) {
+    in = h * matrix(weights_.score_hidden).transpose();
+    add_bias(in, weights_.score_hidden_bias);
+    in = in.cwiseMax(0.0f);
+  }
+  MatrixRM out = MatrixRM::Zero(h.rows(), 2);
+  out.leftCols(weights_.score_out.rows()) = in * matrix(weights_.score_out).transpose();
+  out.leftCols(weights_.score_out.rows()).rowwise() +=
+      Eigen::Map<const Eigen::RowVectorXf>(weights_.score_out_bias.data.data(), weights_.score_out.rows());
+  return out;
 }
 
 // Tokens and scores from the step's logits (an item's row 0 is its sampled row or its first

@@ -64,7 +64,7 @@ struct WeightPlan {
     std::int64_t input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;  // qkv_bias -1 without
   };
   std::int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
-  // A score head's (ModelSpec::score_labels), -1 without; lm_head is then -1.
+  // A score head's (ModelSpec::score_head), -1 without; lm_head is then -1.
   std::int64_t score_hidden = -1, score_hidden_bias = -1, score_out = -1, score_out_bias = -1;
   std::vector<Layer> layers;
   std::vector<std::int64_t> dst;  // per tensor spec
@@ -95,13 +95,18 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     p.layers.push_back(L);
   }
   p.final_norm = take(h);
-  if (m.score_labels > 0) {
-    const std::int64_t labels = m.score_labels;
+  if (m.score_head == ScoreHead::Classifier) {
     p.lm_head = -1;
     p.score_hidden = take(h * h);
     p.score_hidden_bias = take(h);  // 256-byte aligned, as the GEMM's bias epilogue needs
-    p.score_out = take(labels * h);
-    p.score_out_bias = take(labels);
+    p.score_out = take(2 * h);
+    p.score_out_bias = take(2);
+  } else if (m.score_head == ScoreHead::Value) {
+    // The value's row and bias, then a row and a bias of zeros (init zeroes the buffer): the head's
+    // logits are the value and a constant 0, as the CPU engine's.
+    p.lm_head = -1;
+    p.score_out = take(2 * h);
+    p.score_out_bias = take(2);
   } else {
     p.lm_head = m.tie_word_embeddings ? p.embed : take(v * h);
   }
@@ -121,6 +126,8 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     else if (t.name == "score.0.bias") d = p.score_hidden_bias;
     else if (t.name == "score.2.weight") d = p.score_out;
     else if (t.name == "score.2.bias") d = p.score_out_bias;
+    else if (t.name == "v_head.summary.weight") d = p.score_out;
+    else if (t.name == "v_head.summary.bias") d = p.score_out_bias;
     else if (t.name.rfind("model.layers.", 0) == 0) {
       const std::size_t dot = t.name.find('.', 13);
       const int l = std::stoi(t.name.substr(13, dot - 13));
@@ -395,6 +402,8 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   ev_end = std::make_unique<k::Event>();
   gemm = std::make_unique<k::Gemm>(kGemmWorkspace);
   weights = k::DeviceBuffer(std::size_t(mem.weights));
+  if (m.score_head == ScoreHead::Value)
+    k::fill_zero(weights.get(), weights.bytes(), stream->get());  // its zero row
   pool = o.kv_arena ? o.kv_arena : std::make_shared<CudaKvArena>(mem.kv_pool);
   const std::vector<double> freq = rope_inv_freq(m);
   const std::vector<float> freq32(freq.begin(), freq.end());
@@ -407,7 +416,7 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
 std::size_t CudaExecutor::Impl::activation_bytes(int tokens, int rows, std::size_t meta_bytes,
                                                  std::size_t ws_bytes) const {
   const std::size_t t = std::size_t(tokens), r = std::size_t(rows);
-  const std::size_t head = spec.score_labels > 0 ? r * std::size_t(H) : 0;  // head_hidden
+  const std::size_t head = spec.score_head == ScoreHead::Classifier ? r * std::size_t(H) : 0;  // head_hidden
   return 2 * (3 * t * std::size_t(H) + t * std::size_t(scratch_width) + r * std::size_t(H) + head) +  // bf16
          4 * r * std::size_t(V) + 4 * out_entries(tokens, rows) + meta_bytes + ws_bytes;
 }
@@ -442,7 +451,7 @@ void CudaExecutor::Impl::allocate_step_buffers(int tokens, int rows, std::size_t
     const std::size_t r = std::size_t(rows);
     gathered = k::DeviceBuffer(2 * r * std::size_t(H));
     logits = k::DeviceBuffer(4 * r * std::size_t(V));
-    if (spec.score_labels > 0) head_hidden = k::DeviceBuffer(2 * r * std::size_t(H));
+    if (spec.score_head == ScoreHead::Classifier) head_hidden = k::DeviceBuffer(2 * r * std::size_t(H));
     cap_rows = rows;
   }
   if (meta_bytes > cap_meta) {
@@ -580,10 +589,12 @@ void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
       k::gather_rows(Hn, row_index + r0, gathered.as<bf16>(), n, H, s);
       rows = gathered.as<const bf16>();
     }
-    if (spec.score_labels > 0) {  // Linear + bias + ReLU (one GEMM), then the labels' Linear
+    if (spec.score_head == ScoreHead::Classifier) {  // Linear + bias + ReLU (one GEMM), then the labels'
       bf16* hidden = head_hidden.as<bf16>();
       gemm->bf16_out(rows, W + wplan.score_hidden, hidden, n, H, H, s, W + wplan.score_hidden_bias, true);
       k::small_linear_f32(hidden, W + wplan.score_out, W + wplan.score_out_bias, L, n, V, H, s);
+    } else if (spec.score_head == ScoreHead::Value) {  // the value and its zero row's constant 0
+      k::small_linear_f32(rows, W + wplan.score_out, W + wplan.score_out_bias, L, n, V, H, s);
     } else {
       gemm->f32_out(rows, W + wplan.lm_head, L, n, V, H, s);
     }
@@ -785,8 +796,8 @@ void CudaExecutor::Impl::prepare_gemms(const Fwd& f) {
   gemm->prepare(f.T, H, F, false);
   for (const int rows : {f.R > 0 ? std::min(f.R, cap_rows) : 0, f.R > cap_rows ? f.R % cap_rows : 0}) {
     if (rows == 0) continue;
-    if (spec.score_labels > 0) gemm->prepare(rows, H, H, false, true, true);
-    else gemm->prepare(rows, V, H, true);
+    if (spec.score_head == ScoreHead::Classifier) gemm->prepare(rows, H, H, false, true, true);
+    else if (spec.can_generate()) gemm->prepare(rows, V, H, true);
   }
 }
 
@@ -882,7 +893,8 @@ StepResult CudaExecutor::Impl::outputs(const Batch& batch, const Step& step) {
   const std::int32_t* tokens = host_out.data();
   const float* scores = reinterpret_cast<const float*>(host_out.data() + step.f.Rs);
   StepResult result = step_outputs(
-      batch, opt.honour_scripts, V, [&](std::size_t i) { return TokenId(tokens[step.logit_row[i]]); },
+      batch, opt.honour_scripts, spec.vocab_size,
+      [&](std::size_t i) { return TokenId(tokens[step.logit_row[i]]); },
       [&](std::size_t i, std::size_t q) {
         const int row = step.logit_row[i];
         return scores[step.graph ? row : row - step.f.Rs + int(q)];

@@ -167,9 +167,7 @@ StepTimes time_steps(CudaExecutor& exec, const Batch& batch, int warmup, int ite
 
 // Decode steps are a generator's: a PRM with a score head has no LM head to sample from.
 ModelSpec generator(ModelSpec m, const char* bench) {
-  if (!m.can_generate())
-    throw Error(std::string(bench) + ": model '" + m.name +
-                "' has a score head and cannot generate; its steps are scored prefills (bench prefill)");
+  check_can_generate(m, bench);
   return m;
 }
 
@@ -429,7 +427,11 @@ int bench_prefill(const GpuBenchOptions& o) {
   opt.max_num_seqs = o.prefill_seq > 0 ? std::max(1, max_tokens / o.prefill_seq) : 1;
   opt.max_model_len = o.prefill_seq > 0 ? o.prefill_seq : max_tokens;
   opt.use_cuda_graphs = false;
-  if (!spec.can_generate()) opt.prm_plus_id = kScoreHeadPlusLabel, opt.prm_minus_id = kScoreHeadMinusLabel;
+  if (!spec.can_generate()) {
+    const ScoreColumns c = score_columns(spec.score_head);
+    opt.prm_plus_id = c.plus;
+    opt.prm_minus_id = c.minus;
+  }
   // Every sequence rounds up to whole blocks: max_num_seqs of them at max_model_len each.
   const int blocks = opt.max_num_seqs * ((opt.max_model_len + block_size - 1) / block_size) + 64;
   CudaExecutor exec(spec, CudaExecutor::DummyWeights{0}, blocks, block_size, opt);

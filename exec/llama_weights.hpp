@@ -40,11 +40,11 @@ struct LlamaWeights {
   HostTensor final_norm;  // model.norm.weight [hidden]
   HostTensor lm_head;     // lm_head.weight [vocab, hidden]; a copy of embed_tokens when tied; empty
                           // with a score head
-  // A score head (ModelSpec::score_labels > 0) in place of the LM head, empty otherwise:
+  // A score head (ModelSpec::score_head) in place of the LM head, empty otherwise. A classifier's:
   HostTensor score_hidden;       // score.0.weight [hidden, hidden]
   HostTensor score_hidden_bias;  // score.0.bias   [hidden]
-  HostTensor score_out;          // score.2.weight [labels, hidden]
-  HostTensor score_out_bias;     // score.2.bias   [labels]
+  HostTensor score_out;       // score.2.weight [2, hidden]; a value head's v_head.summary.weight [1, hidden]
+  HostTensor score_out_bias;  // score.2.bias   [2];         a value head's v_head.summary.bias   [1]
 };
 
 }  // namespace duet

@@ -199,6 +199,19 @@ class NullExecutor final : public Executor {
   }
 };
 
+// A PRM with a score head samples nothing: the grid's sampled rows become scored ones, the same
+// logits rows. A one-token Score item after its context is decode-shaped (core/batch.hpp), as a
+// scorer's steps are when the prefix cache holds all but the last token, so the fit's decode terms
+// stay measured.
+void scored_instead_of_sampled(std::vector<GridPoint>& grid) {
+  for (GridPoint& p : grid)
+    for (GridItem& it : p.items)
+      if (it.want == Want::Sample) {
+        it.want = Want::Score;
+        it.score_every = it.new_tokens;  // the last new token's row, the one a sample would use
+      }
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -208,6 +221,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // items are running sequences with their context computed; prefill items arrive in this step.
 double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::uint64_t salt) {
   EngineConfig c = base;
+  // The engine's bookkeeping around a NullExecutor, the same for a scorer's one-token steps as for
+  // decodes: a PRM with a score head is timed as its decoder with an LM head.
+  c.model.score_head = ScoreHead::None;
   c.max_num_seqs = int(p.items.size());
   // A budget that takes every prompt in one step: the untimed set-up is one step, and the timed
   // step schedules the point's items whole (a prefill item's prompt is hashed whole on admission,
@@ -254,7 +270,7 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
       s.tokens.push_back(TokenId((t * 104729 + i * 7 + salt) % std::uint64_t(vocab)));
     s.num_prompt_tokens = int(s.tokens.size());
     if (g.want == Want::Score)
-      for (int pos = g.score_every - 1; pos < s.num_prompt_tokens; pos += g.score_every)
+      for (int pos = g.context + g.score_every - 1; pos < s.num_prompt_tokens; pos += g.score_every)
         s.score_positions.push_back(pos);
     s.sampling.max_tokens = 1 << 20;
     s.sampling.ignore_eos = true;
@@ -295,15 +311,9 @@ ProfileResult run_profile(const BackendOptions& backend, const GpuSpec& gpu, con
                           const std::function<void(std::size_t, std::size_t)>& progress) {
   if (!is_real_backend(backend.name))
     throw Error("profile: backend '" + backend.name + "' is not a real engine (use cpu or cuda)");
-  // The grid's decodes and sampled prefills are a generator's steps; a PRM with a score head runs
-  // only scored prefills, which alone leave the decode terms of the fit unknown.
-  if (!config.model.can_generate())
-    throw Error("profile: model '" + config.model.name + "' has a score head (" +
-                std::to_string(config.model.score_labels) +
-                " labels) and cannot generate, and the profile's grid decodes; such a PRM is priced by the "
-                "GPU's operator model (docs/cost-models.md)");
   const auto wall0 = std::chrono::steady_clock::now();
   std::vector<GridPoint> grid = profile_grid(limits);
+  if (!config.model.can_generate()) scored_instead_of_sampled(grid);
   // A pool for the largest decode batch at the longest context and every grid point's batch, as
   // memory allows (pool_blocks).
   std::int64_t want = std::int64_t(limits.max_num_seqs) *

@@ -1,5 +1,7 @@
 #include "exec/vocabulary.hpp"
 
+#include <stdexcept>
+
 #include "core/error.hpp"
 #include "exec/tokenizer.hpp"
 
@@ -29,11 +31,24 @@ Vocabulary token_vocabulary(const ModelSpec& model, const std::string& source_di
 
 }  // namespace
 
+ScoreColumns score_columns(ScoreHead head) {
+  switch (head) {
+    case ScoreHead::Classifier:
+      return {1, 0};
+    case ScoreHead::Value:
+      return {0, 1};
+    case ScoreHead::None:
+      break;
+  }
+  throw std::logic_error("score_columns: a model with an LM head scores two tokens' logits");
+}
+
 Vocabulary vocabulary_of(const ModelSpec& model, const std::string& source_dir, const std::string& engine) {
   Vocabulary v = token_vocabulary(model, source_dir, engine);
   if (!model.can_generate()) {
-    v.prm_plus_id = kScoreHeadPlusLabel;
-    v.prm_minus_id = kScoreHeadMinusLabel;
+    const ScoreColumns c = score_columns(model.score_head);
+    v.prm_plus_id = c.plus;
+    v.prm_minus_id = c.minus;
   }
   return v;
 }

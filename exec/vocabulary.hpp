@@ -13,14 +13,18 @@ struct Vocabulary {
   int vocab_size = 0;
   TokenId step_id = kNoToken;  // "\n\n"
   TokenId eos_id = kNoToken;   // the end of an assistant turn
-  // The PRM's "+"/"-" tokens; for a model with a score head, its labels' indices (1 and 0).
+  // The PRM's "+"/"-" tokens; for a model with a score head, its logits columns (score_columns).
   TokenId prm_plus_id = kNoToken;
   TokenId prm_minus_id = kNoToken;
 };
 
-// Qwen2.5-Math-PRM's labels: the softmax's second entry is the probability that the step is
-// correct (the model card's make_step_rewards reads probabilities[..., 1]).
-inline constexpr TokenId kScoreHeadPlusLabel = 1, kScoreHeadMinusLabel = 0;
+// The columns of a score head's logits row whose two-way softmax is a step's score: a classifier's
+// second label against its first (Qwen2.5-Math-PRM's model card reads probabilities[..., 1]); a
+// value head's value against its constant 0, which gives the value's sigmoid (Skywork-o1-Open-PRM).
+struct ScoreColumns {
+  TokenId plus = kNoToken, minus = kNoToken;
+};
+ScoreColumns score_columns(ScoreHead head);
 
 // Llama 3's ids for its 128,256-token vocabulary; otherwise the repository's sentencepiece model
 // (workloads/data/tokenizer/duet-math.model under source_dir), whose ids must fit the model's

@@ -30,8 +30,10 @@ auto tensor_slots(W& w) {
     slots.insert(slots.end(), {&l.o_proj, &l.post_norm, &l.gate_proj, &l.up_proj, &l.down_proj});
   }
   slots.push_back(&w.final_norm);
-  if (w.spec.score_labels > 0)
+  if (w.spec.score_head == ScoreHead::Classifier)
     slots.insert(slots.end(), {&w.score_hidden, &w.score_hidden_bias, &w.score_out, &w.score_out_bias});
+  else if (w.spec.score_head == ScoreHead::Value)
+    slots.insert(slots.end(), {&w.score_out, &w.score_out_bias});
   else if (!w.spec.tie_word_embeddings) slots.push_back(&w.lm_head);
   return slots;
 }
@@ -134,12 +136,14 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
                                {p + "mlp.down_proj.weight", {h, inter}, Kind::Projection}});
   }
   specs.push_back({"model.norm.weight", {h}, Kind::Norm});
-  if (spec.score_labels > 0) {
-    const std::int64_t labels = spec.score_labels;
+  if (spec.score_head == ScoreHead::Classifier) {
     specs.insert(specs.end(), {{"score.0.weight", {h, h}, Kind::Projection},
                                {"score.0.bias", {h}, Kind::Bias},
-                               {"score.2.weight", {labels, h}, Kind::Projection},
-                               {"score.2.bias", {labels}, Kind::Bias}});
+                               {"score.2.weight", {2, h}, Kind::Projection},
+                               {"score.2.bias", {2}, Kind::Bias}});
+  } else if (spec.score_head == ScoreHead::Value) {
+    specs.insert(specs.end(), {{"v_head.summary.weight", {1, h}, Kind::Projection},
+                               {"v_head.summary.bias", {1}, Kind::Bias}});
   } else if (!spec.tie_word_embeddings) {
     specs.push_back({"lm_head.weight", {vocab, h}, Kind::Projection});
   }
@@ -152,14 +156,13 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) 
   spec.validate();
   const Checkpoint ckpt = Checkpoint::open(path);
   check_no_foreign_tensors(spec, ckpt);
-  // Qwen2.5-Math-PRM's checkpoint under a causal LM's config: say which config it needs.
-  if (spec.can_generate() && !spec.tie_word_embeddings && !ckpt.find("lm_head.weight") &&
-      ckpt.find("score.0.weight"))
-    throw Error(ckpt.file_of("score.0.weight") +
-                ": the checkpoint has a score head (score.0.weight) and no " + "lm_head.weight, but model " +
-                in_quotes(spec.name) +
-                " is a causal LM (a Qwen2.5-Math-PRM checkpoint needs its config.json: "
-                "Qwen2ForProcessRewardModel)");
+  // A PRM's checkpoint under a causal LM's config would score through the LM head (or the tied
+  // embedding), which it was not trained to, without a word: say which config it needs.
+  for (const auto& [head, arch] : {std::pair{"score.0.weight", "Qwen2ForProcessRewardModel"},
+                                   std::pair{"v_head.summary.weight", "Qwen2ForPrmModel"}})
+    if (spec.can_generate() && ckpt.find(head))
+      throw Error(ckpt.file_of(head) + ": the checkpoint has a score head (" + head + "), but model " +
+                  in_quotes(spec.name) + " is a causal LM (such a PRM needs its config.json: " + arch + ")");
   LlamaWeights w;
   w.spec = spec;
   w.layers.resize(std::size_t(spec.num_layers));

@@ -28,8 +28,9 @@ struct LlamaTensorSpec {
 
 // Every tensor a checkpoint of `spec` holds, in HuggingFace's order (embeddings, layer by layer,
 // final norm, LM head). lm_head.weight is left out when the embeddings are tied; a Qwen2 model's
-// q, k and v biases follow their weights. A PRM with a score head has score.0.{weight,bias} and
-// score.2.{weight,bias} (transformers' nn.Sequential numbering: 1 is the ReLU) and no LM head.
+// q, k and v biases follow their weights. A PRM with a score head has no LM head, but
+// score.0.{weight,bias} and score.2.{weight,bias} (a classifier; transformers' nn.Sequential
+// numbering: 1 is the ReLU) or v_head.summary.{weight,bias} (a value head).
 std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec);
 // The tensors of `weights` in llama_tensor_specs order (weights.layers must hold every layer).
 std::vector<const HostTensor*> llama_tensors(const LlamaWeights& weights);

@@ -4,6 +4,7 @@
 --   duet run scripts/memory_split.lua -- --fork-kv prefix_cache    forks as vLLM V1 runs them
 --   duet run scripts/memory_split.lua -- --max-num-seqs 1024 --max-num-batched-tokens 16384
 --                                           recent vLLM's defaults for its LLM class on an H100
+--   duet run scripts/memory_split.lua -- --llm-model qwen2.5-1.5b-instruct --prm-model qwen2.5-math-prm-7b
 local duet = require("duet")
 local math500 = require("workloads.math500")
 local beam_search = require("workloads.beam_search")
@@ -17,7 +18,7 @@ local beam_search = require("workloads.beam_search")
 -- to 0.45 and falls beyond.
 local args = duet.args{problems = 256, gpu = "h100", total = 0.9, prm_mode = "full", score_cache = true, seed = 0,
                        n = 16, concurrency = 256, cost_model = "auto", fork_kv = "share", max_num_seqs = 256,
-                       max_num_batched_tokens = 8192}
+                       max_num_batched_tokens = 8192, llm_model = "llama-3.2-1b", prm_model = "llama-3.1-8b"}
 local problems = math500.load{limit = args.problems}
 
 local results = duet.sweep{
@@ -28,9 +29,9 @@ local results = duet.sweep{
       gpu = args.gpu,
       cost_model = args.cost_model,
       engines = {
-        {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = point.llm_util, fork_kv = args.fork_kv,
+        {name = "llm", model = args.llm_model, gpu_memory_utilization = point.llm_util, fork_kv = args.fork_kv,
          max_num_seqs = args.max_num_seqs, max_num_batched_tokens = args.max_num_batched_tokens},
-        {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = args.total - point.llm_util,
+        {name = "prm", model = args.prm_model, gpu_memory_utilization = args.total - point.llm_util,
          fork_kv = args.fork_kv, max_num_seqs = args.max_num_seqs,
          max_num_batched_tokens = args.max_num_batched_tokens},
       },

@@ -85,7 +85,7 @@ std::string model_shape(const ModelSpec& m) {
   std::snprintf(buf, sizeof buf, "L%d h%d q%d kv%d d%d f%d v%d %s", m.num_layers, m.hidden_size, m.num_heads,
                 m.num_kv_heads, m.head_dim, m.intermediate_size, m.vocab_size, dtype_name(m.dtype));
   return std::string(buf) + (m.qkv_bias ? " qkv-bias" : "") +
-         (m.score_labels > 0 ? " score-head-" + std::to_string(m.score_labels) : "");
+         (m.can_generate() ? "" : std::string(" score-head-") + score_head_name(m.score_head));
 }
 
 FitStats fit_stats(const std::vector<double>& pred, const std::vector<double>& y) {

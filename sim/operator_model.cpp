@@ -297,17 +297,19 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
     l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);  // K and V into the paged cache
     b.other_s += elementwise(2 * act * h, eager) + elementwise(add_norm_bytes, eager);  // embed, final norm
   }
-  if (s.logit_rows > 0 && m.score_labels == 0) {
+  if (s.logit_rows > 0 && m.can_generate()) {
     b.lm_head_s =
         kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
     b.sampling_s = elementwise(4.0 * s.logit_rows * m.vocab_size, eager);  // one pass over fp32 logits
   } else if (s.logit_rows > 0) {
-    // A score head: the hidden layer is a GEMM (its bias and ReLU in the epilogue), the labels' layer a
-    // reduction per row and label that reads the hidden activations and the labels' weights once.
-    const double labels = m.score_labels;
-    b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, h, h), eager, b, "lm_head") +
-                  elementwise(kBf16 * (s.logit_rows * h + labels * h) + 4.0 * s.logit_rows * labels, eager);
-    b.sampling_s = elementwise(4.0 * s.logit_rows * labels, eager);  // the labels' softmax
+    // A score head: a classifier's hidden layer is a GEMM (its bias and ReLU in the epilogue); the
+    // last layer a reduction per row and output that reads its input rows and weights once.
+    const double outputs = m.logits_width();
+    if (m.score_head == ScoreHead::Classifier)
+      b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, h, h), eager, b, "lm_head");
+    b.lm_head_s +=
+        elementwise(kBf16 * (s.logit_rows * h + outputs * h) + 4.0 * s.logit_rows * outputs, eager);
+    b.sampling_s = elementwise(4.0 * s.logit_rows * outputs, eager);  // the two columns' softmax
   }
   // The step's copy-on-write copies are one kernel, launched before the forward and outside its graph
   // (the CUDA engine's copy_blocks), that reads and writes each block in every layer.

@@ -27,6 +27,20 @@ std::string profile_path(const std::string& profile_dir, const std::string& devi
   return profile_dir + "/" + device + "/" + slug(model.name) + ".json";
 }
 
+std::string profile_for(const std::vector<std::string>& given, const ModelSpec& model,
+                        const std::string& profile_dir, const std::string& device) {
+  if (given.empty()) return profile_path(profile_dir, device, model);
+  if (given.size() == 1) return given[0];
+  const std::string shape = model_shape(model);
+  std::string names;
+  for (const std::string& path : given) {
+    if (load_profile(path).model_shape == shape) return path;
+    names += (names.empty() ? "" : ", ") + path;
+  }
+  throw Error("none of the profiles given (" + names + ") is for model '" + model.name + "' (" + shape +
+              "); measure it with `duet profile` and give that one too");
+}
+
 std::string prior_path(const std::string& profile_dir, const std::string& device) {
   return profile_dir + "/" + device + "/operator-prior.json";
 }

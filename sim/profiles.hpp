@@ -6,6 +6,7 @@
 // for another model or device is an error, never a silent use.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sim/calibrated.hpp"
 #include "sim/cost_model.hpp"
@@ -18,6 +19,13 @@ std::string slug(const std::string& text);
 std::string gpu_device_key(const GpuSpec& gpu);
 // Where the profile of `model` on `device` lives under `profile_dir`.
 std::string profile_path(const std::string& profile_dir, const std::string& device, const ModelSpec& model);
+
+// The profile that prices `model` in a validation: with none given, the device's committed one;
+// with one, that one (whose model check_profile makes sure of); with several (a run of two models),
+// the first measured for this model's shape, else an error naming them. Only the profiles' models
+// are read here.
+std::string profile_for(const std::vector<std::string>& given, const ModelSpec& model,
+                        const std::string& profile_dir, const std::string& device);
 
 // Where the operator prior of `device` lives under `profile_dir`.
 std::string prior_path(const std::string& profile_dir, const std::string& device);

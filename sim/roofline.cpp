@@ -50,7 +50,7 @@ RooflineBreakdown RooflineCostModel::breakdown(const BatchShape& logical) const 
   if (s.logit_rows > 0) {
     const double rows = s.logit_rows;
     // A score head also writes and reads its hidden layer's activations.
-    const double hidden_act = m.score_labels > 0 ? 2.0 * w * rows * h : 0.0;
+    const double hidden_act = m.score_head == ScoreHead::Classifier ? 2.0 * w * rows * h : 0.0;
     b.lm_head_s = op_time(rows * m.head_flops_per_token(),
                           w * double(m.head_weights()) + hidden_act + 4.0 * rows * m.logits_width());
   }

@@ -1,4 +1,5 @@
 // duet.args: the script's arguments after `--`, checked against its defaults.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -64,9 +65,13 @@ int l_args(lua_State* L) {
           lua_pop(L, 1);
           if (lua_type(L, -1) == LUA_TSTRING) names.insert(lua_tostring(L, -1));
         }
+        // As a user types them: '-' for '_' (both are taken), and the name as given.
         std::string valid;
-        for (const std::string& n : names) valid += (valid.empty() ? "--" : ", --") + n;
-        throw Error("unknown script argument '--" + name + "' (valid: " + valid + ")");
+        for (std::string n : names) {
+          std::replace(n.begin(), n.end(), '_', '-');
+          valid += (valid.empty() ? "--" : ", --") + n;
+        }
+        throw Error("unknown script argument '--" + spelled + "' (valid: " + valid + ")");
       }
       // A flag alone is true; "--flag false" and "--flag=false" are false (a bare "false" could
       // be nothing else: every other argument starts with "--").

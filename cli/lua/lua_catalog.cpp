@@ -35,7 +35,7 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
     set_integer(L, "head_dim", m.head_dim);
     set_integer(L, "intermediate_size", m.intermediate_size);
     set_integer(L, "vocab_size", m.vocab_size);
-    set_integer(L, "score_labels", m.score_labels);  // 0: an LM head
+    set_integer(L, "score_labels", m.score_labels());  // 0: an LM head
     set_integer(L, "max_position_embeddings", m.max_position_embeddings);
     set_number(L, "rope_theta", m.rope_theta);
     set_string(L, "dtype", dtype_name(m.dtype));

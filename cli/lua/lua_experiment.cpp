@@ -672,8 +672,7 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
   sim.backend = "sim";
   sim.cost_device = device_key(v.backend, ex.gpu);
   for (EngineSetup& e : sim.engines) {
-    const std::string path =
-        v.profile.empty() ? profile_path(sim.profile_dir, sim.cost_device, e.config.model) : v.profile;
+    const std::string path = profile_for(v.profiles, e.config.model, sim.profile_dir, sim.cost_device);
     if (!std::filesystem::exists(path))
       throw Error("validate: no profile of " + e.config.model.name + " on " + sim.cost_device + " (" + path +
                   "); measure one with `duet profile --backend " + v.backend +

@@ -40,9 +40,9 @@ struct ValidationRun {
 
 // duet validate: each duet.run (and sweep point) runs on the simulator and on `backend`.
 struct ValidateMode {
-  std::string backend;  // the real backend: cpu or cuda
-  std::string profile;  // the profile to predict with; empty: the committed one for the device
-  bool predict = true;  // false: a later pass that measures the real engine again
+  std::string backend;                // the real backend: cpu or cuda
+  std::vector<std::string> profiles;  // the profiles to predict with (profile_for); none: the committed ones
+  bool predict = true;                // false: a later pass that measures the real engine again
   std::function<void(const ValidationRun&)> record;
 };
 

@@ -62,7 +62,7 @@ expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems nan
 expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --problems 3
 # An unknown one lists the script's arguments in sorted order (the table's order changed from run to run).
 expect 1 run "$quick" --no-progress --out "$out/args.h5" -- --nope 1
-grep -q -- "unknown script argument '--nope' (valid: --concurrency, --fork_kv, --gpu, --llm_model, --llm_util, --prm_mode, --prm_model, --prm_util, --problems, --seed, --tiny)" log.txt ||
+grep -q -- "unknown script argument '--nope' (valid: --concurrency, --fork-kv, --gpu, --llm-model, --llm-util, --prm-mode, --prm-model, --prm-util, --problems, --seed, --tiny)" log.txt ||
   { echo "FAIL: the valid arguments are not listed in order:"; cat log.txt; failed=1; }
 expect 0 run "$quick" --no-progress --out "$out/args.h5" -- --problems 2 --llm-util 0.25
 # A script read from a pipe is a script too: it runs (it was once read twice, the second time empty).

@@ -106,7 +106,8 @@ TEST(ModelSpec, Qwen25BuiltInsHaveThePublishedShapesAndBiases) {
 TEST(ModelSpec, Qwen25MathPrmHasAScoreHeadAndNoLmHead) {
   const ModelSpec prm = model_by_name("Qwen2.5-Math-PRM-7B");
   const ModelSpec lm = model_by_name("qwen2.5-7b-instruct");
-  EXPECT_EQ(prm.score_labels, 2);
+  EXPECT_EQ(prm.score_head, ScoreHead::Classifier);
+  EXPECT_EQ(prm.score_labels(), 2);
   EXPECT_FALSE(prm.can_generate());
   EXPECT_EQ(prm.logits_width(), 2);
   EXPECT_EQ(prm.max_position_embeddings, 4096);
@@ -528,10 +529,40 @@ TEST_F(ModelSpecHfConfig, Qwen2ProcessRewardModelHasAScoreHead) {
   j["tie_word_embeddings"] = false;
   j["vocab_size"] = 152064;
   const ModelSpec m = from_hf_config(write(j.dump()));
-  EXPECT_EQ(m.score_labels, 2);
+  EXPECT_EQ(m.score_head, ScoreHead::Classifier);
   EXPECT_TRUE(m.qkv_bias);
   EXPECT_EQ(m.num_parameters(), b.num_parameters());
   EXPECT_EQ(m.max_position_embeddings, b.max_position_embeddings);
+  // Its head has two labels: a config that says another count is another model.
+  j["num_labels"] = 2;
+  j["id2label"] = {{"0", "LABEL_0"}, {"1", "LABEL_1"}};
+  EXPECT_EQ(from_hf_config(write(j.dump())).score_head, ScoreHead::Classifier);
+  for (const auto& [key, value] : {std::pair{"num_labels", json(3)}, {"id2label", json{{"0", "LABEL_0"}}}}) {
+    json bad = j;
+    bad[key] = value;
+    const std::string path = write(bad.dump());
+    const std::string msg = error_of([&] { from_hf_config(path); });
+    EXPECT_TRUE(contains(msg, path) && contains(msg, std::string("field '") + key + "'") &&
+                contains(msg, "score head has 2 labels"))
+        << msg;
+  }
+}
+
+// Skywork-o1-Open-PRM (Qwen2ForPrmModel): a Qwen2 decoder under a value head, v_head.summary =
+// Linear(hidden, 1) with its bias, and no LM head; the score is the value's sigmoid.
+TEST_F(ModelSpecHfConfig, Qwen2PrmModelHasAValueHead) {
+  json j = json::parse(kQwen25_1_5BConfig);
+  j["architectures"] = json::array({"Qwen2ForPrmModel"});
+  const ModelSpec m = from_hf_config(write(j.dump()));
+  const ModelSpec lm = model_by_name("qwen2.5-1.5b-instruct");  // the same decoder, tied embeddings
+  EXPECT_EQ(m.score_head, ScoreHead::Value);
+  EXPECT_EQ(m.score_labels(), 1);
+  EXPECT_EQ(m.logits_width(), 2);
+  EXPECT_FALSE(m.can_generate());
+  EXPECT_EQ(m.score_head_parameters(), 1536 + 1);
+  EXPECT_EQ(m.num_parameters(), lm.num_parameters() + 1536 + 1);
+  EXPECT_DOUBLE_EQ(m.head_flops_per_token(), 2.0 * 1536 + 1);
+  EXPECT_EQ(std::string(score_head_name(m.score_head)), "value");
 }
 
 // mistralai/Mistral-7B-v0.1's config.json fields (HuggingFace hub): a Llama decoder whose layers

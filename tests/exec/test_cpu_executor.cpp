@@ -95,15 +95,17 @@ LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
     L.v_bias = random_tensor({kv}, -1.0, 1.0, u);
   }
   w.final_norm = norm_weight(h, u);
-  if (m.score_labels == 0) {
+  if (m.can_generate()) {
     w.lm_head = linear(m.vocab_size, h, u);
     return w;
   }
   // Biases large enough to move every label: one left out, or the ReLU, fails the reference.
-  w.score_hidden = linear(h, h, u);
-  w.score_hidden_bias = random_tensor({h}, -1.0, 1.0, u);
-  w.score_out = linear(m.score_labels, h, u);
-  w.score_out_bias = random_tensor({m.score_labels}, -1.0, 1.0, u);
+  if (m.score_head == ScoreHead::Classifier) {
+    w.score_hidden = linear(h, h, u);
+    w.score_hidden_bias = random_tensor({h}, -1.0, 1.0, u);
+  }
+  w.score_out = linear(m.score_labels(), h, u);
+  w.score_out_bias = random_tensor({m.score_labels()}, -1.0, 1.0, u);
   return w;
 }
 
@@ -175,11 +177,16 @@ Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenI
     x += (g / (1.0 + (-g).exp()) * up).matrix() * as_double(l.down_proj).transpose();
   }
   const Eigen::MatrixXd hn = ref_rms_norm(x, w.final_norm, m.rms_norm_eps);
-  if (m.score_labels == 0) return hn * as_double(w.lm_head).transpose();
-  Eigen::MatrixXd hidden = hn * as_double(w.score_hidden).transpose();
-  hidden.rowwise() += as_double(w.score_hidden_bias).transpose().row(0);
-  Eigen::MatrixXd labels = hidden.cwiseMax(0.0) * as_double(w.score_out).transpose();
-  labels.rowwise() += as_double(w.score_out_bias).transpose().row(0);
+  if (m.can_generate()) return hn * as_double(w.lm_head).transpose();
+  Eigen::MatrixXd in = hn;
+  if (m.score_head == ScoreHead::Classifier) {
+    in = hn * as_double(w.score_hidden).transpose();
+    in.rowwise() += as_double(w.score_hidden_bias).transpose().row(0);
+    in = in.cwiseMax(0.0);
+  }
+  Eigen::MatrixXd labels = Eigen::MatrixXd::Zero(hn.rows(), 2);  // a value head's: the value, then 0
+  labels.leftCols(m.score_labels()) = in * as_double(w.score_out).transpose();
+  labels.leftCols(m.score_labels()).rowwise() += as_double(w.score_out_bias).transpose().row(0);
   return labels;
 }
 
@@ -571,22 +578,38 @@ TEST(CpuExecutor, PrmScoresAreTheTwoWaySoftmaxOfTheFullLogits) {
   }
 }
 
-// Qwen2.5-Math-PRM's head: Linear + bias, ReLU, Linear + bias to two labels, whose softmax's
-// second entry is the score; rows of the labels' logits match the double-precision reference.
-TEST(CpuExecutor, ScoreHeadScoresAreTheSoftmaxOfItsLabels) {
+// A PRM with a score head of `kind`: three scored positions, whose logits rows (two columns) match
+// the double-precision reference; returns the rig and the reference rows of sequence 1.
+struct ScoredRows {
+  std::unique_ptr<Rig> rig;
+  Eigen::MatrixXd ref;
+  std::vector<float> scores;
+  std::vector<int> positions;
+};
+
+ScoredRows score_with_head(ScoreHead kind, CpuExecutorOptions options) {
   ModelSpec m = tiny_spec();
   m.qkv_bias = true;
   m.tie_word_embeddings = false;
-  m.score_labels = 2;
-  Rig rig(m, 64, 7, {.prm_plus_id = 1, .prm_minus_id = 0});
-  Sequence& a = rig.score(1, random_tokens(20, 5), {5, 11, 19});
-  rig.run();
-  auto ref = expect_rows_match_reference(rig);
-  ASSERT_EQ(ref[1].cols(), 2);
-  ASSERT_EQ(a.scores.size(), 3u);
-  for (std::size_t k = 0; k < 3; ++k) {
-    const auto l = ref[1].row(a.score_positions[k]);
-    EXPECT_NEAR(a.scores[k], 1.0 / (1.0 + std::exp(l(0) - l(1))), 3e-5) << "score " << k;
+  m.score_head = kind;
+  ScoredRows out{std::make_unique<Rig>(m, 64, 7, options), {}, {}, {}};
+  const Sequence& a = out.rig->score(1, random_tokens(20, 5), {5, 11, 19});
+  out.rig->run();
+  out.ref = expect_rows_match_reference(*out.rig)[1];
+  out.scores = a.scores;
+  out.positions = a.score_positions;
+  EXPECT_EQ(out.ref.cols(), 2);
+  EXPECT_EQ(out.scores.size(), 3u);
+  return out;
+}
+
+// Qwen2.5-Math-PRM's head: Linear + bias, ReLU, Linear + bias to two labels, whose softmax's
+// second entry is the score.
+TEST(CpuExecutor, ScoreHeadScoresAreTheSoftmaxOfItsLabels) {
+  const ScoredRows r = score_with_head(ScoreHead::Classifier, {.prm_plus_id = 1, .prm_minus_id = 0});
+  for (std::size_t k = 0; k < r.scores.size(); ++k) {
+    const auto l = r.ref.row(r.positions[k]);
+    EXPECT_NEAR(r.scores[k], 1.0 / (1.0 + std::exp(l(0) - l(1))), 3e-5) << "score " << k;
   }
   // It has no LM head to sample from: a sampling item is a scheduler bug.
   Sequence g;
@@ -597,9 +620,20 @@ TEST(CpuExecutor, ScoreHeadScoresAreTheSoftmaxOfItsLabels) {
   Batch b;
   b.block_size = 4;
   add_item(b, g, 0, 4, Want::Sample);
-  EXPECT_THROW(rig.exec.execute(b), std::logic_error);
+  EXPECT_THROW(r.rig->exec.execute(b), std::logic_error);
   // Label ids beyond its two labels are refused.
-  EXPECT_THROW(CpuExecutor(rig.weights, 8, 4, {.prm_plus_id = 2, .prm_minus_id = 0}), Error);
+  EXPECT_THROW(CpuExecutor(r.rig->weights, 8, 4, {.prm_plus_id = 2, .prm_minus_id = 0}), Error);
+}
+
+// Skywork-o1-Open-PRM's value head: one Linear + bias to a value whose sigmoid is the score; its
+// logits rows are the value and a constant 0.
+TEST(CpuExecutor, ValueHeadScoresAreTheSigmoidOfItsValue) {
+  const ScoredRows r = score_with_head(ScoreHead::Value, {.prm_plus_id = 0, .prm_minus_id = 1});
+  for (std::size_t k = 0; k < r.scores.size(); ++k) {
+    const auto l = r.ref.row(r.positions[k]);
+    EXPECT_EQ(l(1), 0.0);
+    EXPECT_NEAR(r.scores[k], 1.0 / (1.0 + std::exp(-l(0))), 3e-5) << "score " << k;
+  }
 }
 
 TEST(CpuExecutor, ForcedScriptsReplaceSamplesAndScores) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -64,11 +65,14 @@ std::vector<std::pair<std::string, const HostTensor*>> all_tensors(const LlamaWe
                            {p + "mlp.down_proj.weight", &l.down_proj}});
   }
   out.emplace_back("model.norm.weight", &w.final_norm);
-  if (w.spec.score_labels > 0)
+  if (w.spec.score_head == ScoreHead::Classifier)
     out.insert(out.end(), {{"score.0.weight", &w.score_hidden},
                            {"score.0.bias", &w.score_hidden_bias},
                            {"score.2.weight", &w.score_out},
                            {"score.2.bias", &w.score_out_bias}});
+  else if (w.spec.score_head == ScoreHead::Value)
+    out.insert(out.end(),
+               {{"v_head.summary.weight", &w.score_out}, {"v_head.summary.bias", &w.score_out_bias}});
   else out.emplace_back("lm_head.weight", &w.lm_head);
   return out;
 }
@@ -184,43 +188,61 @@ TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
   }
 }
 
-// Qwen2.5-Math-PRM's score head takes the LM head's place, with transformers' nn.Sequential names.
+// A PRM's score head takes the LM head's place: Qwen2.5-Math-PRM's classifier with transformers'
+// nn.Sequential names, Skywork-o1-Open-PRM's value head with its own.
 TEST(Weights, AScoreHeadReplacesTheLmHead) {
-  ModelSpec spec = tiny_spec(false, true);
-  spec.score_labels = 2;
-  const auto specs = llama_tensor_specs(spec);
-  std::int64_t params = 0;
-  for (const LlamaTensorSpec& t : specs) params += t.numel();
-  EXPECT_EQ(params, spec.num_parameters());
-  ASSERT_GE(specs.size(), 5u);
-  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> head = {{"score.0.weight", {64, 64}},
-                                                                               {"score.0.bias", {64}},
-                                                                               {"score.2.weight", {2, 64}},
-                                                                               {"score.2.bias", {2}}};
-  for (std::size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(specs[specs.size() - 4 + i].name, head[i].first);
-    EXPECT_EQ(specs[specs.size() - 4 + i].shape, head[i].second);
-  }
-  EXPECT_EQ(specs[specs.size() - 5].name, "model.norm.weight");
-  EXPECT_EQ(specs.back().kind, LlamaTensorSpec::Kind::Bias);
+  using Head = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+  const std::vector<std::tuple<ScoreHead, Head, std::string>> cases = {
+      {ScoreHead::Classifier,
+       {{"score.0.weight", {64, 64}},
+        {"score.0.bias", {64}},
+        {"score.2.weight", {2, 64}},
+        {"score.2.bias", {2}}},
+       "Qwen2ForProcessRewardModel"},
+      {ScoreHead::Value,
+       {{"v_head.summary.weight", {1, 64}}, {"v_head.summary.bias", {1}}},
+       "Qwen2ForPrmModel"},
+  };
+  for (const auto& [kind, head, arch] : cases) {
+    ModelSpec spec = tiny_spec(false, true);
+    spec.score_head = kind;
+    const auto specs = llama_tensor_specs(spec);
+    std::int64_t params = 0;
+    for (const LlamaTensorSpec& t : specs) params += t.numel();
+    EXPECT_EQ(params, spec.num_parameters());
+    ASSERT_GE(specs.size(), head.size() + 1);
+    const std::size_t first = specs.size() - head.size();
+    for (std::size_t i = 0; i < head.size(); ++i) {
+      EXPECT_EQ(specs[first + i].name, head[i].first);
+      EXPECT_EQ(specs[first + i].shape, head[i].second);
+    }
+    EXPECT_EQ(specs[first - 1].name, "model.norm.weight");
+    EXPECT_EQ(specs.back().kind, LlamaTensorSpec::Kind::Bias);
 
-  TempDir dir;
-  const LlamaWeights w = dummy_llama_weights(spec, 4);
-  EXPECT_TRUE(w.lm_head.data.empty());
-  EXPECT_EQ(w.score_out_bias.data.size(), 2u);
-  save_llama_weights(w, dir.file("prm.safetensors"), DType::F32);
-  expect_equal_weights(w, load_llama_weights(spec, dir.file("prm.safetensors")));
-  // Under its decoder's causal-LM config the checkpoint has no lm_head: the error says which config.
-  ModelSpec lm = spec;
-  lm.score_labels = 0;
-  const std::string msg = error_of([&] { load_llama_weights(lm, dir.file("prm.safetensors")); });
-  EXPECT_TRUE(contains(msg, "has a score head (score.0.weight) and no lm_head.weight") &&
-              contains(msg, "Qwen2ForProcessRewardModel"))
-      << msg;
-  // A PRM config over a causal LM's checkpoint misses its head, by name.
-  save_llama_weights(dummy_llama_weights(lm, 4), dir.file("lm.safetensors"), DType::F32);
-  EXPECT_TRUE(contains(error_of([&] { load_llama_weights(spec, dir.file("lm.safetensors")); }),
-                       "missing tensor 'score.0.weight'"));
+    TempDir dir;
+    const LlamaWeights w = dummy_llama_weights(spec, 4);
+    EXPECT_TRUE(w.lm_head.data.empty());
+    EXPECT_EQ(w.score_out_bias.data.size(), std::size_t(spec.score_labels()));
+    save_llama_weights(w, dir.file("prm.safetensors"), DType::F32);
+    expect_equal_weights(w, load_llama_weights(spec, dir.file("prm.safetensors")));
+    // Under its decoder's causal-LM config, tied or not, the checkpoint would score through an LM
+    // head it was not trained for: the error says which config it needs.
+    ModelSpec lm = spec;
+    lm.score_head = ScoreHead::None;
+    for (bool tied : {false, true}) {
+      lm.tie_word_embeddings = tied;
+      const std::string msg = error_of([&] { load_llama_weights(lm, dir.file("prm.safetensors")); });
+      EXPECT_TRUE(
+          contains(msg, "has a score head (" + head[0].first + "), but model 'tiny' is a causal LM") &&
+          contains(msg, arch))
+          << msg;
+    }
+    lm.tie_word_embeddings = false;
+    // A PRM config over a causal LM's checkpoint misses its head, by name.
+    save_llama_weights(dummy_llama_weights(lm, 4), dir.file("lm.safetensors"), DType::F32);
+    EXPECT_TRUE(contains(error_of([&] { load_llama_weights(spec, dir.file("lm.safetensors")); }),
+                         "missing tensor '" + head[0].first + "'"));
+  }
 }
 
 // --- Round trips ---------------------------------------------------------------------------------

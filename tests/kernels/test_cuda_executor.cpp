@@ -111,6 +111,10 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
       for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
                             &l.gate_proj, &l.up_proj, &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias})
         round_tensor(*t);
+    // A score head's biases at 10x the dummy scale: a bias left out moves its labels by far more
+    // than the 3% tolerance (at the dummy scale, score.0's moved them by about that much).
+    for (HostTensor* t : {&w.score_hidden_bias, &w.score_out_bias})
+      for (float& v : t->data) v *= 10.0f;
     for (HostTensor* t :
          {&w.final_norm, &w.lm_head, &w.score_hidden, &w.score_hidden_bias, &w.score_out, &w.score_out_bias})
       round_tensor(*t);
@@ -295,20 +299,17 @@ RowsByPosition cpu_rows(const LlamaWeights& w, const std::vector<TokenId>& token
                         const std::set<int>& positions) {
   const int n = int(tokens.size());
   const int blocks = n / kBlockSize + 2;
-  CpuExecutor exec(w, blocks, kBlockSize);
+  // Only the logits rows are read: any label ids inside a score head's two columns will do.
+  CpuExecutorOptions options;
+  if (!w.spec.can_generate()) options = {.prm_plus_id = 0, .prm_minus_id = 1};
+  CpuExecutor exec(w, blocks, kBlockSize, options);
   Engine engine("ref",
                 {.max_num_seqs = 1,
                  .max_num_batched_tokens = n,
                  .enable_chunked_prefill = true,
                  .max_model_len = n + 1},
                 std::make_unique<KvCacheManager>(KvCacheConfig{blocks, kBlockSize, false}), exec);
-  Sequence s;
-  s.id = 1;
-  s.kind = SeqKind::Score;
-  s.tokens = tokens;
-  s.num_prompt_tokens = n;
-  s.score_positions.assign(positions.begin(), positions.end());
-  engine.add(std::move(s), 0.0);
+  engine.add(test_support::score_request(1, tokens, {positions.begin(), positions.end()}), 0.0);
   RowsByPosition out;
   while (engine.has_work()) {
     engine.step(0.0);
@@ -639,8 +640,17 @@ TEST(CudaExecutor, PrmScoresMatchCpuReference) {
 TEST(CudaExecutor, ScoreHeadPrmMatchesCpuReference) {
   DUET_REQUIRE_GPU();
   const ModelSpec spec = resolve_model(source_dir() + "/models/tiny-qwen2-prm/config.json");
-  ASSERT_EQ(spec.score_labels, 2);
-  check_prm_scores(spec, kScoreHeadPlusLabel, kScoreHeadMinusLabel);
+  ASSERT_EQ(spec.score_head, ScoreHead::Classifier);
+  check_prm_scores(spec, score_columns(spec.score_head).plus, score_columns(spec.score_head).minus);
+}
+
+// Skywork-o1-Open-PRM's value head: one small_linear_f32 over a zero-padded second row, whose
+// constant 0 makes the two-way softmax the value's sigmoid.
+TEST(CudaExecutor, ValueHeadPrmMatchesCpuReference) {
+  DUET_REQUIRE_GPU();
+  const ModelSpec spec = resolve_model(source_dir() + "/models/tiny-qwen2-value-prm/config.json");
+  ASSERT_EQ(spec.score_head, ScoreHead::Value);
+  check_prm_scores(spec, score_columns(spec.score_head).plus, score_columns(spec.score_head).minus);
 }
 
 // A step that scores more positions than the logits buffer's rows (max_num_seqs and the largest

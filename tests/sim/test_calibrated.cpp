@@ -401,6 +401,29 @@ TEST(Calibrated, TheSimulatorFindsACommittedProfileByItself) {
       << "roofline forces the roofline";
 }
 
+// duet validate of a run of two models takes a profile for each: each engine's is the one measured
+// for its model's shape, whichever order they are given in.
+TEST(Calibrated, ProfileForPicksTheOneMeasuredForTheModel) {
+  TempDir dir;
+  const ModelSpec small = model_by_name("llama-3.2-1b"), prm = model_by_name("qwen2.5-math-prm-7b");
+  std::vector<std::string> paths;
+  for (const ModelSpec* m : {&prm, &small}) {
+    CalibrationProfile p = fit_profile(measured(random_shapes(100, 9), 0.0, 0));
+    p.model = m->name;
+    p.model_shape = model_shape(*m);
+    p.device = "h100-sxm";
+    paths.push_back(dir.file(m->name + ".json"));
+    save_profile(p, paths.back());
+  }
+  EXPECT_EQ(profile_for(paths, small, "profiles", "h100-sxm"), paths[1]);
+  EXPECT_EQ(profile_for(paths, prm, "profiles", "h100-sxm"), paths[0]);
+  EXPECT_EQ(profile_for({}, small, "profiles", "h100-sxm"), "profiles/h100-sxm/llama-3-2-1b.json");
+  EXPECT_EQ(profile_for({paths[0]}, small, "profiles", "h100-sxm"), paths[0]) << "one is checked where it is used";
+  const std::string msg = error_of([&] { profile_for(paths, model_by_name("llama-3.1-8b"), "p", "h100-sxm"); });
+  EXPECT_TRUE(contains(msg, "none of the profiles given") && contains(msg, "llama-3.1-8b")) << msg;
+  EXPECT_NE(model_shape(prm).find("score-head-classifier"), std::string::npos) << model_shape(prm);
+}
+
 TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
   TempDir dir;
   auto write = [&](const std::string& name, const std::string& text) {
