@@ -66,7 +66,8 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
   std::string record, shard;
   po::options_description options(
       "duet run SCRIPT.lua [options] [-- script arguments]: run a Lua experiment (see docs/lua-api.md)");
-  options.add_options()("script", po::value(&opt.script), "the Lua script")(
+  options.add_options()("script", po::value(&opt.script),
+                        "the Lua script (a relative path that is not here is looked up in the repository)")(
       "backend", po::value(&opt.backend)->default_value("sim"),
       "sim (simulator), cpu (CPU reference engine) or cuda (CUDA engine, in CUDA builds)")(
       "out", po::value(&opt.out),
@@ -103,6 +104,8 @@ int run_ranked(int argc, char** argv, const Ranks& ranks) {
         opt.resume = vm.count("resume") > 0;
         opt.stop = &g_stop_signal;
         check_usage([&] {
+          // The repository's scripts from any directory (scripts/quickstart.lua), as --model's files.
+          opt.script = resolve_path(opt.script, source_dir());
           check_script(opt.script);
           if (vm.count("shard")) opt.shard = parse_shard(shard);
           check_backend(opt.backend);

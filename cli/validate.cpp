@@ -264,7 +264,10 @@ int validate(int argc, char** argv) {
           if (!is_real_backend(trace.backend))
             throw Error("--backend must be a real engine (cpu or cuda) to validate against");
           if (trace.backend == "cuda") device_name(trace.backend);  // before any point runs
-          if (!opt.script.empty()) check_script(opt.script);
+          if (!opt.script.empty()) {
+            opt.script = resolve_path(opt.script, source_dir());  // as duet run finds it
+            check_script(opt.script);
+          }
           if (out.empty())
             out = std::filesystem::path(opt.script.empty() ? (trace.trace.empty() ? "synthetic" : trace.trace)
                                                            : opt.script)

@@ -19,6 +19,8 @@ expect() {
 }
 expect 0 run --help
 expect 2 run "$out/no-such-script.lua"
+# The repository's scripts are found from any directory, as --model's files are (this one is not).
+expect 0 run scripts/quickstart.lua --out "$out/found.h5" -- --problems 1
 expect 2 run "$quick" --backend gpu
 expect 2 run "$quick" --shard 3/2
 expect 2 run "$quick" --record stepz
