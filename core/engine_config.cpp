@@ -85,23 +85,12 @@ std::unique_ptr<KvAllocator> make_allocator(const EngineConfig& c, const EngineM
   return kv;
 }
 
-namespace {
-
-// Why an engine of this model cannot generate ("" when it can), for Engine's errors.
-std::string scores_only(const ModelSpec& m) {
-  if (m.can_generate()) return {};
-  return "its model '" + m.name + "' is a PRM whose head classifies (" + std::to_string(m.score_labels()) +
-         " labels) where an LM head would predict tokens: it scores steps and cannot generate";
-}
-
-}  // namespace
-
 Engine assemble_engine(const EngineConfig& c, const EngineMemory& m, std::uint32_t model_id,
                        Executor& executor, SchedulerPolicy policy, std::shared_ptr<BlockPool> shared) {
   std::unique_ptr<KvAllocator> kv = make_allocator(c, m, model_id, std::move(shared));
   try {
     return Engine(c.name, scheduler_config(c), std::move(kv), executor, std::move(policy), c.fork_kv,
-                  scores_only(c.model));
+                  cannot_generate_reason(c.model));
   } catch (const Error& e) {  // the scheduler's checks of its configuration name no engine
     throw Error("engine '" + c.name + "': " + e.what());
   }

@@ -172,6 +172,18 @@ const char* score_head_name(ScoreHead head) {
   return "?";
 }
 
+const char* score_head_architecture(ScoreHead head) {
+  switch (head) {
+    case ScoreHead::Classifier:
+      return "Qwen2ForProcessRewardModel";
+    case ScoreHead::Value:
+      return "Qwen2ForPrmModel";
+    case ScoreHead::None:
+      break;
+  }
+  return "";
+}
+
 int ModelSpec::score_labels() const {
   switch (score_head) {
     case ScoreHead::None:
@@ -282,10 +294,14 @@ void ModelSpec::validate() const {
   if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
 }
 
+std::string cannot_generate_reason(const ModelSpec& m) {
+  if (m.can_generate()) return {};
+  return "model '" + m.name + "' is a PRM with a " + score_head_name(m.score_head) +
+         " head and no LM head: it scores steps and cannot generate";
+}
+
 void check_can_generate(const ModelSpec& m, const std::string& what) {
-  if (!m.can_generate())
-    throw Error(what + ": model '" + m.name + "' is a PRM with a " + score_head_name(m.score_head) +
-                " head and no LM head: it scores steps and cannot generate");
+  if (!m.can_generate()) throw Error(what + ": " + cannot_generate_reason(m));
 }
 
 std::string builtin_model_list() {
@@ -368,16 +384,15 @@ struct Architecture {
   ScoreHead score_head = ScoreHead::None;
 };
 
-// The PRMs with a head of their own, by their architectures name: Qwen2.5-Math-PRM's (its remote
-// code, as vLLM and SGLang implement it) and Skywork-o1-Open-PRM's (its own, as its vLLM plugin
-// implements it), both Qwen2 decoders.
-constexpr const char* kQwen2Prm = "Qwen2ForProcessRewardModel";
-constexpr const char* kSkyworkPrm = "Qwen2ForPrmModel";
-
 // Causal LMs, whose PRM scores come from the LM head's logits of two tokens (as RLHFlow's Llama
 // PRMs and Math-Shepherd score), and the two PRMs above. Other heads of their own (a sequence
 // classifier, Qwen2ForRewardModel's one-label outcome head) are refused.
 Architecture architecture_of(const json& j, const std::string& origin) {
+  // The PRMs with a head of their own: Qwen2.5-Math-PRM's (its remote code, as vLLM and SGLang
+  // implement it) and Skywork-o1-Open-PRM's (its own, as its vLLM plugin implements it), both on
+  // Qwen2 decoders.
+  const std::string qwen2_prm = score_head_architecture(ScoreHead::Classifier);
+  const std::string skywork_prm = score_head_architecture(ScoreHead::Value);
   std::optional<Family> by_arch, by_type;
   Architecture out;
   if (j.contains("architectures")) {
@@ -386,13 +401,13 @@ Architecture architecture_of(const json& j, const std::string& origin) {
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
     const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For"),
                mistral = a.starts_with("MistralFor");
-    if (a == kQwen2Prm) out.score_head = ScoreHead::Classifier;
-    else if (a == kSkyworkPrm) out.score_head = ScoreHead::Value;
+    if (a == qwen2_prm) out.score_head = ScoreHead::Classifier;
+    else if (a == skywork_prm) out.score_head = ScoreHead::Value;
     else if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), whose "
                   "PRM scores come from the LM head's logits, Qwen2.5-Math-PRM's two-label classifier (" +
-                  kQwen2Prm + ") and Skywork-o1-Open-PRM's value head (" + kSkyworkPrm +
+                  qwen2_prm + ") and Skywork-o1-Open-PRM's value head (" + skywork_prm +
                   "): another head of its own is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
@@ -401,7 +416,7 @@ Architecture architecture_of(const json& j, const std::string& origin) {
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM, "
                   "MistralForCausalLM, " +
-                  kQwen2Prm + ", " + kSkyworkPrm + ")");
+                  qwen2_prm + ", " + skywork_prm + ")");
   }
   if (has_field(j, "model_type")) {
     if (j["model_type"] == "llama") by_type = Family::Llama;
@@ -469,11 +484,11 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     // that says otherwise is another model, not this one with a wider head.
     if (m.score_head == ScoreHead::Classifier) {
       if (has_field(j, "num_labels") && require_int(j, "num_labels", origin) != 2)
-        throw Error(origin + ": field 'num_labels' is " + j["num_labels"].dump() + "; " + kQwen2Prm +
-                    "'s score head has 2 labels");
+        throw Error(origin + ": field 'num_labels' is " + j["num_labels"].dump() + "; " +
+                    score_head_architecture(ScoreHead::Classifier) + "'s score head has 2 labels");
       if (has_field(j, "id2label") && (!j["id2label"].is_object() || j["id2label"].size() != 2))
-        throw Error(origin + ": field 'id2label' is " + j["id2label"].dump() + "; " + kQwen2Prm +
-                    "'s score head has 2 labels");
+        throw Error(origin + ": field 'id2label' is " + j["id2label"].dump() + "; " +
+                    score_head_architecture(ScoreHead::Classifier) + "'s score head has 2 labels");
     }
     m.name = optional_string(j, "_name_or_path", origin);
     if (m.name.empty()) m.name = origin;

@@ -2,7 +2,7 @@
 // The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs). Qwen2
 // (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections; Mistral
 // the same as Llama, its sliding window read as its context length. Its output head is the LM head,
-// or a PRM's classifier (Qwen2.5-Math-PRM's).
+// or a PRM's score head (Qwen2.5-Math-PRM's classifier, Skywork-o1-Open-PRM's value head).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +23,9 @@ enum class ScoreHead : std::uint8_t {
   Value,
 };
 const char* score_head_name(ScoreHead head);  // "none", "classifier", "value"
+// The config.json architecture of a PRM with this head: "Qwen2ForProcessRewardModel" (classifier),
+// "Qwen2ForPrmModel" (value); "" for the LM head.
+const char* score_head_architecture(ScoreHead head);
 
 int dtype_bytes(DType dtype);
 DType dtype_from_name(const std::string& name);  // "bfloat16", "bf16", "float16", "f16", "float32", "f32"
@@ -70,7 +73,8 @@ struct ModelSpec {
   // Parameters by group; weight bytes at `dtype`. The embedding's count holds an untied LM head.
   std::int64_t embedding_parameters() const;
   std::int64_t score_head_parameters() const;  // the score head's weights and biases (0 without)
-  // The weights the output head reads per step: vocab x hidden for the LM head, tied or not.
+  // The weights the output head reads per step: vocab x hidden for the LM head, tied or not; the
+  // score head's parameters for a PRM with one.
   std::int64_t head_weights() const;
   std::int64_t layer_parameters() const;     // one decoder layer: attention + MLP + two norms (+ biases)
   std::int64_t qkv_bias_parameters() const;  // one layer's q, k and v biases (0 without)
@@ -94,8 +98,11 @@ struct ModelSpec {
   void validate() const;
 };
 
-// Throws duet::Error, `what` first, when the model cannot generate (a PRM with a score head): for
-// the commands whose requests generate.
+// Why the model cannot generate ("" when it can): a PRM with a score head. The engine's refusal
+// and check_can_generate say it.
+std::string cannot_generate_reason(const ModelSpec& m);
+// Throws duet::Error, `what` first, when the model cannot generate: for the commands whose
+// requests generate.
 void check_can_generate(const ModelSpec& m, const std::string& what);
 
 // Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-1.5b-instruct",

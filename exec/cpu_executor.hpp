@@ -30,7 +30,7 @@ struct CpuExecutorOptions {
 // for Want::Sample, the score positions for Want::Score, none for Want::Nothing).
 struct ItemLogits {
   std::vector<int> positions;
-  MatrixRM logits;  // positions.size() x vocab_size
+  MatrixRM logits;  // positions.size() x the model's logits_width() (its vocabulary, or 2 with a score head)
 };
 
 class CpuExecutor final : public Executor {

@@ -599,7 +599,9 @@ void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
       gemm->f32_out(rows, W + wplan.lm_head, L, n, V, H, s);
     }
     const int sampled_end = std::min(r0 + n, f.Rs);
-    if (sampled_end > r0) k::sample(L, params + r0, out_tokens + r0, sampled_end - r0, V, s);
+    // A PRM with a score head samples nothing (a graph step's rows are all "sampled" and scored).
+    if (sampled_end > r0 && spec.can_generate())
+      k::sample(L, params + r0, out_tokens + r0, sampled_end - r0, V, s);
     const int p0 = std::max(r0, f.score_row0), p1 = std::min(r0 + n, f.score_row0 + f.Rp);
     if (p1 > p0)
       k::prm_scores(L + std::size_t(p0 - r0) * std::size_t(V), out_scores + (p0 - f.score_row0), p1 - p0, V,

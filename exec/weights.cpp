@@ -158,11 +158,13 @@ LlamaWeights load_llama_weights(const ModelSpec& spec, const std::string& path) 
   check_no_foreign_tensors(spec, ckpt);
   // A PRM's checkpoint under a causal LM's config would score through the LM head (or the tied
   // embedding), which it was not trained to, without a word: say which config it needs.
-  for (const auto& [head, arch] : {std::pair{"score.0.weight", "Qwen2ForProcessRewardModel"},
-                                   std::pair{"v_head.summary.weight", "Qwen2ForPrmModel"}})
+  for (const ScoreHead kind : {ScoreHead::Classifier, ScoreHead::Value}) {
+    const std::string head = kind == ScoreHead::Classifier ? "score.0.weight" : "v_head.summary.weight";
     if (spec.can_generate() && ckpt.find(head))
       throw Error(ckpt.file_of(head) + ": the checkpoint has a score head (" + head + "), but model " +
-                  in_quotes(spec.name) + " is a causal LM (such a PRM needs its config.json: " + arch + ")");
+                  in_quotes(spec.name) + " is a causal LM (such a PRM needs its config.json: " +
+                  score_head_architecture(kind) + ")");
+  }
   LlamaWeights w;
   w.spec = spec;
   w.layers.resize(std::size_t(spec.num_layers));

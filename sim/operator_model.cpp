@@ -306,7 +306,7 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
     // last layer a reduction per row and output that reads its input rows and weights once.
     const double outputs = m.logits_width();
     if (m.score_head == ScoreHead::Classifier)
-      b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, h, h), eager, b, "lm_head");
+      b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, h, h), eager, b, "score_head");
     b.lm_head_s +=
         elementwise(kBf16 * (s.logit_rows * h + outputs * h) + 4.0 * s.logit_rows * outputs, eager);
     b.sampling_s = elementwise(4.0 * s.logit_rows * outputs, eager);  // the two columns' softmax

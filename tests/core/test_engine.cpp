@@ -14,9 +14,11 @@
 #include <string>
 #include <tuple>
 
+#include "core/engine_config.hpp"
 #include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/naive_allocator.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace duet {
 namespace {
@@ -319,6 +321,22 @@ TEST(Engine, AScoresOnlyEngineRefusesToGenerate) {
   engine.fork(1, std::move(child), 0);  // scoring is what it does
   while (engine.has_work()) engine.step(0);
   EXPECT_EQ(engine.find(4)->scores.size(), 1u);
+}
+
+// Every backend's engine is assemble_engine's: one of a PRM with a score head says why it refuses.
+TEST(Engine, AnAssembledEngineOfAScoreHeadPrmRefusesToGenerate) {
+  EngineConfig c;
+  c.name = "prm";
+  c.model = model_by_name("qwen2.5-math-prm-7b");
+  EngineMemory m;
+  m.num_blocks = 64;
+  ScriptedExecutor exec;
+  Engine engine = assemble_engine(c, m, 0, exec);
+  const std::string msg = test_support::error_of([&] { engine.add(prompt(1, 4), 0); });
+  EXPECT_TRUE(test_support::contains(msg,
+                                     "engine 'prm': sequence 1 asks to generate, but model "
+                                     "'qwen2.5-math-prm-7b' is a PRM with a classifier head and no LM head"))
+      << msg;
 }
 
 TEST(Engine, ReleaseOfALiveSequenceAbortsIt) {
