@@ -385,8 +385,8 @@ struct Architecture {
 };
 
 // Causal LMs, whose PRM scores come from the LM head's logits of two tokens (as RLHFlow's Llama
-// PRMs and Math-Shepherd score), and the two PRMs above. Other heads of their own (a sequence
-// classifier, Qwen2ForRewardModel's one-label outcome head) are refused.
+// PRMs and Math-Shepherd score), and two PRMs with a head of their own (below). Other heads of their
+// own (a sequence classifier, Qwen2ForRewardModel's one-label outcome head) are refused.
 Architecture architecture_of(const json& j, const std::string& origin) {
   // The PRMs with a head of their own: Qwen2.5-Math-PRM's (its remote code, as vLLM and SGLang
   // implement it) and Skywork-o1-Open-PRM's (its own, as its vLLM plugin implements it), both on
