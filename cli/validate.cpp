@@ -96,6 +96,9 @@ int validate_trace(const TraceArgs& args, const std::vector<std::string>& profil
     sim = x.spec;
     sim.backend = "sim";
     sim.cost_device = device_key(args.backend, sim.gpu);
+    if (profiles.size() > 1)
+      throw Error("--profile is given " + std::to_string(profiles.size()) +
+                  " times; a trace runs one model, priced by one profile");
     path = profile_for(profiles, sim.engines[0].config.model, sim.profile_dir, sim.cost_device);
     if (!std::filesystem::exists(path))
       throw Error("validate: no profile of " + sim.engines[0].config.model.name + " on " + sim.cost_device +
@@ -274,6 +277,8 @@ int validate(int argc, char** argv) {
                       .stem()
                       .string() +
                   ".validate.h5";
+          for (std::string& profile : profiles)
+            profile = resolve_path(profile, source_dir());  // as --model's
           std::vector<std::string> inputs{opt.script, trace.trace};
           inputs.insert(inputs.end(), profiles.begin(), profiles.end());
           check_hdf5_output(out, inputs);

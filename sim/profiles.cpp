@@ -31,12 +31,18 @@ std::string profile_for(const std::vector<std::string>& given, const ModelSpec& 
                         const std::string& profile_dir, const std::string& device) {
   if (given.empty()) return profile_path(profile_dir, device, model);
   if (given.size() == 1) return given[0];
+  // This model's on this device first; one of this model's on another device is then refused by
+  // check_profile, naming the device.
   const std::string shape = model_shape(model);
+  const std::string* same_model = nullptr;
   std::string names;
   for (const std::string& path : given) {
-    if (load_profile(path).model_shape == shape) return path;
+    const CalibrationProfile p = load_profile(path);
+    if (p.model_shape == shape && p.device == device) return path;
+    if (p.model_shape == shape && !same_model) same_model = &path;
     names += (names.empty() ? "" : ", ") + path;
   }
+  if (same_model) return *same_model;
   throw Error("none of the profiles given (" + names + ") is for model '" + model.name + "' (" + shape +
               "); measure it with `duet profile` and give that one too");
 }

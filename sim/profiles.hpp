@@ -22,8 +22,8 @@ std::string profile_path(const std::string& profile_dir, const std::string& devi
 
 // The profile that prices `model` in a validation: with none given, the device's committed one;
 // with one, that one (whose model check_profile makes sure of); with several (a run of two models),
-// the first measured for this model's shape, else an error naming them. Only the profiles' models
-// are read here.
+// the first measured for this model's shape on `device`, else for its shape, else an error naming
+// them. Only the profiles' models and devices are read here.
 std::string profile_for(const std::vector<std::string>& given, const ModelSpec& model,
                         const std::string& profile_dir, const std::string& device);
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_util.hpp"
@@ -671,14 +673,23 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
   ExperimentSpec sim = spec_of(L, ex, d);
   sim.backend = "sim";
   sim.cost_device = device_key(v.backend, ex.gpu);
+  std::set<std::string> used;
   for (EngineSetup& e : sim.engines) {
     const std::string path = profile_for(v.profiles, e.config.model, sim.profile_dir, sim.cost_device);
+    used.insert(path);
     if (!std::filesystem::exists(path))
       throw Error("validate: no profile of " + e.config.model.name + " on " + sim.cost_device + " (" + path +
                   "); measure one with `duet profile --backend " + v.backend +
                   " --model ...` or pass --profile");
     e.cost_model = "profile:" + path;
   }
+  // A profile given for no engine is a mistake (another model's, or a typo's twin), not a spare.
+  std::string models;
+  for (const EngineSetup& e : sim.engines) models += (models.empty() ? "" : ", ") + e.config.model.name;
+  for (const std::string& p : v.profiles)
+    if (!used.count(p))
+      throw Error("validate: --profile " + p + " prices none of the run's engines (their models: " + models +
+                  ")");
   std::optional<LuaRun> predicted;
   if (v.predict) predicted = run_once(L, index, ex, sim, d);
   LuaRun measured = run_once(L, index, ex, real, d);
