@@ -418,8 +418,10 @@ TEST(Calibrated, ProfileForPicksTheOneMeasuredForTheModel) {
   EXPECT_EQ(profile_for(paths, small, "profiles", "h100-sxm"), paths[1]);
   EXPECT_EQ(profile_for(paths, prm, "profiles", "h100-sxm"), paths[0]);
   EXPECT_EQ(profile_for({}, small, "profiles", "h100-sxm"), "profiles/h100-sxm/llama-3-2-1b.json");
-  EXPECT_EQ(profile_for({paths[0]}, small, "profiles", "h100-sxm"), paths[0]) << "one is checked where it is used";
-  const std::string msg = error_of([&] { profile_for(paths, model_by_name("llama-3.1-8b"), "p", "h100-sxm"); });
+  EXPECT_EQ(profile_for({paths[0]}, small, "profiles", "h100-sxm"), paths[0])
+      << "one is checked where it is used";
+  const std::string msg =
+      error_of([&] { profile_for(paths, model_by_name("llama-3.1-8b"), "p", "h100-sxm"); });
   EXPECT_TRUE(contains(msg, "none of the profiles given") && contains(msg, "llama-3.1-8b")) << msg;
   EXPECT_NE(model_shape(prm).find("score-head-classifier"), std::string::npos) << model_shape(prm);
   // Of two profiles of one model, the one measured on the device.
@@ -428,7 +430,8 @@ TEST(Calibrated, ProfileForPicksTheOneMeasuredForTheModel) {
   const std::string h200 = dir.file("small-h200.json");
   save_profile(other, h200);
   EXPECT_EQ(profile_for({h200, paths[1]}, small, "profiles", "h100-sxm"), paths[1]);
-  EXPECT_EQ(profile_for({h200, paths[0]}, small, "profiles", "h100-sxm"), h200) << "then check_profile says why";
+  EXPECT_EQ(profile_for({h200, paths[0]}, small, "profiles", "h100-sxm"), h200)
+      << "then check_profile says why";
 }
 
 TEST(Calibrated, BadTablesAndProfilesNameTheFileAndLine) {
