@@ -124,10 +124,8 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     else if (t.name == "lm_head.weight") d = p.lm_head;
     else if (t.name == "score.0.weight") d = p.score_hidden;
     else if (t.name == "score.0.bias") d = p.score_hidden_bias;
-    else if (t.name == "score.2.weight") d = p.score_out;
-    else if (t.name == "score.2.bias") d = p.score_out_bias;
-    else if (t.name == "v_head.summary.weight") d = p.score_out;
-    else if (t.name == "v_head.summary.bias") d = p.score_out_bias;
+    else if (t.name == "score.2.weight" || t.name == "v_head.summary.weight") d = p.score_out;
+    else if (t.name == "score.2.bias" || t.name == "v_head.summary.bias") d = p.score_out_bias;
     else if (t.name.rfind("model.layers.", 0) == 0) {
       const std::size_t dot = t.name.find('.', 13);
       const int l = std::stoi(t.name.substr(13, dot - 13));
