@@ -265,10 +265,10 @@ MatrixRM CpuExecutor::head(const MatrixRM& h) const {
     add_bias(in, weights_.score_hidden_bias);
     in = in.cwiseMax(0.0f);
   }
+  MatrixRM labels = in * matrix(weights_.score_out).transpose();
+  add_bias(labels, weights_.score_out_bias);
   MatrixRM out = MatrixRM::Zero(h.rows(), weights_.spec.logits_width());
-  out.leftCols(weights_.score_out.rows()) = in * matrix(weights_.score_out).transpose();
-  out.leftCols(weights_.score_out.rows()).rowwise() +=
-      Eigen::Map<const Eigen::RowVectorXf>(weights_.score_out_bias.data.data(), weights_.score_out.rows());
+  out.leftCols(labels.cols()) = labels;
   return out;
 }
 
