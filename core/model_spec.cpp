@@ -107,6 +107,33 @@ ModelSpec qwen2_5_math_prm_7b() {
   return m;
 }
 
+// Qwen/Qwen3-0.6B, -1.7B, -4B and -8B, from their config.json files on the HuggingFace hub
+// (Qwen3ForCausalLM: no biases, q and k head norms; head_dim 128 whatever the width, so the 0.6B
+// and 4B models' attention is wider than their hidden size). One config for each size's thinking
+// and non-thinking modes; the -Base checkpoints' context differs (give their config.json).
+ModelSpec qwen3(const char* name, int layers, int hidden, int heads, int intermediate, bool tied) {
+  ModelSpec m;
+  m.name = name;
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.num_heads = heads;
+  m.num_kv_heads = 8;
+  m.head_dim = 128;
+  m.intermediate_size = intermediate;
+  m.vocab_size = 151936;
+  m.max_position_embeddings = 40960;
+  m.rope_theta = 1000000.0;
+  m.rms_norm_eps = 1e-6;
+  m.tie_word_embeddings = tied;
+  m.qk_norm = true;
+  return m;
+}
+
+ModelSpec qwen3_0_6b() { return qwen3("qwen3-0.6b", 28, 1024, 16, 3072, true); }
+ModelSpec qwen3_1_7b() { return qwen3("qwen3-1.7b", 28, 2048, 16, 6144, true); }
+ModelSpec qwen3_4b() { return qwen3("qwen3-4b", 36, 2560, 32, 9728, true); }
+ModelSpec qwen3_8b() { return qwen3("qwen3-8b", 36, 4096, 32, 12288, false); }
+
 struct BuiltinModel {
   const char* name;
   ModelSpec (*make)();
@@ -121,6 +148,10 @@ constexpr BuiltinModel kBuiltins[] = {
     {"qwen2.5-1.5b-instruct", qwen2_5_1_5b},
     {"qwen2.5-7b-instruct", qwen2_5_7b},
     {"qwen2.5-math-prm-7b", qwen2_5_math_prm_7b},
+    {"qwen3-0.6b", qwen3_0_6b},
+    {"qwen3-1.7b", qwen3_1_7b},
+    {"qwen3-4b", qwen3_4b},
+    {"qwen3-8b", qwen3_8b},
 };
 
 }  // namespace
@@ -217,12 +248,14 @@ std::int64_t ModelSpec::layer_parameters() const {
   const std::int64_t kv = std::int64_t(num_kv_heads) * head_dim;
   const std::int64_t attention = h * q + 2 * h * kv + q * h;
   const std::int64_t mlp = 3 * h * intermediate_size;
-  return attention + mlp + 2 * h + qkv_bias_parameters();
+  return attention + mlp + 2 * h + qkv_bias_parameters() + qk_norm_parameters();
 }
 
 std::int64_t ModelSpec::qkv_bias_parameters() const {
   return qkv_bias ? std::int64_t(num_heads + 2 * num_kv_heads) * head_dim : 0;
 }
+
+std::int64_t ModelSpec::qk_norm_parameters() const { return qk_norm ? 2LL * head_dim : 0; }
 
 std::int64_t ModelSpec::num_parameters() const {
   return embedding_parameters() + num_layers * layer_parameters() + hidden_size + score_head_parameters();
@@ -232,7 +265,8 @@ std::int64_t ModelSpec::weight_bytes() const { return num_parameters() * dtype_b
 
 double ModelSpec::layer_flops_per_token() const {
   // Two FLOPs per weight of a matmul, one per bias (an add); the norms' weights are not matmuls.
-  const std::int64_t matmul = layer_parameters() - 2LL * hidden_size - qkv_bias_parameters();
+  const std::int64_t matmul =
+      layer_parameters() - 2LL * hidden_size - qkv_bias_parameters() - qk_norm_parameters();
   return (2.0 * double(matmul) + double(qkv_bias_parameters())) * num_layers;
 }
 
@@ -373,9 +407,9 @@ std::optional<RopeScaling> parse_rope_scaling(const json& rs, const std::string&
   return s;
 }
 
-// The decoders duet models: Llama, Qwen2 (Llama with q, k and v biases) and Mistral (Llama whose
-// attention may be limited to a sliding window).
-enum class Family { Llama, Qwen2, Mistral };
+// The decoders duet models: Llama, Qwen2 (Llama with q, k and v biases), Qwen3 (Llama with q and k
+// head norms) and Mistral (Llama whose attention may be limited to a sliding window).
+enum class Family { Llama, Qwen2, Qwen3, Mistral };
 
 // What a config.json's "architectures" and "model_type" say (either may be absent, not both; if
 // both are present they must agree): the decoder, and its score head.
@@ -400,31 +434,34 @@ Architecture architecture_of(const json& j, const std::string& origin) {
     const std::string a =
         arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>() : "";
     const bool llama = a.starts_with("Llama") || a.starts_with("LLaMA"), qwen2 = a.starts_with("Qwen2For"),
-               mistral = a.starts_with("MistralFor");
+               qwen3 = a.starts_with("Qwen3For"), mistral = a.starts_with("MistralFor");
     if (a == qwen2_prm) out.score_head = ScoreHead::Classifier;
     else if (a == skywork_prm) out.score_head = ScoreHead::Value;
-    else if ((llama || qwen2 || mistral) && !a.ends_with("ForCausalLM"))
+    else if ((llama || qwen2 || qwen3 || mistral) && !a.ends_with("ForCausalLM"))
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
-                  "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), whose "
+                  "; duet models causal LMs (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                  "MistralForCausalLM), whose "
                   "PRM scores come from the LM head's logits, Qwen2.5-Math-PRM's two-label classifier (" +
                   qwen2_prm + ") and Skywork-o1-Open-PRM's value head (" + skywork_prm +
                   "): another head of its own is not modelled");
     if (llama) by_arch = Family::Llama;
     else if (qwen2) by_arch = Family::Qwen2;
+    else if (qwen3) by_arch = Family::Qwen3;
     else if (mistral) by_arch = Family::Mistral;
     else
       throw Error(origin + ": field 'architectures' is " + arch.dump() +
                   "; duet models Llama-architecture decoders (LlamaForCausalLM, Qwen2ForCausalLM, "
-                  "MistralForCausalLM, " +
+                  "Qwen3ForCausalLM, MistralForCausalLM, " +
                   qwen2_prm + ", " + skywork_prm + ")");
   }
   if (has_field(j, "model_type")) {
     if (j["model_type"] == "llama") by_type = Family::Llama;
     else if (j["model_type"] == "qwen2") by_type = Family::Qwen2;
+    else if (j["model_type"] == "qwen3") by_type = Family::Qwen3;
     else if (j["model_type"] == "mistral") by_type = Family::Mistral;
     else
       throw Error(origin + ": field 'model_type' is " + j["model_type"].dump() +
-                  "; duet models Llama-architecture decoders ('llama', 'qwen2', 'mistral')");
+                  "; duet models Llama-architecture decoders ('llama', 'qwen2', 'qwen3', 'mistral')");
   }
   if (by_arch && by_type && *by_arch != *by_type)
     throw Error(origin + ": fields 'architectures' (" + j["architectures"].dump() + ") and 'model_type' (" +
@@ -449,8 +486,9 @@ void check_variant(const json& j, Family family, const std::string& origin) {
     refuse("hidden_act", "duet's MLP is Llama's SwiGLU ('silu')");
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (has_field(j, key) && j[key] != false)
-      refuse(key, family == Family::Qwen2 ? "Qwen2's only biases are on q, k and v"
-                                          : "duet's Llama layers have no bias terms");
+      refuse(key, family == Family::Qwen2   ? "Qwen2's only biases are on q, k and v"
+                  : family == Family::Qwen3 ? "Qwen3's layers have no bias terms (its models set it false)"
+                                            : "duet's Llama layers have no bias terms");
   // Qwen2's layers attend within a window only when use_sliding_window is set (transformers'
   // Qwen2Config); without it the sliding_window field is inert. Per-layer kinds (layer_types, as
   // transformers writes them today) must all be full attention.
@@ -479,6 +517,7 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     check_variant(j, family, origin);
     ModelSpec m;
     m.qkv_bias = family == Family::Qwen2;
+    m.qk_norm = family == Family::Qwen3;
     m.score_head = arch.score_head;
     // Qwen2.5-Math-PRM's head has two labels (its modelling code fixes num_labels at 2): a config
     // that says otherwise is another model, not this one with a wider head.
@@ -562,6 +601,37 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
   } catch (const json::exception& e) {
     throw Error(origin + ": bad field type (" + e.what() + ")");
   }
+}
+
+std::string model_config_json(const ModelSpec& m) {
+  json j;
+  const bool classifier = m.score_head == ScoreHead::Classifier;
+  const char* family = m.qk_norm ? "Qwen3" : m.qkv_bias ? "Qwen2" : "Llama";
+  j["_name_or_path"] = m.name;
+  j["architectures"] = json::array({m.can_generate() ? std::string(family) + "ForCausalLM"
+                                                     : std::string(score_head_architecture(m.score_head))});
+  j["model_type"] = m.qk_norm ? "qwen3" : m.qkv_bias || !m.can_generate() ? "qwen2" : "llama";
+  j["num_hidden_layers"] = m.num_layers;
+  j["hidden_size"] = m.hidden_size;
+  j["num_attention_heads"] = m.num_heads;
+  j["num_key_value_heads"] = m.num_kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["intermediate_size"] = m.intermediate_size;
+  j["vocab_size"] = m.vocab_size;
+  j["max_position_embeddings"] = m.max_position_embeddings;
+  j["rope_theta"] = m.rope_theta;
+  j["rms_norm_eps"] = m.rms_norm_eps;
+  j["tie_word_embeddings"] = m.tie_word_embeddings;
+  j["torch_dtype"] = dtype_name(m.dtype);
+  if (m.rope_scaling)
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", m.rope_scaling->factor},
+        {"low_freq_factor", m.rope_scaling->low_freq_factor},
+        {"high_freq_factor", m.rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", m.rope_scaling->original_max_position_embeddings}};
+  if (classifier) j["num_labels"] = 2;
+  return j.dump();
 }
 
 ModelSpec from_hf_config(const std::string& path) {

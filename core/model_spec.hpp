@@ -1,7 +1,8 @@
 #pragma once
 // The shape of a Llama-architecture decoder and the figures derived from it (bytes, FLOPs). Qwen2
-// (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections; Mistral
-// the same as Llama, its sliding window read as its context length. Its output head is the LM head,
+// (Qwen2.5, Qwen2.5-Math) is the same decoder with biases on the q, k and v projections; Qwen3 with
+// an RMSNorm on each head of q and k instead; Mistral the same as Llama, its sliding window read as
+// its context length. Its output head is the LM head,
 // or a PRM's score head (Qwen2.5-Math-PRM's classifier, Skywork-o1-Open-PRM's value head).
 #include <cstdint>
 #include <optional>
@@ -57,6 +58,9 @@ struct ModelSpec {
   // Qwen2's q_proj, k_proj and v_proj carry biases (its o_proj and MLP do not): transformers'
   // Qwen2Attention. Llama's "attention_bias" would bias o_proj too, which duet does not model.
   bool qkv_bias = false;
+  // Qwen3 normalises each head of q and of k (RMSNorm over head_dim, one weight vector shared by
+  // the heads) after the projections and before RoPE: transformers' Qwen3Attention q_norm, k_norm.
+  bool qk_norm = false;
   // A PRM whose head scores the final hidden state instead of predicting tokens (ScoreHead). Such a
   // model has no lm_head and cannot generate.
   ScoreHead score_head = ScoreHead::None;
@@ -76,8 +80,9 @@ struct ModelSpec {
   // The weights the output head reads per step: vocab x hidden for the LM head, tied or not; the
   // score head's parameters for a PRM with one.
   std::int64_t head_weights() const;
-  std::int64_t layer_parameters() const;     // one decoder layer: attention + MLP + two norms (+ biases)
+  std::int64_t layer_parameters() const;     // one decoder layer: attention + MLP + norms (+ biases)
   std::int64_t qkv_bias_parameters() const;  // one layer's q, k and v biases (0 without)
+  std::int64_t qk_norm_parameters() const;   // one layer's q and k head norms (0 without)
   std::int64_t num_parameters() const;
   std::int64_t weight_bytes() const;
 
@@ -106,7 +111,8 @@ std::string cannot_generate_reason(const ModelSpec& m);
 void check_can_generate(const ModelSpec& m, const std::string& what);
 
 // Built-ins by name, case-insensitive: "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-1.5b-instruct",
-// "qwen2.5-7b-instruct", "qwen2.5-math-prm-7b", and their aliases.
+// "qwen2.5-7b-instruct", "qwen2.5-math-prm-7b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
+// and their aliases.
 ModelSpec model_by_name(const std::string& name);
 std::vector<std::string> builtin_model_names();
 // The same as one text, "llama-3.2-1b, ...": for messages and help.
@@ -115,6 +121,11 @@ std::string builtin_model_list();
 // A built-in name, or the path of a HuggingFace config.json (anything ending in .json or
 // naming an existing file), or of the folder that holds one.
 ModelSpec resolve_model(const std::string& name_or_path);
+
+// The model as a HuggingFace config.json that from_hf_config_text reads back to the same ModelSpec
+// (a Mistral's window as its context): what a run file records of each engine's model, so that a
+// result names the shape it ran, whatever file or name the model came from.
+std::string model_config_json(const ModelSpec& m);
 
 // Reads a HuggingFace config.json. Errors name the file and the missing or bad field.
 ModelSpec from_hf_config(const std::string& path);

@@ -27,6 +27,17 @@ void add_bias(MatrixRM& y, const HostTensor& b) {
   y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data.data(), Eigen::Index(b.data.size()));
 }
 
+// RMSNorm of every head of every row in place, one weight vector for all heads: Qwen3's q_norm
+// and k_norm, after the projections and before RoPE (transformers' Qwen3Attention).
+void head_norm(MatrixRM& y, const HostTensor& w, float eps) {
+  const std::size_t d = w.data.size();
+  for (Eigen::Index r = 0; r < y.rows(); ++r)
+    for (std::size_t c = 0; c + d <= std::size_t(y.cols()); c += d) {
+      const std::span<float> head{y.row(r).data() + c, d};
+      rms_norm(head, w.data, eps, head);
+    }
+}
+
 // The LM head: lm_head, or the embedding when tied and the loader left lm_head empty.
 const HostTensor& lm_head_of(const LlamaWeights& w) {
   return w.lm_head.data.empty() && w.spec.tie_word_embeddings ? w.embed_tokens : w.lm_head;
@@ -118,6 +129,10 @@ void CpuExecutor::check_weights() const {
       expect_shape(l.k_bias, kv, 0, p + "self_attn.k_proj.bias");
       expect_shape(l.v_bias, kv, 0, p + "self_attn.v_proj.bias");
     }
+    if (m.qk_norm) {
+      expect_shape(l.q_norm, m.head_dim, 0, p + "self_attn.q_norm.weight");
+      expect_shape(l.k_norm, m.head_dim, 0, p + "self_attn.k_norm.weight");
+    }
     expect_shape(l.o_proj, h, q, p + "self_attn.o_proj.weight");
     expect_shape(l.post_norm, h, 0, p + "post_attention_layernorm.weight");
     expect_shape(l.gate_proj, f, h, p + "mlp.gate_proj.weight");
@@ -191,6 +206,10 @@ void CpuExecutor::attention_block(int layer, const Batch& batch, const RowPlan& 
     add_bias(q, w.q_bias);
     add_bias(k, w.k_bias);
     add_bias(v, w.v_bias);
+  }
+  if (m.qk_norm) {
+    head_norm(q, w.q_norm, float(m.rms_norm_eps));
+    head_norm(k, w.k_norm, float(m.rms_norm_eps));
   }
   rope_rows(plan, q, m.num_heads);
   rope_rows(plan, k, m.num_kv_heads);

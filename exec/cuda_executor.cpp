@@ -62,6 +62,7 @@ int next_pow2(int x) {
 struct WeightPlan {
   struct Layer {
     std::int64_t input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;  // qkv_bias -1 without
+    std::int64_t q_norm, k_norm;                                          // -1 without (Qwen3's)
   };
   std::int64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
   // A score head's (ModelSpec::score_head), -1 without; lm_head is then -1.
@@ -88,6 +89,8 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
     L.input_norm = take(h);
     L.qkv = take((q + 2 * kv) * h);
     L.qkv_bias = m.qkv_bias ? take(q + 2 * kv) : -1;
+    L.q_norm = m.qk_norm ? take(m.head_dim) : -1;
+    L.k_norm = m.qk_norm ? take(m.head_dim) : -1;
     L.o = take(h * q);
     L.post_norm = take(h);
     L.gate_up = take(2 * f * h);
@@ -137,6 +140,8 @@ WeightPlan plan_weights(const ModelSpec& m, const std::vector<LlamaTensorSpec>& 
       else if (ends_with(t.name, ".self_attn.q_proj.bias")) d = L.qkv_bias;
       else if (ends_with(t.name, ".self_attn.k_proj.bias")) d = L.qkv_bias + q;
       else if (ends_with(t.name, ".self_attn.v_proj.bias")) d = L.qkv_bias + q + kv;
+      else if (ends_with(t.name, ".self_attn.q_norm.weight")) d = L.q_norm;
+      else if (ends_with(t.name, ".self_attn.k_norm.weight")) d = L.k_norm;
       else if (ends_with(t.name, ".self_attn.o_proj.weight")) d = L.o;
       else if (ends_with(t.name, ".post_attention_layernorm.weight")) d = L.post_norm;
       else if (ends_with(t.name, ".mlp.gate_proj.weight")) d = L.gate_up;
@@ -553,8 +558,10 @@ void CudaExecutor::Impl::forward(const Fwd& f) {
     if (l == 0) k::rmsnorm(X, W + L.input_norm, Hn, f.T, H, eps, s);
     else k::add_rmsnorm(X, D, W + L.input_norm, Hn, f.T, H, eps, s);
     gemm->bf16_out(Hn, W + L.qkv, qkv, f.T, QKV, H, s, L.qkv_bias < 0 ? nullptr : W + L.qkv_bias);
+    const k::HeadNorm qk_norm =
+        spec.qk_norm ? k::HeadNorm{W + L.q_norm, W + L.k_norm, eps} : k::HeadNorm{};  // Qwen3's, fused
     k::rope(qkv, qkv + Q, positions, inv_freq.as<const float>(), f.T, spec.num_heads, spec.num_kv_heads,
-            spec.head_dim, QKV, QKV, s);
+            spec.head_dim, QKV, QKV, s, qk_norm);
     // Every item's K/V of this layer before any attention reads (a same-step prefix hit).
     k::kv_write(pool_bf16(), layout, l, qkv + Q, qkv + Q + KV, QKV, QKV, slots, f.T, s);
     if (f.decode) k::paged_decode_attention(pool_bf16(), layout, l, ab, f.splits, ws.get(), s);

@@ -1,7 +1,7 @@
 #pragma once
-// A Llama-architecture model's weights (Qwen2's q, k and v biases included) on the host, in float32, in the
-// shapes the CPU reference computes with. Matrices are stored as HuggingFace stores them, [out_features,
-// in_features] row-major, so that y = W x; Eigen maps them as RowMajor.
+// A Llama-architecture model's weights (Qwen2's q, k and v biases and Qwen3's head norms included) on the
+// host, in float32, in the shapes the CPU reference computes with. Matrices are stored as HuggingFace stores
+// them, [out_features, in_features] row-major, so that y = W x; Eigen maps them as RowMajor.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +31,9 @@ struct LlamaLayerWeights {
   HostTensor q_bias;  // model.layers.N.self_attn.q_proj.bias  [heads*head_dim]
   HostTensor k_bias;  // model.layers.N.self_attn.k_proj.bias  [kv_heads*head_dim]
   HostTensor v_bias;  // model.layers.N.self_attn.v_proj.bias  [kv_heads*head_dim]
+  // Qwen3 only (ModelSpec::qk_norm), empty otherwise:
+  HostTensor q_norm;  // model.layers.N.self_attn.q_norm.weight [head_dim]
+  HostTensor k_norm;  // model.layers.N.self_attn.k_norm.weight [head_dim]
 };
 
 struct LlamaWeights {

@@ -27,6 +27,7 @@ auto tensor_slots(W& w) {
       slots.insert(slots.end(),
                    {&l.input_norm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias});
     else slots.insert(slots.end(), {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj});
+    if (w.spec.qk_norm) slots.insert(slots.end(), {&l.q_norm, &l.k_norm});
     slots.insert(slots.end(), {&l.o_proj, &l.post_norm, &l.gate_proj, &l.up_proj, &l.down_proj});
   }
   slots.push_back(&w.final_norm);
@@ -61,8 +62,9 @@ HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const s
 }
 
 // A checkpoint with more layers than the config means the wrong config; loading its first
-// layers only would run without complaint and compute nonsense. So do q, k or v biases where the
-// config names a model without them (a Qwen2 checkpoint under a Llama config).
+// layers only would run without complaint and compute nonsense. So do q, k or v biases, or q and k
+// head norms, where the config names a model without them (a Qwen2 or Qwen3 checkpoint under a
+// Llama config).
 void check_no_foreign_tensors(const ModelSpec& spec, const Checkpoint& ckpt) {
   constexpr std::string_view prefix = "model.layers.";
   for (const std::string& name : ckpt.names()) {
@@ -73,6 +75,11 @@ void check_no_foreign_tensors(const ModelSpec& spec, const Checkpoint& ckpt) {
       throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " is a q, k or v bias, but model " +
                   in_quotes(spec.name) +
                   " has none (a Qwen2 checkpoint needs its config.json: Qwen2ForCausalLM)");
+    if (!spec.qk_norm &&
+        (name.ends_with(".self_attn.q_norm.weight") || name.ends_with(".self_attn.k_norm.weight")))
+      throw Error(ckpt.file_of(name) + ": tensor " + in_quotes(name) + " is a q or k head norm, but model " +
+                  in_quotes(spec.name) +
+                  " has none (a Qwen3 checkpoint needs its config.json: Qwen3ForCausalLM)");
     const char* first = name.data() + prefix.size();
     const char* last = name.data() + name.size();
     long long layer = 0;
@@ -129,6 +136,9 @@ std::vector<LlamaTensorSpec> llama_tensor_specs(const ModelSpec& spec) {
       specs.push_back({name + ".weight", {rows, h}, Kind::Projection});
       if (spec.qkv_bias) specs.push_back({name + ".bias", {rows}, Kind::Bias});
     }
+    if (spec.qk_norm)
+      specs.insert(specs.end(), {{p + "self_attn.q_norm.weight", {spec.head_dim}, Kind::Norm},
+                                 {p + "self_attn.k_norm.weight", {spec.head_dim}, Kind::Norm}});
     specs.insert(specs.end(), {{p + "self_attn.o_proj.weight", {h, q}, Kind::Projection},
                                {p + "post_attention_layernorm.weight", {h}, Kind::Norm},
                                {p + "mlp.gate_proj.weight", {inter, h}, Kind::Projection},

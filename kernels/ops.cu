@@ -170,23 +170,45 @@ void launch_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out
 // One block per token row. cos/sin of position * inv_freq[i] are computed once per row into shared
 // memory (float32, as HF computes them: the angle is a float32 product, so its absolute error is
 // about |angle| * 2^-23 -- 0.008 rad at position 65536 for inv_freq[0] = 1 -- where the CPU
-// reference uses double; sincosf itself does full range reduction and is within 2 ulp). Then
-// every (head, i) pair of q and k rotates: (a, b) = (x[i], x[i + half]) ->
-// (a cos - b sin, b cos + a sin).
+// reference uses double; sincosf itself does full range reduction and is within 2 ulp). With head
+// norms, each warp then sums the squares of whole heads into a per-head inverse RMS in shared
+// memory. Then every (head, i) pair of q and k, normalised, rotates: (a, b) = (x[i], x[i + half])
+// -> (a cos - b sin, b cos + a sin).
 __global__ void rope_kernel(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq,
-                            int num_heads, int num_kv_heads, int head_dim, int q_stride, int k_stride) {
-  extern __shared__ float cs[];  // [half] cos, then [half] sin
-  const int half = head_dim / 2;
+                            int num_heads, int num_kv_heads, int head_dim, int q_stride, int k_stride,
+                            HeadNorm norm) {
+  extern __shared__ float cs[];  // [half] cos, then [half] sin, then with norms [heads] inverse RMS
+  const int half = head_dim / 2, heads = num_heads + num_kv_heads;
   const std::size_t r = blockIdx.x;
   const float pos = float(positions[r]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) sincosf(pos * inv_freq[i], &cs[half + i], &cs[i]);
+  auto head_at = [&](int head) {
+    return head < num_heads ? q + r * q_stride + std::size_t(head) * head_dim
+                            : k + r * k_stride + std::size_t(head - num_heads) * head_dim;
+  };
+  float* inv_rms = cs + head_dim;
+  const bool normed = norm.q_weight != nullptr;
+  if (normed) {
+    const int warps = int(blockDim.x / 32), lane = int(threadIdx.x % 32);
+    for (int head = int(threadIdx.x / 32); head < heads; head += warps) {
+      const bf16* h = head_at(head);
+      float sum_sq = 0.0f;
+      for (int i = lane; i < head_dim; i += 32) sum_sq += bf16_to_float(h[i]) * bf16_to_float(h[i]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+      if (lane == 0) inv_rms[head] = rsqrtf(sum_sq / float(head_dim) + norm.eps);
+    }
+  }
   __syncthreads();
-  const int pairs = (num_heads + num_kv_heads) * half;
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
     const int head = p / half, i = p % half;
-    bf16* h = head < num_heads ? q + r * q_stride + std::size_t(head) * head_dim
-                               : k + r * k_stride + std::size_t(head - num_heads) * head_dim;
-    const float a = bf16_to_float(h[i]), b = bf16_to_float(h[i + half]);
+    bf16* h = head_at(head);
+    float a = bf16_to_float(h[i]), b = bf16_to_float(h[i + half]);
+    if (normed) {  // (x * inv_rms) * weight, as rmsnorm_kernel and the CPU reference order it
+      const bf16* w = head < num_heads ? norm.q_weight : norm.k_weight;
+      a = (a * inv_rms[head]) * bf16_to_float(w[i]);
+      b = (b * inv_rms[head]) * bf16_to_float(w[i + half]);
+    }
     const float c = cs[i], sn = cs[half + i];
     h[i] = float_to_bf16(a * c - b * sn);
     h[i + half] = float_to_bf16(b * c + a * sn);
@@ -276,7 +298,7 @@ void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, i
 }
 
 void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq, int rows, int num_heads,
-          int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s) {
+          int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s, const HeadNorm& norm) {
   require(rows >= 0 && num_heads >= 0 && num_kv_heads >= 0, "rope: negative rows or heads");
   require(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024,
           "rope: head_dim must be even and in (0, 1024]");
@@ -285,8 +307,14 @@ void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq
   if (rows == 0 || num_heads + num_kv_heads == 0) return;
   const int pairs = (num_heads + num_kv_heads) * (head_dim / 2);
   const int threads = row_threads(pairs < 256 ? pairs : 256);
-  rope_kernel<<<rows, threads, head_dim * sizeof(float), s>>>(q, k, positions, inv_freq, num_heads,
-                                                              num_kv_heads, head_dim, q_stride, k_stride);
+  require((norm.q_weight == nullptr) == (norm.k_weight == nullptr),
+          "rope: give both head norms' weights or none");
+  require(norm.q_weight == nullptr || (norm.eps > 0 && num_heads + num_kv_heads <= 4096),
+          "rope: head norms need eps > 0 and at most 4096 heads");
+  const std::size_t shared =
+      (std::size_t(head_dim) + (norm.q_weight ? num_heads + num_kv_heads : 0)) * sizeof(float);
+  rope_kernel<<<rows, threads, shared, s>>>(q, k, positions, inv_freq, num_heads, num_kv_heads, head_dim,
+                                            q_stride, k_stride, norm);
   check_launch("rope");
 }
 

@@ -19,11 +19,20 @@ void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
 void add_rmsnorm(bf16* residual, const bf16* x, const bf16* weight, bf16* out, int rows, int hidden,
                  float eps, Stream s);
 
+// Qwen3's q and k head norms (ModelSpec::qk_norm): each head of q (of k) is RMS-normalised over
+// head_dim and scaled by q_weight (k_weight) [head_dim], before RoPE. Null weights: no norm.
+struct HeadNorm {
+  const bf16* q_weight = nullptr;
+  const bf16* k_weight = nullptr;
+  float eps = 0.0f;
+};
+
 // Rotary embedding, rotate-half convention (HF Llama), in place on q [rows, num_heads*head_dim]
 // and k [rows, num_kv_heads*head_dim], row r at positions[r]. inv_freq [head_dim/2] is computed on
-// the host (llama3 scaling included), so that CPU and GPU share one definition of it.
+// the host (llama3 scaling included), so that CPU and GPU share one definition of it. With `norm`
+// the heads are normalised first, in the same pass (one read and one rounding of q and k).
 void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq, int rows, int num_heads,
-          int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s);
+          int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s, const HeadNorm& norm = {});
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]: gate_up [rows, 2*inter] (fused GEMM output).
 void silu_mul(const bf16* gate_up, bf16* out, int rows, int inter, Stream s);

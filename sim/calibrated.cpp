@@ -84,7 +84,7 @@ std::string model_shape(const ModelSpec& m) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "L%d h%d q%d kv%d d%d f%d v%d %s", m.num_layers, m.hidden_size, m.num_heads,
                 m.num_kv_heads, m.head_dim, m.intermediate_size, m.vocab_size, dtype_name(m.dtype));
-  return std::string(buf) + (m.qkv_bias ? " qkv-bias" : "") +
+  return std::string(buf) + (m.qkv_bias ? " qkv-bias" : "") + (m.qk_norm ? " qk-norm" : "") +
          (m.can_generate() ? "" : std::string(" score-head-") + score_head_name(m.score_head));
 }
 

@@ -292,7 +292,8 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
     // the residual and the delta, and writes both): one kernel each, as the CUDA engine runs them.
     const double add_norm_bytes = 4 * act * h + kBf16 * h;
     l[kNorm] = 2 * elementwise(add_norm_bytes, eager);
-    l[kRope] = elementwise(2 * act * (q + kv), eager);   // RoPE on Q and K, in place
+    // RoPE on Q and K, in place; Qwen3's head norms run in the same pass (kernels::rope's HeadNorm).
+    l[kRope] = elementwise(2 * act * (q + kv), eager);
     l[kAct] = elementwise(act * 3 * inter, eager);       // SiLU(gate) * up
     l[kKvWrite] = elementwise(2 * act * 2 * kv, eager);  // K and V into the paged cache
     b.other_s += elementwise(2 * act * h, eager) + elementwise(add_norm_bytes, eager);  // embed, final norm

@@ -43,8 +43,9 @@ int l_model(lua_State* L) {                   // duet.model(name or config.json)
     set_integer(L, "weight_bytes", m.weight_bytes());
     set_integer(L, "kv_bytes_per_token", m.kv_bytes_per_token());
     set_number(L, "linear_flops_per_token", m.linear_flops_per_token());
-    for (const auto& [key, value] :
-         {std::pair{"qkv_bias", m.qkv_bias}, {"tie_word_embeddings", m.tie_word_embeddings}}) {
+    for (const auto& [key, value] : {std::pair{"qkv_bias", m.qkv_bias},
+                                     {"qk_norm", m.qk_norm},
+                                     {"tie_word_embeddings", m.tie_word_embeddings}}) {
       lua_pushboolean(L, value);
       lua_setfield(L, -2, key);
     }

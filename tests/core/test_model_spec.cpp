@@ -101,6 +101,37 @@ TEST(ModelSpec, Qwen25BuiltInsHaveThePublishedShapesAndBiases) {
   EXPECT_FALSE(model_by_name("llama-3.1-8b").qkv_bias);
 }
 
+// Qwen3: the Llama decoder with an RMSNorm on each head of q and k (head_dim weights each, shared by
+// the heads) and no biases. The counts are the model cards' (Qwen/Qwen3-0.6B: 0.6B, 0.44B without
+// the embedding; -1.7B: 1.7B, 1.4B; -4B: 4.0B, 3.6B; -8B: 8.2B, 6.95B), which duet's exact counts
+// round to.
+TEST(ModelSpec, Qwen3BuiltInsHaveThePublishedShapesAndHeadNorms) {
+  const struct {
+    const char* name;
+    std::int64_t params, non_embedding;
+  } cards[] = {{"qwen3-0.6b", 596049920, 440467456},
+               {"Qwen3-1.7B", 1720574976, 1409410048},
+               {"qwen3-4b", 4022468096, 3633511936},
+               {"qwen3-8b", 8190735360, 6946075648}};
+  for (const auto& c : cards) {
+    const ModelSpec m = model_by_name(c.name);
+    EXPECT_TRUE(m.qk_norm) << c.name;
+    EXPECT_FALSE(m.qkv_bias) << c.name;
+    EXPECT_EQ(m.head_dim, 128) << c.name;
+    EXPECT_EQ(m.qk_norm_parameters(), 256) << c.name;
+    EXPECT_EQ(m.num_parameters(), c.params) << c.name;
+    EXPECT_EQ(m.num_parameters() - m.embedding_parameters(), c.non_embedding) << c.name;
+    EXPECT_EQ(m.kv_bytes_per_token(), 2LL * m.num_layers * 8 * 128 * 2) << c.name;
+  }
+  EXPECT_FALSE(model_by_name("qwen3-8b").tie_word_embeddings);
+  EXPECT_TRUE(model_by_name("qwen3-4b").tie_word_embeddings);
+  // A norm's weights are no matmul: the FLOPs are those of the same decoder without them.
+  ModelSpec plain = model_by_name("qwen3-8b");
+  plain.qk_norm = false;
+  EXPECT_DOUBLE_EQ(model_by_name("qwen3-8b").layer_flops_per_token(), plain.layer_flops_per_token());
+  EXPECT_FALSE(model_by_name("qwen2.5-7b-instruct").qk_norm);
+}
+
 // Qwen/Qwen2.5-Math-PRM-7B: Qwen2.5-Math-7B's decoder under a two-label score head, so Qwen2.5-7B's
 // 7.62B parameters less its LM head (152,064 x 3,584 = 0.545B) plus the score head's 12.9M.
 TEST(ModelSpec, Qwen25MathPrmHasAScoreHeadAndNoLmHead) {
@@ -511,6 +542,99 @@ TEST_F(ModelSpecHfConfig, Qwen2ConfigIsTheLlamaDecoderWithQkvBiases) {
   json type_only = json::parse(kQwen25_1_5BConfig);
   type_only.erase("architectures");
   EXPECT_TRUE(from_hf_config(write(type_only.dump())).qkv_bias);
+}
+
+// Qwen/Qwen3-8B's config.json on the HuggingFace hub (the fields duet reads, and those it checks).
+constexpr const char* kQwen3_8BConfig = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 36,
+  "model_type": "qwen3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 36,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST_F(ModelSpecHfConfig, Qwen3ConfigIsTheLlamaDecoderWithHeadNorms) {
+  const ModelSpec m = from_hf_config(write(kQwen3_8BConfig));
+  const ModelSpec b = model_by_name("qwen3-8b");
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.num_parameters(), b.num_parameters());
+  EXPECT_EQ(m.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_DOUBLE_EQ(m.rope_theta, b.rope_theta);
+  json type_only = json::parse(kQwen3_8BConfig);
+  type_only.erase("architectures");
+  EXPECT_TRUE(from_hf_config(write(type_only.dump())).qk_norm);
+  // What duet does not model is refused, named: biases, Qwen3's mixture of experts, and heads of
+  // its own.
+  const std::pair<const char*, json> refused[] = {
+      {"attention_bias", true},
+      {"architectures", json::array({"Qwen3MoeForCausalLM"})},
+      {"architectures", json::array({"Qwen3ForSequenceClassification"})},
+      {"model_type", "qwen3_moe"}};
+  for (const auto& [key, value] : refused) {
+    json j = json::parse(kQwen3_8BConfig);
+    j[key] = value;
+    const std::string path = write(j.dump());
+    try {
+      from_hf_config(path);
+      ADD_FAILURE() << key << " = " << value.dump() << " was read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("field '") + key + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// What a run file records of a model reads back to the same model, for every built-in and the
+// repository's configs (a score head, a value head, Llama 3.1's RoPE scaling among them).
+TEST_F(ModelSpecHfConfig, ModelConfigJsonReadsBackToTheSameModel) {
+  std::vector<ModelSpec> models;
+  for (const std::string& name : builtin_model_names()) models.push_back(model_by_name(name));
+  for (const char* dir :
+       {"tiny-llama", "small-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-prm", "tiny-qwen2-value-prm"})
+    models.push_back(from_hf_config(std::string(DUET_SOURCE_DIR) + "/models/" + dir + "/config.json"));
+  ModelSpec f32 = models.front();
+  f32.dtype = DType::F32;
+  models.push_back(f32);
+  for (const ModelSpec& m : models) {
+    const ModelSpec back = from_hf_config_text(model_config_json(m), "recorded");
+    EXPECT_EQ(back.name, m.name);
+    EXPECT_EQ(model_config_json(back), model_config_json(m)) << m.name;
+    for (auto field : {&ModelSpec::num_layers, &ModelSpec::hidden_size, &ModelSpec::num_heads,
+                       &ModelSpec::num_kv_heads, &ModelSpec::head_dim, &ModelSpec::intermediate_size,
+                       &ModelSpec::vocab_size, &ModelSpec::max_position_embeddings})
+      EXPECT_EQ(back.*field, m.*field) << m.name;
+    EXPECT_EQ(back.rope_theta, m.rope_theta) << m.name;
+    EXPECT_EQ(back.rms_norm_eps, m.rms_norm_eps) << m.name;
+    EXPECT_EQ(back.tie_word_embeddings, m.tie_word_embeddings) << m.name;
+    EXPECT_EQ(back.rope_scaling.has_value(), m.rope_scaling.has_value()) << m.name;
+    if (m.rope_scaling) EXPECT_EQ(back.rope_scaling->factor, m.rope_scaling->factor) << m.name;
+    EXPECT_EQ(back.dtype, m.dtype) << m.name;
+    EXPECT_EQ(back.qkv_bias, m.qkv_bias) << m.name;
+    EXPECT_EQ(back.qk_norm, m.qk_norm) << m.name;
+    EXPECT_EQ(back.score_head, m.score_head) << m.name;
+    EXPECT_EQ(back.num_parameters(), m.num_parameters()) << m.name;
+  }
 }
 
 // Qwen/Qwen2.5-Math-PRM-7B's config.json reads as the built-in of that name: the decoder of a

@@ -88,6 +88,10 @@ LlamaWeights random_weights(const ModelSpec& m, std::uint64_t seed = 7) {
     L.gate_proj = linear(m.intermediate_size, h, u);
     L.up_proj = linear(m.intermediate_size, h, u);
     L.down_proj = linear(h, m.intermediate_size, u);
+    if (m.qk_norm) {  // far from 1, so that a weight left out, or applied after RoPE, fails the reference
+      L.q_norm = random_tensor({m.head_dim}, 0.2, 2.0, u);
+      L.k_norm = random_tensor({m.head_dim}, 0.2, 2.0, u);
+    }
     if (!m.qkv_bias) continue;
     // Large enough to move every logit: a bias left out, or added after RoPE, fails the reference.
     L.q_bias = random_tensor({q}, -1.0, 1.0, u);
@@ -121,6 +125,12 @@ Eigen::MatrixXd ref_rms_norm(const Eigen::MatrixXd& x, const HostTensor& w, doub
   for (Eigen::Index r = 0; r < x.rows(); ++r)
     out.row(r) = x.row(r).cwiseProduct(weight) / std::sqrt(x.row(r).squaredNorm() / double(x.cols()) + eps);
   return out;
+}
+
+// Qwen3's q_norm / k_norm: each head_dim-wide segment of a row is RMS-normalised on its own.
+void ref_head_norm(Eigen::MatrixXd& a, const HostTensor& w, int d, double eps) {
+  for (Eigen::Index c = 0; c + d <= a.cols(); c += d)
+    a.middleCols(c, d) = ref_rms_norm(a.middleCols(c, d), w, eps);
 }
 
 void ref_rope(Eigen::MatrixXd& a, int heads, int d, const std::vector<double>& inv_freq) {
@@ -167,6 +177,10 @@ Eigen::MatrixXd reference_logits(const LlamaWeights& w, const std::vector<TokenI
       q.rowwise() += as_double(l.q_bias).transpose().row(0);
       k.rowwise() += as_double(l.k_bias).transpose().row(0);
       v.rowwise() += as_double(l.v_bias).transpose().row(0);
+    }
+    if (m.qk_norm) {
+      ref_head_norm(q, l.q_norm, m.head_dim, m.rms_norm_eps);
+      ref_head_norm(k, l.k_norm, m.head_dim, m.rms_norm_eps);
     }
     ref_rope(q, m.num_heads, m.head_dim, inv_freq);
     ref_rope(k, m.num_kv_heads, m.head_dim, inv_freq);
@@ -395,6 +409,13 @@ TEST(CpuExecutor, Llama3RopeScalingMatchesFullRecompute) { check_shared_prefix_g
 TEST(CpuExecutor, QkvBiasesMatchFullRecompute) {
   ModelSpec m = tiny_spec();
   m.qkv_bias = true;
+  check_shared_prefix_generation(m);
+}
+
+// Qwen3: each head of q and k RMS-normalised, before RoPE.
+TEST(CpuExecutor, QkHeadNormsMatchFullRecompute) {
+  ModelSpec m = tiny_spec();
+  m.qk_norm = true;
   check_shared_prefix_generation(m);
 }
 

@@ -54,6 +54,9 @@ std::vector<std::pair<std::string, const HostTensor*>> all_tensors(const LlamaWe
       out.insert(out.end(), {{p + "self_attn.q_proj.bias", &l.q_bias},
                              {p + "self_attn.k_proj.bias", &l.k_bias},
                              {p + "self_attn.v_proj.bias", &l.v_bias}});
+    if (w.spec.qk_norm)
+      out.insert(out.end(),
+                 {{p + "self_attn.q_norm.weight", &l.q_norm}, {p + "self_attn.k_norm.weight", &l.k_norm}});
     out.insert(out.end(), {{p + "input_layernorm.weight", &l.input_norm},
                            {p + "self_attn.q_proj.weight", &l.q_proj},
                            {p + "self_attn.k_proj.weight", &l.k_proj},
@@ -190,6 +193,35 @@ TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
 
 // A PRM's score head takes the LM head's place: Qwen2.5-Math-PRM's classifier with transformers'
 // nn.Sequential names, Skywork-o1-Open-PRM's value head with its own.
+// Qwen3's q and k head norms: [head_dim] each after v_proj, counted in core's parameters, saved and
+// loaded; under a config without them (a Llama's) the checkpoint is refused, not read without them.
+TEST(Weights, QkHeadNormsRoundTripAndNeedTheirConfig) {
+  ModelSpec spec = tiny_spec(true);
+  spec.qk_norm = true;
+  const auto specs = llama_tensor_specs(spec);
+  std::int64_t params = 0;
+  for (const LlamaTensorSpec& t : specs) params += t.numel();
+  EXPECT_EQ(params, spec.num_parameters());
+  EXPECT_EQ(spec.num_parameters() - tiny_spec(true).num_parameters(), 2 * (2 * 16));
+  EXPECT_EQ(specs[5].name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(specs[6].name, "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(specs[6].shape, (std::vector<std::int64_t>{16}));
+  EXPECT_EQ(specs[6].kind, LlamaTensorSpec::Kind::Norm);
+  TempDir dir;
+  const LlamaWeights w = dummy_llama_weights(spec, 5);
+  save_llama_weights(w, dir.file("model.safetensors"), DType::F32);
+  expect_equal_weights(w, load_llama_weights(spec, dir.file("model.safetensors")));
+  try {
+    load_llama_weights(tiny_spec(true), dir.file("model.safetensors"));
+    ADD_FAILURE() << "loaded a Qwen3 checkpoint as a Llama";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("is a q or k head norm, but model 'tiny' has none (a Qwen3 checkpoint"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Weights, AScoreHeadReplacesTheLmHead) {
   using Head = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
   const std::vector<std::tuple<ScoreHead, Head, std::string>> cases = {

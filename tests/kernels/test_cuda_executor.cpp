@@ -515,6 +515,15 @@ TEST(CudaExecutor, QkvBiasModelMatchesCpuReference) {
   check_generation(m);
 }
 
+// Qwen3's q and k head norms, fused into the RoPE kernel.
+TEST(CudaExecutor, QkHeadNormModelMatchesCpuReference) {
+  DUET_REQUIRE_GPU();
+  ModelSpec m = tiny_model();
+  m.qk_norm = true;
+  m.name += "-qk-norm";
+  check_generation(m);
+}
+
 // The same requests with CUDA graphs on and off: the eager decode path agrees with the CPU too,
 // and the greedy outputs agree between the two (up to near-ties).
 TEST(CudaExecutor, EagerDecodeMatchesGraphDecode) {

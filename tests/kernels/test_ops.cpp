@@ -367,6 +367,7 @@ struct RopeCase {
   double theta;
   std::optional<duet::RopeScaling> scaling;
   std::vector<std::int32_t> positions;
+  bool head_norm = false;  // Qwen3's q and k head norms, fused before the rotation
 };
 
 class OpsRope : public ::testing::TestWithParam<RopeCase> {};
@@ -385,8 +386,16 @@ TEST_P(OpsRope, MatchesCpu) {
   auto d_qkv = upload(qkv, s.get());
   auto d_pos = upload(c.positions, s.get());
   auto d_inv = upload(inv_f, s.get());
+  // Norm weights far from 1 (a weight left out, or q's used for k, fails the reference).
+  const auto q_weight = random_bf16(std::size_t(d), 1.0f, 0.5f, 9),
+             k_weight = random_bf16(std::size_t(d), 1.0f, 0.5f, 10);
+  auto d_qw = upload(q_weight, s.get());
+  auto d_kw = upload(k_weight, s.get());
+  const float eps = 1e-6f;
+  const dk::HeadNorm norm =
+      c.head_norm ? dk::HeadNorm{d_qw.as<bf16>(), d_kw.as<bf16>(), eps} : dk::HeadNorm{};
   dk::rope(d_qkv.as<bf16>(), d_qkv.as<bf16>() + heads * d, d_pos.as<std::int32_t>(), d_inv.as<float>(), rows,
-           heads, kv_heads, d, stride, stride, s.get());
+           heads, kv_heads, d, stride, stride, s.get(), norm);
   const auto out = download<bf16>(d_qkv.get(), qkv.size(), s);
 
   // Tolerance per element of pair i: the bf16 bound, plus the float32 angle's error. The kernel's
@@ -401,6 +410,11 @@ TEST_P(OpsRope, MatchesCpu) {
       const std::size_t base = std::size_t(r) * stride + std::size_t(h) * d;
       std::vector<float> ref(std::size_t(d), 0.0f);
       for (int i = 0; i < d; ++i) ref[i] = dk::from_bf16(qkv[base + i]);
+      if (c.head_norm && h < heads + kv_heads) {
+        std::vector<float> w(static_cast<std::size_t>(d));
+        for (int i = 0; i < d; ++i) w[i] = dk::from_bf16(h < heads ? q_weight[i] : k_weight[i]);
+        duet::rms_norm(ref, w, eps, ref);
+      }
       const std::vector<float> in = ref;
       if (h < heads + kv_heads) duet::apply_rope(ref, c.positions[r], inv);
       for (int i = 0; i < d; ++i) {
@@ -434,7 +448,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RopeCase{128, 500000.0, std::nullopt, {0, 1, 2, 777, 4095, 8191}},
                       RopeCase{64, 10000.0, std::nullopt, {0, 3, 100, 2047}},
                       RopeCase{128, 500000.0, llama3_scaling(8.0), {0, 1, 4096, 8192, 32767, 131071}},
-                      RopeCase{64, 500000.0, llama3_scaling(32.0), {5, 1000, 16384, 65535}}));
+                      RopeCase{64, 500000.0, llama3_scaling(32.0), {5, 1000, 16384, 65535}},
+                      RopeCase{128, 1000000.0, std::nullopt, {0, 1, 777, 40959}, true}));
 
 TEST(Ops, RopeScalingChangesOnlyLowFrequencies) {
   // A sanity check of the host-side inv_freq the kernel consumes: llama3 scaling keeps the high

@@ -71,6 +71,10 @@ assert(accepted > 0 and accepted < #keys * #weird, "every or no submit was accep
 -- duet.model says whether a model's q, k and v projections carry biases (Qwen2's do).
 local qwen, llama = duet.model("qwen2.5-7b-instruct"), duet.model("llama-3.1-8b")
 assert(qwen.qkv_bias == true and llama.qkv_bias == false, "duet.model's qkv_bias")
+-- and whether each head of q and k is normalised (Qwen3's are): Qwen/Qwen3-8B's 8.19B parameters.
+local qwen3 = duet.model("qwen3-8b")
+assert(qwen3.qk_norm == true and qwen3.qkv_bias == false and qwen.qk_norm == false, "duet.model's qk_norm")
+assert(qwen3.num_parameters == 8190735360, "Qwen3-8B's parameters: " .. qwen3.num_parameters)
 assert(math.type(qwen.num_layers) == "integer" and qwen.max_position_embeddings == 32768 and qwen.rope_theta == 1e6
        and qwen.dtype == "bfloat16" and qwen.tie_word_embeddings == false and qwen.num_parameters == 7615616512,
        "duet.model's fields")

@@ -12,6 +12,7 @@ local setups = {
   static = {kv_pool = "static", prm = "models/tiny-llama/config.json"},
   shared = {kv_pool = "shared", prm = "models/tiny-llama/config.json"},
   qwen2 = {kv_pool = "static", prm = "models/tiny-qwen2/config.json"},  -- q, k and v biases
+  qwen3 = {kv_pool = "static", prm = "models/tiny-qwen3/config.json"},  -- q and k head norms
   ["qwen2 prm"] = {kv_pool = "static", prm = "models/tiny-qwen2-prm/config.json"},  -- a classifier head
   ["value prm"] = {kv_pool = "static", prm = "models/tiny-qwen2-value-prm/config.json"},  -- a value head
   ["shared cost"] = {kv_pool = "shared", kv_eviction = "cost", prm = "models/small-llama/config.json",
@@ -33,7 +34,7 @@ local function run(backend, setup)
   }
 end
 
-for _, kv_pool in ipairs{"static", "shared", "shared cost", "qwen2", "qwen2 prm", "value prm"} do
+for _, kv_pool in ipairs{"static", "shared", "shared cost", "qwen2", "qwen3", "qwen2 prm", "value prm"} do
 local sim, cpu = run("sim", kv_pool), run("cpu", kv_pool)
 for _, name in ipairs{"llm", "prm"} do
   local a, b = sim.timeline(name), cpu.timeline(name)
