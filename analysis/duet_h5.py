@@ -129,6 +129,9 @@ def load_run(path, group=None, tables=True):
 
     attrs    the run group's attributes: configuration, duet_schema_version (and created_utc at /);
              record_level ("requests" or "summary") when the run left tables out
+    file_attrs  the file's own (root) attributes: created_utc, and for a duet run file which script
+             and options wrote it (duet_run.script_hash, .library_hash, .args, .backend, .record,
+             .shard); the same as attrs for duet simulate's files, whose run is the root
     summary  makespan_s, wall_s
     engines  {name: {"attrs": summary attributes, "steps": DataFrame, "requests": DataFrame (None
                      when not recorded),
@@ -174,6 +177,7 @@ def load_run(path, group=None, tables=True):
             "path": path,
             "group": group,
             "attrs": _attrs(run),
+            "file_attrs": _attrs(f["/"]),
             "summary": _attrs(run["summary"]),
             "engines": engines,
             # Search workloads (duet run) add one row per problem.
@@ -276,8 +280,9 @@ def _print_run(run):
     summary = run["summary"]
     print(f"run {run['group']}: makespan {summary['makespan_s']:.6g} s, wall {summary['wall_s']:.6g} s")
     for name, value in run["attrs"].items():
-        # Long texts (the Lua script, config_json) would drown the table.
-        if not isinstance(value, str) or (len(value) <= 60 and "\n" not in value):
+        # Long texts (the Lua script, config_json, model_config) would drown the table; a cost model
+        # with its file's fingerprint, a model's shape and a warning fit.
+        if not isinstance(value, str) or (len(value) <= 200 and "\n" not in value and not value.startswith("{")):
             print(f"  {name} = {value}")
     if run["engines"]:
         with pd.option_context("display.max_rows", None, "display.width", 200):

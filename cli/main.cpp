@@ -4,6 +4,8 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/source_dir.hpp"
+#include "exec/build_revision.hpp"
 
 namespace {
 
@@ -22,7 +24,8 @@ void usage() {
       "  fit-ops    fit a GPU's operator prior to measured kernel tables\n"
       "  cost       price one step of a batch by operator under a cost model\n"
       "  bench      benchmarks that print measured figures as ratios to their targets\n\n"
-      "`duet COMMAND --help` documents each command's options.\n");
+      "`duet COMMAND --help` documents each command's options; `duet --version` says the version, the\n"
+      "build's revision and where the program reads its workloads, models and profiles.\n");
 }
 
 }  // namespace
@@ -33,6 +36,13 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+    // What a run file records of the build, and where this binary reads its data (workloads,
+    // models, profiles, traces) from: $DUET_HOME or the source tree it was built from.
+    std::printf("duet %s (revision %s; data from %s)\n", duet::duet_version(), duet::build_revision(),
+                duet::cli::source_dir().c_str());
+    return 0;
+  }
   if (command == "run") return duet::cli::run(argc - 1, argv + 1);
   if (command == "merge") return duet::cli::merge(argc - 1, argv + 1);
   if (command == "simulate") return duet::cli::simulate(argc - 1, argv + 1);

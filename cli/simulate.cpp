@@ -176,6 +176,10 @@ int simulate(int argc, char** argv) {
       RunMetadata extra;
       extra.text.emplace_back("trace", x.trace.source);
       extra.text.emplace_back("cost_model", o.cost_models[0]);
+      // What was replayed, whatever file or options it came from (--max-requests, --synthetic ...).
+      extra.text.emplace_back("trace_fingerprint",
+                              trace_fingerprint(x.trace, std::size_t(args.max_requests)));
+      if (!o.warnings.empty()) extra.text.emplace_back("warnings", warnings_text(o.warnings));
       extra.numbers.emplace_back("rate_scale", args.rate_scale);
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       try {  // a full disk may fail the last chunks too

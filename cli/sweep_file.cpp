@@ -16,14 +16,6 @@ namespace duet::cli {
 
 namespace {
 
-// FNV-1a over the script's text: the same on every platform and build. It tells an edited script
-// from the one that wrote a file; it is not a defence against forgery.
-std::string text_hash(const std::string& text) {
-  char out[32];
-  std::snprintf(out, sizeof out, "fnv1a64:%016llx", static_cast<unsigned long long>(fnv1a64(text)));
-  return out;
-}
-
 std::string numbered(const std::string& prefix, std::size_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%04zu", n);
@@ -46,23 +38,24 @@ std::string shard_name(const Shard& s) { return std::to_string(s.index) + "/" + 
 RunIdentity identity_of(const std::string& script_text, const std::string& library_hash,
                         const std::string& backend, const std::string& record,
                         const std::vector<std::string>& args, const Shard& shard) {
-  return {text_hash(script_text),      library_hash,     backend, record,
+  return {fingerprint(script_text),    library_hash,     backend, record,
           nlohmann::json(args).dump(), shard_name(shard)};
 }
 
 std::string library_hash(const std::string& source_dir) {
   namespace fs = std::filesystem;
+  const fs::path root = fs::path(source_dir) / "workloads";
   std::vector<fs::path> files;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(source_dir) / "workloads", ec))
-    if (entry.is_regular_file() && entry.path().extension() == ".lua") files.push_back(entry.path());
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) files.push_back(it->path().lexically_relative(root));
   std::sort(files.begin(), files.end());
   std::string all;
   for (const fs::path& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    all += f.filename().string() + '\0' + std::string(std::istreambuf_iterator<char>(in), {}) + '\0';
+    std::ifstream in(root / f, std::ios::binary);
+    all += f.generic_string() + '\0' + std::string(std::istreambuf_iterator<char>(in), {}) + '\0';
   }
-  return text_hash(all);
+  return fingerprint(all);
 }
 
 RunMetadata identity_metadata(const RunIdentity& id) {
@@ -99,7 +92,8 @@ void check_identity(const std::string& path, const RunIdentity& found, const Run
                     const std::string& what, bool with_shard) {
   const std::tuple<const char*, const std::string&, const std::string&, const char*> fields[] = {
       {"script_hash", found.script_hash, want.script_hash, "the script's text differs"},
-      {"library_hash", found.library_hash, want.library_hash, "a module of workloads/ differs"},
+      {"library_hash", found.library_hash, want.library_hash,
+       "a file under workloads/, a module or its data, differs"},
       {"backend", found.backend, want.backend, "--backend differs"},
       {"record", found.record, want.record, "--record differs"},
       {"args", found.args, want.args, "the script's arguments (after --) differ"},

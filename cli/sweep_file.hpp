@@ -28,7 +28,7 @@ std::string shard_name(const Shard& shard);
 // Which script, with which options, wrote a file: the root's duet_run.* attributes.
 struct RunIdentity {
   std::string script_hash;   // of the script's text
-  std::string library_hash;  // of the workload library it may require (empty in older files)
+  std::string library_hash;  // of the workload library and its data (empty in older files)
   std::string backend;
   std::string record;
   std::string args;  // the script's arguments (after --), as JSON
@@ -37,8 +37,10 @@ struct RunIdentity {
 RunIdentity identity_of(const std::string& script_text, const std::string& library_hash,
                         const std::string& backend, const std::string& record,
                         const std::vector<std::string>& args, const Shard& shard);
-// The hash of the workload library under source_dir (workloads/*.lua, names and texts): an edited
-// module must not slip into a resumed sweep beside points its old text produced.
+// The hash of the workload library under source_dir (every file under workloads/, names and
+// contents: the modules and the data they read, such as math500.jsonl, step_model.json and the
+// tokenizer): an edited module or data file must not slip into a resumed sweep, or a merged
+// shard, beside points the old one produced.
 std::string library_hash(const std::string& source_dir);
 RunMetadata identity_metadata(const RunIdentity& identity);
 // Throws naming the file when it has no identity (not written by `duet run` with sweeps).

@@ -1,5 +1,7 @@
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace duet {
@@ -19,6 +21,15 @@ inline std::uint64_t fnv1a64(std::string_view bytes) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (const unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
   return h;
+}
+
+// The fingerprint a file records of a text it was made from (a script, a profile, a library):
+// "fnv1a64:" and 16 hex digits. It tells an edited input from the one used; it is no defence
+// against forgery.
+inline std::string fingerprint(std::string_view bytes) {
+  char out[32];
+  std::snprintf(out, sizeof out, "fnv1a64:%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+  return out;
 }
 
 }  // namespace duet

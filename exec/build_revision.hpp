@@ -8,4 +8,7 @@ namespace duet {
 // (cmake/git_revision.cmake).
 const char* build_revision();
 
+// The project's version (CMakeLists.txt's project(VERSION)): what `duet --version` prints.
+const char* duet_version();
+
 }  // namespace duet

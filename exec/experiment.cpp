@@ -31,6 +31,12 @@ void link_pool_peers(const std::vector<std::unique_ptr<BuiltEngine>>& built) {
 
 }  // namespace
 
+std::string warnings_text(const std::vector<std::string>& warnings) {
+  std::string text;
+  for (const std::string& w : warnings) text += (text.empty() ? "" : "\n") + w;
+  return text;
+}
+
 ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
                                  const ExperimentHooks& hooks) {
   if (spec.engines.empty()) throw Error("an experiment needs at least one engine");
@@ -72,6 +78,9 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   out.metadata.text.emplace_back("device", spec.backend != "sim"       ? device_key(spec.backend, spec.gpu)
                                            : !spec.cost_device.empty() ? spec.cost_device
                                                                        : gpu_device_key(spec.gpu));
+  // Where the workloads, models, profiles and traces were read from ($DUET_HOME or the source tree):
+  // the build's revision does not say which data a binary copied elsewhere read.
+  out.metadata.text.emplace_back("data_dir", spec.source_dir);
   out.metadata.numbers.emplace_back("seed", double(spec.seed));
   out.metadata.text.emplace_back("kv_pool", kv_pool_kind_name(spec.kv_pool.kind));
   if (out.plan.shared) {
@@ -103,6 +112,8 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
       if (!note.empty()) out.warnings.push_back("engine '" + spec.engines[i].config.name + "': " + note);
     }
   }
+  // In the file too: a result priced beyond its cost model's measurements says so where it is read.
+  if (!out.warnings.empty()) out.metadata.text.emplace_back("warnings", warnings_text(out.warnings));
   return out;
 }
 

@@ -63,6 +63,9 @@ struct ExperimentHooks {
   std::function<void(Runtime&, const ExperimentOutcome&)> before_run;
 };
 
+// The outcome's warnings as one text, a line each: the run file's `warnings` attribute.
+std::string warnings_text(const std::vector<std::string>& warnings);
+
 // Builds the engines from the memory plan, runs `workload` to completion on the backend's clock,
 // and returns what the run recorded.
 ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,

@@ -320,6 +320,22 @@ TokenId token_at(std::uint64_t key, std::uint64_t position, int vocab_size) {
 
 }  // namespace
 
+std::string trace_fingerprint(const Trace& trace, std::size_t max_requests) {
+  // The requests as text, each number in full (%.17g round-trips a double): the same on every
+  // platform, unlike the structs' bytes.
+  std::string text = std::to_string(trace.hash_block_size) + '\n';
+  char buf[64];
+  const std::size_t n = max_requests ? std::min(max_requests, trace.requests.size()) : trace.requests.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const TraceRequest& r = trace.requests[i];
+    std::snprintf(buf, sizeof buf, "%.17g %d %d", r.arrival_s, r.input_tokens, r.output_tokens);
+    text += buf;
+    for (const std::int64_t h : r.hash_ids) text += ' ' + std::to_string(h);
+    text += '\n';
+  }
+  return fingerprint(text);
+}
+
 TraceFormat trace_format_from_name(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });

@@ -28,6 +28,11 @@ struct Trace {
 
 TraceFormat trace_format_from_name(const std::string& name);  // "auto", "azure", "mooncake"
 
+// A fingerprint of the first `max_requests` requests (0: all; their arrival times, lengths and
+// block hashes) and the hash block size: what a replay ran, whatever file or options it came from
+// (core/mix.hpp's fingerprint).
+std::string trace_fingerprint(const Trace& trace, std::size_t max_requests = 0);
+
 // Reads a trace file; .gz files are decompressed. Auto detects the format from the content.
 // Errors (duet::Error) name the file and line: a malformed row, a bad field, a missing header.
 Trace load_trace(const std::string& path, TraceFormat format = TraceFormat::Auto);

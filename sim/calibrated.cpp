@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/executor.hpp"
 #include "core/json_fields.hpp"
+#include "core/mix.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -506,7 +507,10 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& ori
 }
 
 CalibrationProfile load_profile(const std::string& path) {
-  return parse_profile(read_file_bytes(path), path);
+  const std::string text = read_file_bytes(path);
+  CalibrationProfile p = parse_profile(text, path);
+  p.file_fingerprint = fingerprint(text);
+  return p;
 }
 
 CalibratedCostModel::CalibratedCostModel(CalibrationProfile profile)
@@ -541,7 +545,9 @@ std::string CalibratedCostModel::describe() const {
     std::snprintf(buf, sizeof buf, "; warm caches %.1f%%", 100.0 * profile_.alone_fit.median_abs_rel_error);
     out += buf;
   }
-  return out + ")";
+  // The file's fingerprint: a run file that names the profile by its path alone would not tell an
+  // edited profile from the one it ran with.
+  return out + (profile_.file_fingerprint.empty() ? "" : ", " + profile_.file_fingerprint) + ")";
 }
 
 std::string CalibratedCostModel::extrapolation_report() const {

@@ -106,8 +106,9 @@ struct CalibrationProfile {
   bool cuda_graphs = false;
   std::string created_utc;
   std::string git_revision;
-  std::string source;     // what was measured
-  std::string grid_json;  // the grid, as JSON text
+  std::string source;            // what was measured
+  std::string grid_json;         // the grid, as JSON text
+  std::string file_fingerprint;  // of the file it was read from (core/mix.hpp), "" when made in memory
   DeviceFeatures device_coefficients{};
   // Device time of an engine that has the device to itself, where caches stay warm from one step
   // to the next (the CPU engine's `duet profile` measures both; absent elsewhere).

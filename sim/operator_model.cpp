@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/json_fields.hpp"
+#include "core/mix.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -118,7 +119,12 @@ void save_prior(const OperatorPrior& p, const std::string& path) {
   write_json_file(path, j, 1);
 }
 
-OperatorPrior load_prior(const std::string& path) { return parse_prior(read_file_bytes(path), path); }
+OperatorPrior load_prior(const std::string& path) {
+  const std::string text = read_file_bytes(path);
+  OperatorPrior p = parse_prior(text, path);
+  p.file_fingerprint = fingerprint(text);
+  return p;
+}
 
 OperatorPrior parse_prior(std::string_view text, const std::string& path) {
   const nlohmann::json j = json_fields::parse(text, path);
@@ -332,7 +338,9 @@ StepCost OperatorCostModel::step_cost(const BatchShape& shape) const {
 }
 
 std::string OperatorCostModel::describe() const {
-  return "operator(" + model_.name + " on " + gpu_.name + ")";
+  // The prior file's fingerprint: its path alone would not tell an edited prior from the one used.
+  return "operator(" + model_.name + " on " + gpu_.name +
+         (prior_.file_fingerprint.empty() ? "" : ", prior " + prior_.file_fingerprint) + ")";
 }
 
 std::string OperatorCostModel::extrapolation_report() const {

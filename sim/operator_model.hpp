@@ -83,7 +83,8 @@ struct OperatorPrior {
   OperatorCurve gemm, decode_attention, prefill_attention;
   double elementwise_fixed_s = 0;
   double elementwise_bandwidth_efficiency = 1;
-  std::string held_out_json;  // the fit's held-out errors by class, as JSON text (for the record)
+  std::string held_out_json;     // the fit's held-out errors by class, as JSON text (for the record)
+  std::string file_fingerprint;  // of the file it was read from (core/mix.hpp), "" when made in memory
 
   const OperatorCurve& curve(OperatorClass c) const;
   OperatorCurve& curve(OperatorClass c);

@@ -63,14 +63,19 @@ function O.merge(what, kinds, defaults, opts, level, passed)
   for _, k in ipairs(passed or {}) do skip[k] = true end
   local o = {}
   for k, v in pairs(defaults) do o[k] = v end
+  local unknown = {}
   for k, v in pairs(opts or {}) do
-    if kinds[k] == nil and not skip[k] then
-      local valid = {}
-      for name in pairs(kinds) do valid[#valid + 1] = name end
-      table.sort(valid)
-      error("unknown " .. what .. " option '" .. tostring(k) .. "' (valid: " .. table.concat(valid, ", ") .. ")", level)
-    end
+    if kinds[k] == nil and not skip[k] then unknown[#unknown + 1] = tostring(k) end
     o[k] = v
+  end
+  if #unknown > 0 then
+    -- All of them, sorted: pairs() follows string hashes that Lua seeds afresh in each process.
+    table.sort(unknown)
+    local valid = {}
+    for name in pairs(kinds) do valid[#valid + 1] = name end
+    table.sort(valid)
+    error("unknown " .. what .. " option" .. (#unknown > 1 and "s '" or " '") .. table.concat(unknown, "', '") ..
+          "' (valid: " .. table.concat(valid, ", ") .. ")", level)
   end
   local names = {}
   for name in pairs(kinds) do names[#names + 1] = name end

@@ -47,8 +47,11 @@ S.kinds = {
 -- {name = default} (then a value must have the default's type). `unused`: {name = why} for the
 -- shared options this workload does not use, which are errors rather than silently ignored.
 function S.options(opts, extra, unused)
-  for name, why in pairs(unused or {}) do
-    if type(opts) == "table" and opts[name] ~= nil then error("search option " .. name .. ": " .. why, 3) end
+  local names = {}
+  for name in pairs(unused or {}) do names[#names + 1] = name end
+  table.sort(names)  -- a stable first error: pairs() follows per-process string hashes
+  for _, name in ipairs(names) do
+    if type(opts) == "table" and opts[name] ~= nil then error("search option " .. name .. ": " .. unused[name], 3) end
   end
   local kinds, defaults = {}, {}
   for k, v in pairs(S.kinds) do kinds[k] = v end

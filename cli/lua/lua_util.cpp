@@ -399,20 +399,24 @@ std::optional<bool> TableReader::boolean(const char* key) {
 void TableReader::known(std::initializer_list<const char*> keys) { asked_.insert(keys.begin(), keys.end()); }
 
 void TableReader::finish(const std::string& hint) {
+  // Every unknown key, sorted: lua_next's order follows string hashes that Lua seeds afresh in each
+  // process, so naming the first one met would change the message from run to run.
+  std::vector<std::string> unknown;
   lua_pushnil(L_);
   while (lua_next(L_, index_) != 0) {
     lua_pop(L_, 1);  // the value; the key stays for lua_next
     const bool string_key = lua_type(L_, -1) == LUA_TSTRING;
     const std::string key =
         string_key ? lua_tostring(L_, -1) : std::string("[") + luaL_typename(L_, -1) + " key]";
-    if (!string_key || !asked_.count(key)) {
-      std::string valid;
-      for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;
-      lua_pop(L_, 1);
-      throw Error(location() + where_ + ": unknown key '" + key + "' (valid keys: " + valid +
-                  (hint.empty() ? "" : "; " + hint) + ")");
-    }
+    if (!string_key || !asked_.count(key)) unknown.push_back(key);
   }
+  if (unknown.empty()) return;
+  std::sort(unknown.begin(), unknown.end());
+  std::string keys, valid;
+  for (const auto& k : unknown) keys += (keys.empty() ? "'" : ", '") + k + "'";
+  for (const auto& k : asked_) valid += (valid.empty() ? "" : ", ") + k;
+  throw Error(location() + where_ + ": unknown key" + (unknown.size() > 1 ? "s " : " ") + keys +
+              " (valid keys: " + valid + (hint.empty() ? "" : "; " + hint) + ")");
 }
 
 }  // namespace duet::lua

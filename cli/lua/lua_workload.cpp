@@ -67,6 +67,36 @@ int unknown_engine(lua_State* L) {
   return lua_error(L);
 }
 
+// ctx.engines' iterator for pairs(): the engines in the order duet.run declared them. Lua 5.4 seeds
+// its string hashes afresh in every process, so next() would visit them in an order that changes
+// from run to run, and a workload that submits in pairs() order would number and schedule its
+// requests differently each time. Upvalue 1: the names, a list. No C++ object lives here.
+int next_engine(lua_State* L) {
+  const int names = lua_upvalueindex(1);
+  const lua_Integer n = lua_Integer(lua_rawlen(L, names));
+  lua_Integer at = 0;  // the position of the key given, 0 for nil (the first call)
+  for (lua_Integer i = 1; i <= n && !lua_isnil(L, 2) && at == 0; ++i) {
+    lua_rawgeti(L, names, i);
+    if (lua_rawequal(L, -1, 2)) at = i;
+    lua_pop(L, 1);
+  }
+  if (!lua_isnil(L, 2) && at == 0)
+    return luaL_error(L, "ctx.engines: no engine named by the key given to next");
+  if (at == n) return 0;  // the end: nil
+  lua_rawgeti(L, names, at + 1);
+  lua_pushvalue(L, -1);
+  lua_rawget(L, 1);
+  return 2;
+}
+
+// ctx.engines' __pairs. Upvalue 1: next_engine.
+int pairs_engines(lua_State* L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
 }  // namespace
 
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
@@ -108,10 +138,18 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   workload_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
   std::string names;
   for (const EngineVocab& e : engines_) names += (names.empty() ? "" : ", ") + e.name;
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushstring(L, names.c_str());
   lua_pushcclosure(L, unknown_engine, 1);
   lua_setfield(L, -2, "__index");
+  lua_createtable(L, int(engines_.size()), 0);
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    lua_pushstring(L, engines_[e].name.c_str());
+    lua_rawseti(L, -2, lua_Integer(e + 1));
+  }
+  lua_pushcclosure(L, next_engine, 1);
+  lua_pushcclosure(L, pairs_engines, 1);
+  lua_setfield(L, -2, "__pairs");
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");  // getmetatable sees false; setmetatable is refused
   engines_meta_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -25,6 +25,10 @@ run("run", "tests/cli/one_request_sweep.lua", "--no-progress", "--out", sweep)
 
 r = duet_h5.load_run(one)
 assert r["group"] == "/runs/0000" and set(r["engines"]) == {"llm", "prm"}, (r["group"], list(r["engines"]))
+# The file's own attributes too: which script and options wrote it.
+assert r["file_attrs"]["duet_run.args"] == '["--problems","2"]', r["file_attrs"]
+assert r["file_attrs"]["duet_run.library_hash"].startswith("fnv1a64:"), r["file_attrs"]
+assert r["attrs"]["duet_version"] and r["attrs"]["llm.model_config"].startswith("{"), r["attrs"]
 try:
     duet_h5.load_run(sweep)
     sys.exit("load_run chose one of a sweep's runs")

@@ -69,7 +69,15 @@ mkdir -p home
 cp -r "$source/workloads" home/
 for d in models traces profiles scripts; do ln -sfn "$source/$d" "home/$d"; done
 echo "-- edited" >>home/workloads/beam_search.lua
-expect_error "--resume: edited.h5: attribute duet_run.library_hash .*a module of workloads/ differs" \
+expect_error "--resume: edited.h5: attribute duet_run.library_hash .*a file under workloads/, a module or its data, differs" \
+  env DUET_HOME="$out/home" "$duet" run "$script" --out edited.h5 --resume --no-progress -- --problems 100
+# So is an edited data file the workloads read (here the step-length model): it changes the runs
+# as much as a module does.
+rm -rf home/workloads
+cp -r "$source/workloads" home/
+sed -i 's/"mu"/"mu" /' home/workloads/data/step_model.json
+grep -q '"mu" ' home/workloads/data/step_model.json || fail "the data edit did not apply"
+expect_error "--resume: edited.h5: attribute duet_run.library_hash .*a file under workloads/, a module or its data, differs" \
   env DUET_HOME="$out/home" "$duet" run "$script" --out edited.h5 --resume --no-progress -- --problems 100
 $compare whole.h5 edited.h5 >/dev/null || fail "a refused --resume changed the file"
 head -c 300000 whole.h5 >truncated.h5

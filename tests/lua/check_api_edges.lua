@@ -97,3 +97,21 @@ local mixed = duet.run{gpu = "h100", out = false, progress = false,
 assert(mixed.problems == 40, "a Qwen2.5 generator with a Llama 3 PRM")
 print(string.format("API edges: %d calls, %d of %d odd submits accepted, the process survived", calls, accepted,
                     #keys * #weird))
+
+-- pairs(ctx.engines) visits the engines in the order duet.run declared them, in every process:
+-- Lua seeds its string hashes afresh each time, so a plain table's order would change from run to
+-- run, and a workload that submits in that order would not reproduce its own file.
+local declared = {"zeta", "alpha", "mid", "beta", "omega", "kappa"}
+local engines = {}
+for _, name in ipairs(declared) do
+  engines[#engines + 1] = {name = name, model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.1}
+end
+local seen
+duet.run{out = false, progress = false, engines = engines, workload = {problems = {{}}, solve = function(ctx)
+  seen = {}
+  for name, engine in pairs(ctx.engines) do
+    assert(engine.name == name, "pairs gave engine " .. engine.name .. " under the key " .. name)
+    seen[#seen + 1] = name
+  end
+end}}
+assert(table.concat(seen, ",") == table.concat(declared, ","), "pairs(ctx.engines) order: " .. table.concat(seen, ","))
