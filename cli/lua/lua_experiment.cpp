@@ -358,12 +358,22 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       pcall(L, 4, 1);
       const bool number = lua_type(L, -1) == LUA_TNUMBER;
       const double key = lua_tonumber(L, -1);
+      // Keys are compared as doubles: integers past 2^53 would round into silent ties.
+      constexpr lua_Integer exact = lua_Integer(1) << 53;
+      const bool inexact =
+          lua_isinteger(L, -1) && (lua_tointeger(L, -1) > exact || lua_tointeger(L, -1) < -exact);
+      const lua_Integer as_integer = inexact ? lua_tointeger(L, -1) : 0;
       lua_pop(L, 1);
+      if (inexact)
+        throw Error(p.order.where + "engines." + engine + ".policy.order returned the integer " +
+                    std::to_string(as_integer) + " for sequence " + std::to_string(s.id) +
+                    ", beyond 2^53: keys are compared as doubles, and larger integers would tie; return a "
+                    "smaller key");
       // A NaN breaks the waiting queue's order, and the sequences it loses are never run.
       if (!number || !std::isfinite(key))
         throw Error(p.order.where + "engines." + engine + ".policy.order returned " +
-                    (number ? std::to_string(key) : "a non-number") + " for sequence " +
-                    std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
+                    (number ? (std::isnan(key) ? std::string("NaN") : std::to_string(key)) : "a non-number") +
+                    " for sequence " + std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
                     "; it must return a finite number");
       return key;
     };
@@ -379,11 +389,10 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       pcall(L, 6, 1);
       // A forgotten return (nil) would refuse every admission, silently, until the engine is stuck.
       if (!lua_isboolean(L, -1)) {
-        const std::string got = luaL_typename(L, -1);
+        const std::string got = returned_text(L, -1);
         lua_pop(L, 1);
-        throw Error(p.admit.where + "engines." + engine + ".policy.admit returned a " + got +
-                    " for sequence " + std::to_string(s.id) +
-                    "; it must return true (admit) or false (not yet)");
+        throw Error(p.admit.where + "engines." + engine + ".policy.admit returned " + got + " for sequence " +
+                    std::to_string(s.id) + "; it must return true (admit) or false (not yet)");
       }
       const bool ok = lua_toboolean(L, -1);
       lua_pop(L, 1);
@@ -402,7 +411,7 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       }
       pcall(L, 1, 1);
       const std::optional<lua_Integer> pick = integral(L, -1);
-      const std::string got = pick ? std::to_string(*pick) : std::string("a ") + luaL_typename(L, -1);
+      const std::string got = returned_text(L, -1);
       lua_pop(L, 1);
       if (!pick || *pick < 1 || *pick > lua_Integer(c.size()))
         throw Error(p.victim.where + "engines." + engine + ".policy.victim returned " + got +
@@ -521,7 +530,7 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
         for (int i = 0; i < n; ++i)
           if (names[std::size_t(i)] == lua_tostring(L, -1)) pick = i;
       } else {
-        returned = std::string("a ") + luaL_typename(L, -1);
+        returned = returned_text(L, -1);
       }
       lua_pop(L, 1);
       if (pick < 0)

@@ -212,7 +212,31 @@ std::string defined_at(lua_State* L, int idx) {
   lua_pushvalue(L, idx);
   lua_Debug ar;
   lua_getinfo(L, ">S", &ar);  // pops the copy
+  // A C function (print, tostring) has no line of its own: the line running now, which handed it
+  // over, is the script's place for it.
+  if (ar.linedefined < 0) return where(L, 1);
   return std::string(ar.short_src) + ":" + std::to_string(ar.linedefined) + ": ";
+}
+
+std::string returned_text(lua_State* L, int idx) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+      return "nil";
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, idx) ? "true" : "false";
+    case LUA_TNUMBER: {
+      if (lua_isinteger(L, idx)) return std::to_string(lua_tointeger(L, idx));
+      const double v = lua_tonumber(L, idx);
+      if (std::isnan(v)) return "NaN";  // printf's "-nan" reads as a sign that NaN does not have
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return buf;
+    }
+    case LUA_TSTRING:
+      return "'" + std::string(lua_tostring(L, idx)) + "'";
+    default:
+      return std::string("a ") + luaL_typename(L, idx);
+  }
 }
 
 namespace {

@@ -174,8 +174,11 @@ std::string flat_table_json(lua_State* L, int idx);
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
 // The "file:line: " where the Lua function at idx is defined: errors in what a callback returns
-// name it, not the code that happened to call into duet.
+// name it, not the code that happened to call into duet. For a C function, the running line.
 std::string defined_at(lua_State* L, int idx);
+// A value a callback returned, as an error message shows it: nil, true, 1.5, NaN, 'text', or
+// "a table" (a type for what has no short text).
+std::string returned_text(lua_State* L, int idx);
 
 // Hides the metatable on top of the stack from getmetatable and setmetatable (its __metatable
 // field), so that a script cannot call a userdata's __gc twice or swap its methods. The debug

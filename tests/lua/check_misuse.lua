@@ -75,12 +75,18 @@ expect_error(function() return duet.run(refusing) end,
 local forgetful = config{workload = refusing.workload}
 forgetful.engines[1].policy = {admit = function() end}
 expect_error(function() return duet.run(forgetful) end,
-             "check_misuse.lua:%d+: engines.llm.policy.admit returned a nil for sequence %d+; it must return true " ..
+             "check_misuse.lua:%d+: engines.llm.policy.admit returned nil for sequence %d+; it must return true " ..
              "%(admit%) or false %(not yet%)")
 local wordy = config{workload = refusing.workload}
 wordy.engines[1].policy = {order = function() return "first" end}
 expect_error(function() return duet.run(wordy) end,
              "check_misuse.lua:%d+: engines.llm.policy.order returned a non%-number for sequence %d+ of problem 1")
+-- Keys are compared as doubles: integers past 2^53 would round into ties, and "lower runs first"
+-- would silently not hold.
+local huge = config{workload = refusing.workload}
+huge.engines[1].policy = {order = function(id) return (1 << 60) - id end}
+expect_error(function() return duet.run(huge) end,
+             "check_misuse.lua:%d+: engines.llm.policy.order returned the integer %d+ for sequence %d+, beyond 2%^53")
 
 -- duet.token_list: ids are non-negative 32-bit integers.
 expect_error(function() return duet.token_list{1, -5} end, "entry 2 is not a token id")
@@ -167,8 +173,17 @@ end
 expect_error(function() return duet.run(arbiter_returning(2 ^ 32 + 1)) end,
              "the arbiter returned 4294967297, not an engine's name or its index %(1 to 2%)")
 expect_error(function() return duet.run(arbiter_returning("gen")) end, "check_misuse.lua:%d+: the arbiter returned 'gen'")
-expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbiter returned a nil")
+expect_error(function() return duet.run(arbiter_returning(nil)) end, "the arbiter returned nil")
 assert(duet.run(arbiter_returning(1.0)).problems == 1)
+-- A value that is no index is shown as it is, and a C function as the policy names the line that
+-- gave it.
+expect_error(function() return duet.run(arbiter_returning(1.5)) end, "the arbiter returned 1.5, not an engine's name")
+expect_error(function() return duet.run(arbiter_returning(0 / 0)) end, "the arbiter returned NaN, not an engine's name")
+local printing = config{arbiter = print, workload = {problems = {{}}, solve = function(ctx)
+  duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+  return {score = 0}
+end}}
+expect_error(function() return duet.run(printing) end, "^[^%[]*check_misuse.lua:%d+: the arbiter returned nil")
 
 -- A wrongly typed name is one message, not one wrapped in another.
 support.expect_error(function() return duet.run(config{gpu = 5}) end,
@@ -298,5 +313,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 46, "checked " .. support.checked)
+assert(support.checked == 50, "checked " .. support.checked)
 print("misuse: ok")
