@@ -39,4 +39,13 @@ void check_batch(const Batch& batch, const KvLayout& layout, const ModelSpec& mo
   }
 }
 
+void check_prm_label_ids(const ModelSpec& model, TokenId plus_id, TokenId minus_id, const char* executor) {
+  const int width = model.logits_width();
+  for (const TokenId id : {plus_id, minus_id})
+    if (id < 0 || id >= width)
+      throw Error(std::string(executor) + ": PRM label id " + std::to_string(id) + " is outside the " +
+                  (model.can_generate() ? "vocabulary" : "score head's labels") + " of " +
+                  std::to_string(width));
+}
+
 }  // namespace duet

@@ -30,7 +30,8 @@ void add_bias(MatrixRM& y, const HostTensor& b) {
 // RMSNorm of every head of every row in place, one weight vector for all heads: Qwen3's q_norm
 // and k_norm, after the projections and before RoPE (transformers' Qwen3Attention).
 void head_norm(MatrixRM& y, const HostTensor& w, float eps) {
-  const std::size_t d = w.data.size();
+  const std::size_t d = w.data.size();  // check_weights: head_dim, which divides the row
+  if (d == 0 || std::size_t(y.cols()) % d != 0) throw std::logic_error("CpuExecutor: a head norm's width");
   for (Eigen::Index r = 0; r < y.rows(); ++r)
     for (std::size_t c = 0; c + d <= std::size_t(y.cols()); c += d) {
       const std::span<float> head{y.row(r).data() + c, d};
@@ -77,12 +78,7 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, int num_blocks, int block_
   if (num_blocks <= 0 || block_size <= 0)
     throw Error("CpuExecutor: num_blocks and block_size must be positive, got " + std::to_string(num_blocks) +
                 " and " + std::to_string(block_size));
-  const int width = weights.spec.logits_width();
-  for (TokenId id : {options.prm_plus_id, options.prm_minus_id})
-    if (id < 0 || id >= width)
-      throw Error("CpuExecutor: PRM label id " + std::to_string(id) + " is outside the " +
-                  (weights.spec.can_generate() ? "vocabulary" : "score head's labels") + " of " +
-                  std::to_string(width));
+  check_prm_label_ids(weights.spec, options.prm_plus_id, options.prm_minus_id, "CpuExecutor");
   check_weights();
   inv_freq_ = rope_inv_freq(weights.spec);
   if (arena.empty()) {

@@ -328,11 +328,7 @@ void CudaExecutor::Impl::init(const ModelSpec& m, int num_blocks, int block_size
   if (num_blocks <= 0 || block_size <= 0)
     throw Error("CudaExecutor: num_blocks and block_size must be positive, got " +
                 std::to_string(num_blocks) + " and " + std::to_string(block_size));
-  for (TokenId id : {o.prm_plus_id, o.prm_minus_id})
-    if (id < 0 || id >= m.logits_width())
-      throw Error("CudaExecutor: PRM label id " + std::to_string(id) + " is outside the " +
-                  (m.can_generate() ? "vocabulary" : "score head's labels") + " of " +
-                  std::to_string(m.logits_width()));
+  check_prm_label_ids(m, o.prm_plus_id, o.prm_minus_id, "CudaExecutor");
   if (o.max_num_batched_tokens <= 0 || o.max_num_seqs <= 0 || o.max_model_len <= 0)
     throw Error("CudaExecutor: max_num_batched_tokens, max_num_seqs and max_model_len must be positive");
   for (int b : o.graph_batch_sizes)

@@ -304,13 +304,13 @@ void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq
           "rope: head_dim must be even and in (0, 1024]");
   require(q_stride >= num_heads * head_dim && k_stride >= num_kv_heads * head_dim,
           "rope: a row stride is shorter than its heads");
-  if (rows == 0 || num_heads + num_kv_heads == 0) return;
-  const int pairs = (num_heads + num_kv_heads) * (head_dim / 2);
-  const int threads = row_threads(pairs < 256 ? pairs : 256);
   require((norm.q_weight == nullptr) == (norm.k_weight == nullptr),
           "rope: give both head norms' weights or none");
   require(norm.q_weight == nullptr || (norm.eps > 0 && num_heads + num_kv_heads <= 4096),
           "rope: head norms need eps > 0 and at most 4096 heads");
+  if (rows == 0 || num_heads + num_kv_heads == 0) return;
+  const int pairs = (num_heads + num_kv_heads) * (head_dim / 2);
+  const int threads = row_threads(pairs < 256 ? pairs : 256);
   const std::size_t shared =
       (std::size_t(head_dim) + (norm.q_weight ? num_heads + num_kv_heads : 0)) * sizeof(float);
   rope_kernel<<<rows, threads, shared, s>>>(q, k, positions, inv_freq, num_heads, num_kv_heads, head_dim,

@@ -412,10 +412,13 @@ TEST(CpuExecutor, QkvBiasesMatchFullRecompute) {
   check_shared_prefix_generation(m);
 }
 
-// Qwen3: each head of q and k RMS-normalised, before RoPE.
+// Qwen3: each head of q and k RMS-normalised, before RoPE; with twice the heads, q is wider than the
+// hidden state, as in Qwen3-0.6B (16 x 128 over 1,024).
 TEST(CpuExecutor, QkHeadNormsMatchFullRecompute) {
   ModelSpec m = tiny_spec();
   m.qk_norm = true;
+  m.num_heads *= 2;
+  ASSERT_GT(m.num_heads * m.head_dim, m.hidden_size);
   check_shared_prefix_generation(m);
 }
 
@@ -726,7 +729,22 @@ TEST(CpuExecutor, CopiesRunBeforeTheForwardPassInEveryLayer) {
 
 TEST(CpuExecutor, RejectsBadWeightsAndOptions) {
   LlamaWeights w = random_weights(tiny_spec());
-  EXPECT_THROW(CpuExecutor(w, 8, 4, {.prm_plus_id = 256}), Error);
+  // PRM label ids are columns of the logits rows: the vocabulary's, or a score head's two.
+  const auto expect_error = [](const auto& make, const std::string& message) {
+    try {
+      make();
+      ADD_FAILURE() << "no error; expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { CpuExecutor(w, 8, 4, {.prm_plus_id = 256}); },
+               "CpuExecutor: PRM label id 256 is outside the vocabulary of 256");
+  ModelSpec prm = tiny_spec();
+  prm.score_head = ScoreHead::Classifier;
+  const LlamaWeights p = random_weights(prm);
+  expect_error([&] { CpuExecutor(p, 8, 4, {.prm_plus_id = 2, .prm_minus_id = 0}); },
+               "CpuExecutor: PRM label id 2 is outside the score head's labels of 2");
   EXPECT_THROW(CpuExecutor(w, 0, 4), Error);
   w.layers[1].k_proj.shape = {16, 64};
   EXPECT_THROW(CpuExecutor(w, 8, 4), Error);
@@ -736,6 +754,12 @@ TEST(CpuExecutor, RejectsBadWeightsAndOptions) {
   LlamaWeights b = random_weights(qwen);
   b.layers[0].v_bias = {};
   EXPECT_THROW(CpuExecutor(b, 8, 4), Error);
+  // So does a Qwen3 its head norms.
+  ModelSpec qwen3 = tiny_spec();
+  qwen3.qk_norm = true;
+  LlamaWeights n = random_weights(qwen3);
+  n.layers[1].k_norm = {};
+  expect_error([&] { CpuExecutor(n, 8, 4); }, "model.layers.1.self_attn.k_norm.weight has the wrong shape");
 }
 
 }  // namespace

@@ -107,10 +107,16 @@ const LlamaWeights& rounded_weights(const ModelSpec& spec) {
     slot = std::make_unique<LlamaWeights>(dummy_llama_weights(spec, 11));
     LlamaWeights& w = *slot;
     round_tensor(w.embed_tokens);
-    for (LlamaLayerWeights& l : w.layers)
-      for (HostTensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
-                            &l.gate_proj, &l.up_proj, &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias})
+    for (LlamaLayerWeights& l : w.layers) {
+      // Qwen3's head norms spread 10x around 1 (the dummy 1 +- 0.05 would let a weight left out,
+      // or q's used for k, pass within the tolerance), then rounded as the GPU holds them.
+      for (HostTensor* t : {&l.q_norm, &l.k_norm})
+        for (float& v : t->data) v = 1.0f + 10.0f * (v - 1.0f);
+      for (HostTensor* t :
+           {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj, &l.up_proj,
+            &l.down_proj, &l.q_bias, &l.k_bias, &l.v_bias, &l.q_norm, &l.k_norm})
         round_tensor(*t);
+    }
     // A score head's biases at 10x the dummy scale: a bias left out moves its labels by far more
     // than the 3% tolerance (at the dummy scale, score.0's moved them by about that much).
     for (HostTensor* t : {&w.score_hidden_bias, &w.score_out_bias})
@@ -515,12 +521,15 @@ TEST(CudaExecutor, QkvBiasModelMatchesCpuReference) {
   check_generation(m);
 }
 
-// Qwen3's q and k head norms, fused into the RoPE kernel.
+// Qwen3's q and k head norms, fused into the RoPE kernel; with twice the heads, so that q is wider
+// than the hidden state (as in Qwen3-0.6B and -4B: 16 x 128 over 1,024, 32 x 128 over 2,560).
 TEST(CudaExecutor, QkHeadNormModelMatchesCpuReference) {
   DUET_REQUIRE_GPU();
   ModelSpec m = tiny_model();
   m.qk_norm = true;
-  m.name += "-qk-norm";
+  m.num_heads *= 2;
+  m.name += "-qk-norm-wide";
+  ASSERT_GT(m.num_heads * m.head_dim, m.hidden_size);
   check_generation(m);
 }
 

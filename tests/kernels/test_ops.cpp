@@ -368,6 +368,7 @@ struct RopeCase {
   std::optional<duet::RopeScaling> scaling;
   std::vector<std::int32_t> positions;
   bool head_norm = false;  // Qwen3's q and k head norms, fused before the rotation
+  int heads = 4, kv_heads = 2;
 };
 
 class OpsRope : public ::testing::TestWithParam<RopeCase> {};
@@ -377,9 +378,19 @@ class OpsRope : public ::testing::TestWithParam<RopeCase> {};
 TEST_P(OpsRope, MatchesCpu) {
   DUET_REQUIRE_GPU();
   const RopeCase& c = GetParam();
-  const int heads = 4, kv_heads = 2, d = c.head_dim, half = d / 2;
+  const int heads = c.heads, kv_heads = c.kv_heads, d = c.head_dim, half = d / 2;
   const int rows = int(c.positions.size()), stride = (heads + 2 * kv_heads) * d;
-  const auto qkv = random_bf16(std::size_t(rows) * stride, 0.0f, 1.0f, 8);
+  auto qkv = random_bf16(std::size_t(rows) * stride, 0.0f, 1.0f, 8);
+  if (c.head_norm) {
+    // A q head and a k head whose RMS is sqrt(eps), where eps doubles the denominator (a wrong or
+    // missing eps fails), and a zero q head, whose output must be 0.
+    const std::size_t last = std::size_t(rows - 1) * stride;
+    for (int i = 0; i < d; ++i) {
+      for (const std::size_t at : {last + std::size_t(i), last + std::size_t(heads * d + i)})
+        qkv[at] = dk::to_bf16(dk::from_bf16(qkv[at]) * 1e-3f);
+      qkv[std::size_t(d + i)] = dk::to_bf16(0.0f);
+    }
+  }
   const std::vector<double> inv = duet::rope_inv_freq(d, c.theta, c.scaling);
   std::vector<float> inv_f(inv.begin(), inv.end());  // the host computes inv_freq; the kernel takes float32
   dk::StreamHandle s;
@@ -392,10 +403,10 @@ TEST_P(OpsRope, MatchesCpu) {
   auto d_qw = upload(q_weight, s.get());
   auto d_kw = upload(k_weight, s.get());
   const float eps = 1e-6f;
-  const dk::HeadNorm norm =
+  const dk::HeadNorm qk_norm =
       c.head_norm ? dk::HeadNorm{d_qw.as<bf16>(), d_kw.as<bf16>(), eps} : dk::HeadNorm{};
   dk::rope(d_qkv.as<bf16>(), d_qkv.as<bf16>() + heads * d, d_pos.as<std::int32_t>(), d_inv.as<float>(), rows,
-           heads, kv_heads, d, stride, stride, s.get(), norm);
+           heads, kv_heads, d, stride, stride, s.get(), qk_norm);
   const auto out = download<bf16>(d_qkv.get(), qkv.size(), s);
 
   // Tolerance per element of pair i: the bf16 bound, plus the float32 angle's error. The kernel's
@@ -449,7 +460,11 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{64, 10000.0, std::nullopt, {0, 3, 100, 2047}},
                       RopeCase{128, 500000.0, llama3_scaling(8.0), {0, 1, 4096, 8192, 32767, 131071}},
                       RopeCase{64, 500000.0, llama3_scaling(32.0), {5, 1000, 16384, 65535}},
-                      RopeCase{128, 1000000.0, std::nullopt, {0, 1, 777, 40959}, true}));
+                      RopeCase{128, 1000000.0, std::nullopt, {0, 1, 777, 40959}, true},
+                      // Qwen3-8B's 32 + 8 heads: 8 warps, each normalising five heads.
+                      RopeCase{128, 1000000.0, std::nullopt, {3, 40000}, true, 32, 8},
+                      // head_dim 16: lanes with no element of a head, two warps for six heads.
+                      RopeCase{16, 10000.0, std::nullopt, {0, 9, 511}, true}));
 
 TEST(Ops, RopeScalingChangesOnlyLowFrequencies) {
   // A sanity check of the host-side inv_freq the kernel consumes: llama3 scaling keeps the high
@@ -527,6 +542,14 @@ TEST(Ops, RejectsBadShapesWithoutTouchingTheDevice) {
   EXPECT_THROW(dk::sample(nullptr, nullptr, nullptr, -1, 10, nullptr), duet::Error);
   EXPECT_THROW(dk::rope(nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 63, 63, 63, nullptr), duet::Error);
   EXPECT_THROW(dk::rope(nullptr, nullptr, nullptr, nullptr, 1, 2, 1, 64, 64, 64, nullptr), duet::Error);
+  // Head norms need both weights and a positive eps, checked even for a batch of no rows.
+  const bf16 weight[2]{};
+  EXPECT_THROW(
+      dk::rope(nullptr, nullptr, nullptr, nullptr, 0, 1, 1, 64, 64, 64, nullptr, {weight, nullptr, 1e-6f}),
+      duet::Error);
+  EXPECT_THROW(
+      dk::rope(nullptr, nullptr, nullptr, nullptr, 0, 1, 1, 64, 64, 64, nullptr, {weight, weight, 0.0f}),
+      duet::Error);
   EXPECT_THROW(dk::rmsnorm(nullptr, nullptr, nullptr, 1, 0, 1e-5f, nullptr), duet::Error);
   EXPECT_THROW(dk::silu_mul(nullptr, nullptr, -1, 8, nullptr), duet::Error);
   EXPECT_THROW(dk::fill_dummy(nullptr, -1, {}, nullptr), duet::Error);
