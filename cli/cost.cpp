@@ -2,6 +2,7 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
@@ -33,6 +34,12 @@ BatchShape batch_of(const BatchArgs& a) {
   check_at_least("--prefill-context", a.prefill_context, 0);
   check_at_least("--decode-seqs", a.decode_seqs, 0);
   check_at_least("--decode-context", a.decode_context, 0);
+  // A context is a position of a sequence (32 bits in the engines); beyond that the step's sums of
+  // keys would overflow into a negative time.
+  for (const auto& [flag, value] :
+       {std::pair{"--prefill-context", a.prefill_context}, {"--decode-context", a.decode_context}})
+    if (value > std::numeric_limits<std::int32_t>::max())
+      throw Error(std::string(flag) + " must be below 2^31 tokens, got " + std::to_string(value));
   if (a.prefill_tokens == 0 && a.decode_seqs == 0)
     throw Error("give --prefill-tokens T and/or --decode-seqs B");
   if (a.prefill_tokens > 0 && (a.prefill_seqs < 1 || a.prefill_seqs > a.prefill_tokens))
@@ -166,6 +173,9 @@ int cost(int argc, char** argv) {
           stderr,
           "duet cost: warning: %s is beyond the tables the prior was fitted on; priced at their edge\n",
           o.c_str());
+    // A measured profile prices whole steps: its own report says where the step left its grid.
+    if (const std::string note = chosen.model->extrapolation_report(); b.outside.empty() && !note.empty())
+      std::fprintf(stderr, "duet cost: warning: %s\n", note.c_str());
     return 0;
   });
 }

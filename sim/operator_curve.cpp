@@ -71,8 +71,13 @@ void OperatorCurve::validate(const std::string& what) const {
     throw Error(what + ": 'log_slowdown' has " + std::to_string(log_slowdown.size()) +
                 " values, the axes need " + std::to_string(size()));
   for (double v : log_slowdown)
-    if (!std::isfinite(v)) throw Error(what + ": 'log_slowdown' holds a value that is not a finite number");
-  if (!std::isfinite(fixed_s) || fixed_s < 0) throw Error(what + ": 'fixed_s' must be a non-negative number");
+    if (!(v >= kMinLogSlowdown && v <= kMaxLogSlowdown))
+      throw Error(what + ": 'log_slowdown' holds " + std::to_string(v) + ", outside [" +
+                  std::to_string(int(kMinLogSlowdown)) + ", " + std::to_string(int(kMaxLogSlowdown)) +
+                  "]: a kernel 20 times faster than its roofline, or 22,000 times slower, is no measurement");
+  if (!(fixed_s >= 0 && fixed_s < kMaxKernelFixedS))
+    throw Error(what + ": 'fixed_s' must be in [0, 0.001) seconds, got " + std::to_string(fixed_s) +
+                " (a kernel's fixed cost is microseconds: a value in us written as seconds?)");
 }
 
 std::vector<double> octave_knots(int lo, int hi) {
@@ -92,6 +97,11 @@ nlohmann::json curve_json(const OperatorCurve& c) {
 
 OperatorCurve curve_from_json(const nlohmann::json& j, const std::string& what) {
   OperatorCurve c;
+  // Only these keys: a misspelt one ("fixed_us") would leave the field it meant at its default.
+  if (j.is_object())
+    for (const auto& [key, value] : j.items())
+      if (key != "fixed_s" && key != "axes" && key != "log_slowdown")
+        throw Error(what + ": unknown field '" + key + "' (a curve has fixed_s, axes and log_slowdown)");
   try {
     c.fixed_s = j.at("fixed_s").get<double>();
     for (const auto& a : j.at("axes"))

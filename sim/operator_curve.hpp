@@ -17,6 +17,13 @@
 namespace duet {
 
 inline constexpr int kMaxCurveAxes = 4;
+// What a fitted curve may hold (OperatorCurve::validate): a log slowdown over the roofline in
+// [-3, 10] (a kernel 20 times faster than its roofline, or 22,000 times slower, is no measurement;
+// the committed priors hold -0.55 to 5.9) and a fixed cost per kernel below a millisecond (the
+// tables' floors are 2 to 5 us).
+inline constexpr double kMinLogSlowdown = -3.0;
+inline constexpr double kMaxLogSlowdown = 10.0;
+inline constexpr double kMaxKernelFixedS = 1e-3;
 using CurveCoords = std::array<double, kMaxCurveAxes>;
 
 struct CurveAxis {

@@ -175,15 +175,18 @@ OperatorPrior parse_prior(std::string_view text, const std::string& path) {
     p.curve(c) = curve_from_json(j[operator_class_name(c)], what);
     const std::vector<CurveAxis> want = operator_axes(c);
     bool same = p.curve(c).axes.size() == want.size();
-    for (std::size_t i = 0; same && i < want.size(); ++i) same = p.curve(c).axes[i].name == want[i].name;
+    // Names and knots: a knot moved would apply each slowdown to another shape, without a word.
+    for (std::size_t i = 0; same && i < want.size(); ++i)
+      same = p.curve(c).axes[i].name == want[i].name && p.curve(c).axes[i].knots == want[i].knots;
     if (!same)
       throw Error(what +
                   ": its axes are not the ones this duet prices that class by; re-fit with `duet fit-ops`");
   }
   if (p.covers.head_dims.empty()) throw Error(path + ": covers.head_dims is empty");
-  if (!(p.elementwise_fixed_s >= 0) ||
+  if (!(p.elementwise_fixed_s >= 0 && p.elementwise_fixed_s < kMaxKernelFixedS) ||
       !(p.elementwise_bandwidth_efficiency > 0 && p.elementwise_bandwidth_efficiency <= 1))
-    throw Error(path + ": elementwise needs fixed_s >= 0 and 0 < bandwidth_efficiency <= 1");
+    throw Error(path +
+                ": elementwise needs 0 <= fixed_s < 0.001 (seconds) and 0 < bandwidth_efficiency <= 1");
   return p;
 }
 
@@ -287,9 +290,14 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
     l[kGateUpProj] =
         kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
     l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
-    if (s.decode_seqs > 0) {
-      const double context = double(s.decode_context_tokens + s.decode_seqs) / s.decode_seqs;
-      const OperatorPoint p = decode_attention_point(gpu_, s.decode_seqs, context, heads, kvh, hd);
+    // Attention at the real rows: a graph step's padding rows are decodes of one token with no
+    // cached context (core/executor.hpp), whose one key each is nothing beside the real rows' KV.
+    // Averaged into the context they would price the real rows' long contexts as short ones over
+    // more sequences, which the curve finds cheaper: 33 sequences at 8,192 priced below 32.
+    if (logical.decode_seqs > 0) {
+      const double seqs = logical.decode_seqs;
+      const double context = double(logical.decode_context_tokens + logical.decode_seqs) / seqs;
+      const OperatorPoint p = decode_attention_point(gpu_, seqs, context, heads, kvh, hd);
       l[kAttention] += kernel(OperatorClass::decode_attention, p, eager, b, "attention");
     }
     if (s.prefill_seqs > 0) l[kAttention] += prefill_attention(s, eager, b);

@@ -89,13 +89,24 @@ ChosenCostModel from_profile(const std::string& path, const ModelSpec& model, co
   return c;
 }
 
+// The device whose efficiencies a GPU borrows (its efficiency_of), "" when it has its own.
+std::string lender_of(const GpuSpec& gpu) {
+  return gpu.efficiency_of.empty() ? "" : gpu_device_key(gpu_by_name(gpu.efficiency_of));
+}
+
+// A prior fitted for `device`, or for the GPU it borrows its efficiencies from (a re-fitted prior
+// of that GPU, given by path, prices it as the committed one does).
 ChosenCostModel from_prior(const std::string& path, const GpuSpec& gpu, const ModelSpec& model,
                            const std::string& device) {
   OperatorPrior p = load_prior(path);
-  check_prior(p, model, device, path);
+  const std::string lender = lender_of(gpu);
+  const bool borrowed = !lender.empty() && p.device == lender && p.device != device;
+  check_prior(p, model, borrowed ? lender : device, path);
   ChosenCostModel c;
   c.kind = "operator";
-  c.reason = "operator prior " + path;
+  c.reason = borrowed ? "operator prior of " + lender + " (" + path + "): its kernel efficiencies at " +
+                            gpu.name + "'s peak figures"
+                      : "operator prior " + path;
   c.model = std::make_unique<OperatorCostModel>(gpu, model, std::move(p));
   return c;
 }
@@ -127,15 +138,9 @@ ChosenCostModel choose_cost_model(const std::string& name, const GpuSpec& gpu, c
   if ((name == "auto" || name == "operator") && !profile_dir.empty()) {
     const std::string path = prior_path(profile_dir, device);
     if (std::filesystem::exists(path)) return from_prior(path, gpu, model, device);
-    if (!gpu.efficiency_of.empty()) {
-      const std::string lender = gpu_device_key(gpu_by_name(gpu.efficiency_of));
+    if (const std::string lender = lender_of(gpu); !lender.empty()) {
       const std::string lent = prior_path(profile_dir, lender);
-      if (std::filesystem::exists(lent)) {
-        ChosenCostModel c = from_prior(lent, gpu, model, lender);
-        c.reason = "operator prior of " + lender + " (" + lent + "): its kernel efficiencies at " + gpu.name +
-                   "'s peak figures";
-        return c;
-      }
+      if (std::filesystem::exists(lent)) return from_prior(lent, gpu, model, device);
     }
   }
   if (name == "operator")

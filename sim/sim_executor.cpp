@@ -1,7 +1,10 @@
 #include "sim/sim_executor.hpp"
 
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/output_script.hpp"
 
 namespace duet {
@@ -14,6 +17,12 @@ StepResult SimExecutor::execute(const Batch& batch) {
   const bool warm = turns_->last_engine == engine_;
   turns_->last_engine = engine_;
   const StepCost cost = warm ? cost_.warm_step_cost(shape) : cost_.step_cost(shape);
+  // A time that is no time (an edited profile's inf, a NaN) would run on to a file of nonsense.
+  if (!(std::isfinite(cost.device_s) && cost.device_s > 0 && std::isfinite(cost.host_s) && cost.host_s >= 0))
+    throw Error(cost_.describe() + " priced a step of " +
+                std::to_string(shape.prefill_tokens + shape.decode_tokens) + " tokens at " +
+                std::to_string(cost.device_s) + " s on the device and " + std::to_string(cost.host_s) +
+                " s on the host: not a step's time (check the cost model's file)");
   r.duration_s = cost.device_s;
   r.host_s = cost.host_s;
   r.tokens.reserve(batch.items.size());

@@ -584,6 +584,13 @@ TEST_F(ModelSpecHfConfig, Qwen3ConfigIsTheLlamaDecoderWithHeadNorms) {
   json type_only = json::parse(kQwen3_8BConfig);
   type_only.erase("architectures");
   EXPECT_TRUE(from_hf_config(write(type_only.dump())).qk_norm);
+  // Without head_dim, transformers' Qwen3Config takes 128 (not hidden / heads, as for a Llama):
+  // Qwen3-0.6B's 16 heads of 128 over a hidden size of 1,024.
+  json small = json::parse(kQwen3_8BConfig);
+  small.erase("head_dim");
+  small["hidden_size"] = 1024;
+  small["num_attention_heads"] = 16;
+  EXPECT_EQ(from_hf_config(write(small.dump())).head_dim, 128);
   // What duet does not model is refused, named: biases, Qwen3's mixture of experts, and heads of
   // its own.
   const std::pair<const char*, json> refused[] = {

@@ -216,6 +216,25 @@ TEST(OperatorModel, AGraphStepPricesItsPaddedRows) {
   EXPECT_LT(n129.host_s, n256.host_s) << "the host works on the 129 items";
 }
 
+// The padding rows of a graph step add nothing to its attention: one more sequence never makes the
+// step cheaper. Averaged into the context, 33 sequences at 8,192 (a graph of 64) were priced 12%
+// below 32 by the A100's committed prior.
+TEST(OperatorModel, AGraphStepsPaddingRowsDoNotCheapenItsAttention) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/a100-80gb/operator-prior.json";
+  OperatorCostModel model(gpu_by_name("a100"), model_by_name("llama-3.1-8b"), load_prior(path));
+  auto attention = [&](int seqs, std::int64_t context) {
+    const BatchShape s{.decode_tokens = seqs,
+                       .decode_seqs = seqs,
+                       .logit_rows = seqs,
+                       .decode_context_tokens = std::int64_t(seqs) * context};
+    return model.by_operator(s).per_layer_s[kAttention];
+  };
+  for (const std::int64_t context : {2047, 8191})
+    for (int seqs = 1; seqs < 256; ++seqs)
+      EXPECT_GE(attention(seqs + 1, context), attention(seqs, context) * (1 - 1e-9))
+          << seqs + 1 << " sequences at " << context + 1 << " keys priced below " << seqs;
+}
+
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
   const BatchShape in{
@@ -342,6 +361,20 @@ TEST(OperatorPrior, AGpuWithoutOneBorrowsItsLendersEfficiencies) {
   EXPECT_TRUE(contains(lent.reason, "operator prior of h100-sxm")) << lent.reason;
   EXPECT_TRUE(contains(lent.reason, "H100 at half bandwidth's peak figures")) << lent.reason;
   EXPECT_EQ(choose_cost_model("operator", slow, m, gpu_device_key(slow), dir.path.string()).kind, "operator");
+  // The lender's prior named by its path (a re-fitted one) prices it the same way; another
+  // device's prior is still refused.
+  const std::string lender_path = "operator:" + prior_path(dir.path.string(), "h100-sxm");
+  const ChosenCostModel named = choose_cost_model(lender_path, slow, m, gpu_device_key(slow), "");
+  EXPECT_TRUE(contains(named.reason, "operator prior of h100-sxm")) << named.reason;
+  const BatchShape step{.decode_tokens = 4, .decode_seqs = 4, .logit_rows = 4, .decode_context_tokens = 4000};
+  EXPECT_EQ(named.model->step_cost(step).device_s, lent.model->step_cost(step).device_s);
+  std::filesystem::create_directories(dir.path / "a100-80gb");
+  save_prior(flat_prior("a100-80gb"), prior_path(dir.path.string(), "a100-80gb"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         choose_cost_model("operator:" + prior_path(dir.path.string(), "a100-80gb"), slow, m,
+                                           gpu_device_key(slow), "");
+                       }),
+                       "fitted for device 'a100-80gb', not 'h100-at-half-bandwidth'"));
   // The same efficiencies at half the bandwidth: a memory-bound decode step costs more.
   const ChosenCostModel own = choose_cost_model("auto", h100, m, "h100-sxm", dir.path.string());
   const BatchShape decode{
@@ -386,6 +419,21 @@ TEST(OperatorPrior, NamesTheFieldOfAnEditedPrior) {
       {[](nlohmann::json& e) { e["elementwise"] = 1; }, "field 'elementwise' must be an object"},
       {[](nlohmann::json& e) { e["decode_atention"] = e["decode_attention"]; },
        "unknown field 'decode_atention'"},
+      // Values no measurement gives: they priced steps at inf or at nothing, and the runs went on.
+      {[](nlohmann::json& e) { e["gemm"]["log_slowdown"][0] = 800.0; },
+       "gemm: 'log_slowdown' holds 800.000000, outside [-3, 10]"},
+      {[](nlohmann::json& e) { e["gemm"]["log_slowdown"][0] = -50.0; }, "outside [-3, 10]"},
+      {[](nlohmann::json& e) { e["gemm"]["fixed_s"] = 2.6; },
+       "gemm: 'fixed_s' must be in [0, 0.001) seconds"},
+      {[](nlohmann::json& e) { e["elementwise"]["fixed_s"] = 0.5; },
+       "elementwise needs 0 <= fixed_s < 0.001"},
+      // A misspelt key of a curve, and knots moved under the slowdowns.
+      {[](nlohmann::json& e) { e["decode_attention"]["fixed_us"] = 9.0; },
+       "decode_attention: unknown field 'fixed_us'"},
+      {[](nlohmann::json& e) {
+         for (auto& k : e["gemm"]["axes"][0]["knots"]) k = k.get<double>() * 2;
+       },
+       "gemm: its axes are not the ones this duet prices that class by"},
   };
   for (const auto& [edit, expected] : cases) {
     nlohmann::json e = j;

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/engine.hpp"
+#include "core/error.hpp"
 #include "core/kv_cache_manager.hpp"
 #include "core/output_script.hpp"
 #include "sim/roofline.hpp"
@@ -139,6 +141,38 @@ TEST(SimExecutor, AStepIsWarmWhenItsEngineRanTheDevicesPreviousStep) {
   EXPECT_EQ(alone.execute(empty).duration_s, 3.0) << "nothing cached before the first step";
   EXPECT_EQ(alone.execute(empty).duration_s, 1.0);
   EXPECT_EQ(alone.execute(empty).host_s, 0.5);
+}
+
+// A cost model's time that is no time stops the run, naming the model: an edited profile's inf ran on
+// to a makespan of inf and a file of NaN latencies, with exit status 0.
+class Priced final : public CostModel {
+ public:
+  explicit Priced(StepCost c) : cost_(c) {}
+  StepCost step_cost(const BatchShape&) const override { return cost_; }
+  std::string describe() const override { return "an edited profile"; }
+
+ private:
+  StepCost cost_;
+};
+
+TEST(SimExecutor, AStepPricedAtNoTimeIsAnError) {
+  const Batch empty;
+  for (const StepCost bad : {StepCost{INFINITY, 0.0}, StepCost{NAN, 0.0}, StepCost{0.0, 0.0},
+                             StepCost{-1.0, 0.0}, StepCost{1e-3, NAN}, StepCost{1e-3, -1e-6}}) {
+    const Priced cost(bad);
+    SimExecutor exec(cost, 1000);
+    try {
+      exec.execute(empty);
+      ADD_FAILURE() << "a step priced at " << bad.device_s << " s + " << bad.host_s << " s ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("an edited profile priced a step of 0 tokens at"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const Priced fine(StepCost{1e-3, 0.0});
+  SimExecutor exec(fine, 1000);
+  EXPECT_EQ(exec.execute(empty).duration_s, 1e-3);
 }
 
 }  // namespace
