@@ -2,6 +2,7 @@
 // The scheduler's view of a KV allocator. Two implementations exist: KvCacheManager (paged, with
 // prefix caching and copy-on-write forks) and NaiveAllocator (a contiguous max_model_len
 // reservation per sequence, the pre-PagedAttention baseline).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +41,13 @@ struct KvUsage {
   // What the scheduler may still allocate: on a shared pool, the free pages within its reach.
   std::int32_t free_blocks() const { return total_blocks - used_blocks - unavailable_blocks; }
   double block_utilisation() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
+  // The share in use of the blocks this engine may hold at most: its ceiling on a shared pool, else
+  // the pool. What a policy compares with a threshold (Lua's kv_used): against the whole shared
+  // pool, an engine capped at a tenth of it never passes 0.1.
+  double reach_utilisation() const {
+    const std::int32_t reach = std::min(total_blocks, limits.max_blocks);
+    return reach > 0 ? double(used_blocks) / reach : 0.0;
+  }
   // Share of the reserved slots that hold a token: internal fragmentation shows here.
   double token_utilisation() const {
     return used_blocks ? double(filled_tokens) / (double(used_blocks) * block_size) : 1.0;

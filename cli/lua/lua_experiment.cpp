@@ -385,7 +385,7 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       lua_pushinteger(L, lua_Integer(s.owner) + 1);
       lua_pushinteger(L, lua_Integer(v.num_running));
       lua_pushinteger(L, lua_Integer(v.num_waiting));
-      lua_pushnumber(L, v.kv.block_utilisation());
+      lua_pushnumber(L, v.kv.reach_utilisation());
       pcall(L, 6, 1);
       // A forgotten return (nil) would refuse every admission, silently, until the engine is stuck.
       if (!lua_isboolean(L, -1)) {
@@ -515,7 +515,7 @@ Arbiter make_arbiter(lua_State* L, const Experiment& ex) {
         set_integer(L, "waiting", lua_Integer(s.num_waiting));
         set_integer(L, "running", lua_Integer(s.num_running));
         set_number(L, "ready_since", s.ready_since);
-        set_number(L, "kv_used", s.kv.block_utilisation());
+        set_number(L, "kv_used", s.kv.reach_utilisation());
         lua_rawseti(L, -2, s.index + 1);
       }
       pcall(L, 1, 1);

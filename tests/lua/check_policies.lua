@@ -43,4 +43,27 @@ print(string.format("built-in %.3f s, Lua policies %.3f s: %.2fx; calls: order %
                     builtin_s, lua_s, lua_s / builtin_s, calls.order, calls.admit, calls.arbiter))
 assert(calls.order > 0 and calls.admit > 0 and calls.arbiter > 0, "every policy was called")
 assert(with_lua.problems == builtin.problems)
+-- On a shared pool kv_used is the share of the pages the engine may hold at most (its ceiling): an
+-- engine capped at a tenth of the pool never passed 0.1 when it was the pool's share, and a
+-- threshold such as 0.9 held nothing back.
+local most = {llm = 0, arbiter = 0}
+duet.run{
+  gpu = "h100", out = false, progress = false, concurrency = 20, kv_pool = "shared", kv_pool_blocks = 3000,
+  engines = {
+    {name = "llm", model = "llama-3.2-1b", gpu_memory_utilization = 0.3, max_blocks = 300, policy = {
+      admit = function(id, num_tokens, problem, running, waiting, kv_used)
+        most.llm = math.max(most.llm, kv_used)
+        return true
+      end}},
+    {name = "prm", model = "llama-3.1-8b", gpu_memory_utilization = 0.6},
+  },
+  arbiter = function(engines)
+    most.arbiter = math.max(most.arbiter, engines[1].kv_used)
+    if engines[1].has_work then return 1 end
+    return 2
+  end,
+  workload = beam_search.workload{problems = {table.unpack(problems, 1, 20)}, prm_mode = "incremental"},
+}
+assert(most.llm > 0.5 and most.llm <= 1 and most.arbiter > 0.5 and most.arbiter <= 1,
+       string.format("kv_used of a capped engine: at most %.3f in admit, %.3f in the arbiter", most.llm, most.arbiter))
 print("policies ok")
