@@ -338,6 +338,12 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
   split.locate(ex.memory_split.where);
   for (EngineConfig& c : ex.engines)
     if (auto u = split.number(c.name.c_str())) {
+      // Checked here, where the error can name memory_split's line rather than duet.run's.
+      if (!(*u > 0 && *u <= 1)) {
+        char got[32];
+        std::snprintf(got, sizeof got, "%g", *u);
+        split.fail(c.name.c_str(), std::string("a share of the GPU's memory must be in (0, 1], got ") + got);
+      }
       c.gpu_memory_utilization = *u;
       c.budget_bytes.reset();
     }

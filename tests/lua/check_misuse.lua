@@ -48,6 +48,16 @@ assert(inside == 2)
 -- What a Lua callback returns is checked, and an error names where the callback is defined.
 expect_error(function() return duet.run(config{memory_split = function() end}) end,
              "check_misuse.lua:%d+: duet.run: memory_split must return a table")
+-- A share out of range names memory_split's own line (it named duet.run's, and printed -0.100000).
+local split_line
+local bad_split = config{memory_split = function()
+  split_line = debug.getinfo(1, "S").linedefined
+  return {llm = -0.1}
+end}
+expect_error(function() return duet.run(bad_split) end,
+             "memory_split%(%)%.llm: a share of the GPU's memory must be in %(0, 1%], got %-0%.1$")
+local ok, err = pcall(duet.run, bad_split)
+assert(not ok and tostring(err):find("check_misuse.lua:" .. split_line .. ":", 1, true), tostring(err))
 local preempting = config{workload = {problems = {{}}, solve = function(ctx)
   local ids = {}
   for i = 1, 3 do ids[i] = ctx.engines.llm:submit{prompt = 8, max_tokens = 40, ignore_eos = true} end
@@ -313,5 +323,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 50, "checked " .. support.checked)
+assert(support.checked == 51, "checked " .. support.checked)
 print("misuse: ok")
