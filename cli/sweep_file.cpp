@@ -47,8 +47,20 @@ std::string library_hash(const std::string& source_dir) {
   const fs::path root = fs::path(source_dir) / "workloads";
   std::vector<fs::path> files;
   std::error_code ec;
-  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file(ec)) files.push_back(it->path().lexically_relative(root));
+  // Linked folders are followed (a workloads/data that is a link holds data all the same); hidden
+  // files (an editor's swap file) are no module and no data.
+  for (fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    std::error_code kind;
+    if (it->path().filename().string().starts_with('.')) {
+      if (it->is_directory(kind)) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file(kind)) files.push_back(it->path().lexically_relative(root));
+  }
+  // A folder that could not be read would leave its files out of the hash without a word.
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw Error(root.string() + ": cannot read the workload library (" + ec.message() + ")");
   std::sort(files.begin(), files.end());
   std::string all;
   for (const fs::path& f : files) {

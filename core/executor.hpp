@@ -24,7 +24,8 @@ inline int cuda_graph_batch(const BatchShape& s) {
 // The shape the CUDA engine's kernels run for a step: a graph step's is padded to the graph's size
 // (exec/cuda_executor.cpp's write_graph_padding: the padding rows are decodes of one token with no
 // cached context, and every row's logits are computed); any other step's is its own. The device
-// time follows this shape; the host's follows the real one.
+// time follows this shape (but for the operator model's decode attention, which the padding rows'
+// one key each leaves at the real rows'); the host's follows the real one.
 inline BatchShape cuda_graph_shape(const BatchShape& s) {
   const int graph_batch = cuda_graph_batch(s);
   if (graph_batch == 0) return s;

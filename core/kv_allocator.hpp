@@ -45,8 +45,9 @@ struct KvUsage {
   // the pool. What a policy compares with a threshold (Lua's kv_used): against the whole shared
   // pool, an engine capped at a tenth of it never passes 0.1.
   double reach_utilisation() const {
+    // Above 1 while a lowered ceiling is below what the engine holds (a ceiling of 0 counts as 1).
     const std::int32_t reach = std::min(total_blocks, limits.max_blocks);
-    return reach > 0 ? double(used_blocks) / reach : 0.0;
+    return double(used_blocks) / std::max(reach, 1);
   }
   // Share of the reserved slots that hold a token: internal fragmentation shows here.
   double token_utilisation() const {

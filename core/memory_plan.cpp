@@ -25,14 +25,25 @@ std::string gib_or_mib(double bytes) {
   return buf;
 }
 
+}  // namespace
+
+std::string memory_share_problem(double share) {
+  if (share > 0.0 && share <= 1.0) return {};
+  char got[32];
+  std::snprintf(got, sizeof got, "%g", share);
+  return std::string("must be in (0, 1], got ") + got;
+}
+
+namespace {
+
 std::int64_t budget_of(const GpuSpec& gpu, const EngineMemoryRequest& r) {
   const std::string who = "engine '" + r.label + "'";
   if (r.gpu_memory_utilization.has_value() == r.budget_bytes.has_value())
     throw Error(who + ": give exactly one of gpu_memory_utilization and budget_bytes");
   if (r.gpu_memory_utilization) {
     const double u = *r.gpu_memory_utilization;
-    if (!(u > 0.0 && u <= 1.0))
-      throw Error(who + ": gpu_memory_utilization must be in (0, 1], got " + std::to_string(u));
+    if (const std::string why = memory_share_problem(u); !why.empty())
+      throw Error(who + ": gpu_memory_utilization " + why);
     return static_cast<std::int64_t>(std::floor(double(gpu.hbm_bytes) * u));
   }
   if (*r.budget_bytes <= 0)

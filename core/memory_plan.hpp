@@ -56,6 +56,10 @@ enum class KvPoolKind { Static, Shared };
 KvPoolKind kv_pool_kind_from_name(const std::string& name);  // "static", "shared"
 const char* kv_pool_kind_name(KvPoolKind kind);
 
+// Why a share of the GPU's memory (vLLM's gpu_memory_utilization) is none, "" when it is one:
+// in (0, 1].
+std::string memory_share_problem(double share);
+
 // The default block size of the model with the fewest KV bytes per token on a shared pool (the
 // generator, Llama-3.2-1B: vLLM's 16, so that Llama-3.1-8B gets 4). Against 64/16 on the thesis
 // workload in the simulator (scripts/shared_pool.lua, H100 and A100-40GB): 16/4 gave 11% to 4.4x more

@@ -326,6 +326,9 @@ void ModelSpec::validate() const {
     throw Error("model '" + name + "': head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (rope_theta <= 0) throw Error("model '" + name + "': rope_theta must be positive");
   if (rms_norm_eps <= 0) throw Error("model '" + name + "': rms_norm_eps must be positive");
+  // No published decoder has both (Qwen2 biases q, k and v; Qwen3 normalises their heads instead).
+  if (qkv_bias && qk_norm)
+    throw Error("model '" + name + "': q, k and v biases (Qwen2) and q and k head norms (Qwen3) together");
 }
 
 std::string cannot_generate_reason(const ModelSpec& m) {

@@ -30,7 +30,8 @@ struct HeadNorm {
 // Rotary embedding, rotate-half convention (HF Llama), in place on q [rows, num_heads*head_dim]
 // and k [rows, num_kv_heads*head_dim], row r at positions[r]. inv_freq [head_dim/2] is computed on
 // the host (llama3 scaling included), so that CPU and GPU share one definition of it. With `norm`
-// the heads are normalised first, in the same pass (one read and one rounding of q and k).
+// the heads are normalised first, in the same kernel (one write and one rounding of q and k; the
+// second read of a head, after its sum, is served from cache).
 void rope(bf16* q, bf16* k, const std::int32_t* positions, const float* inv_freq, int rows, int num_heads,
           int num_kv_heads, int head_dim, int q_stride, int k_stride, Stream s, const HeadNorm& norm = {});
 

@@ -145,6 +145,15 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
   }
   curve.log_slowdown.assign(theta.data(), theta.data() + theta.size());
   curve.fixed_s = std::exp(gamma);
+  // What a prior may hold (a run refuses anything else): a fit beyond it is a table in another unit
+  // than it says, or rows faster than the GPU allows, not a prior to write.
+  try {
+    curve.validate(what);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) +
+                "; the fitted table's times may be in another unit than its header says, or its rows "
+                "faster than the GPU's peaks allow");
+  }
   return curve;
 }
 

@@ -24,7 +24,8 @@
 // stated in every prior. A step that is not decode-only runs eagerly, so each kernel takes at
 // least the host's launch time; a decode-only step of up to kMaxCudaGraphBatch sequences replays a
 // CUDA graph (one launch) and its kernels run the graph's padded rows, as in the roofline and the
-// CUDA engine. Host time per step and per sequence is the roofline's (sim/roofline.hpp).
+// CUDA engine, but for decode attention, priced at the real rows (a padding row reads one key). Host time per
+// step and per sequence is the roofline's (sim/roofline.hpp).
 #include <cstdint>
 #include <string>
 #include <string_view>

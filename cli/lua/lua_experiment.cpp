@@ -339,11 +339,8 @@ void apply_memory_split(lua_State* L, Experiment& ex) {
   for (EngineConfig& c : ex.engines)
     if (auto u = split.number(c.name.c_str())) {
       // Checked here, where the error can name memory_split's line rather than duet.run's.
-      if (!(*u > 0 && *u <= 1)) {
-        char got[32];
-        std::snprintf(got, sizeof got, "%g", *u);
-        split.fail(c.name.c_str(), std::string("a share of the GPU's memory must be in (0, 1], got ") + got);
-      }
+      if (const std::string why = memory_share_problem(*u); !why.empty())
+        split.fail(c.name.c_str(), "a share of the GPU's memory (gpu_memory_utilization) " + why);
       c.gpu_memory_utilization = *u;
       c.budget_bytes.reset();
     }
@@ -369,6 +366,7 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       const bool inexact =
           lua_isinteger(L, -1) && (lua_tointeger(L, -1) > exact || lua_tointeger(L, -1) < -exact);
       const lua_Integer as_integer = inexact ? lua_tointeger(L, -1) : 0;
+      const std::string got = number && std::isfinite(key) ? std::string() : returned_text(L, -1);
       lua_pop(L, 1);
       if (inexact)
         throw Error(p.order.where + "engines." + engine + ".policy.order returned the integer " +
@@ -377,9 +375,8 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
                     "smaller key");
       // A NaN breaks the waiting queue's order, and the sequences it loses are never run.
       if (!number || !std::isfinite(key))
-        throw Error(p.order.where + "engines." + engine + ".policy.order returned " +
-                    (number ? (std::isnan(key) ? std::string("NaN") : std::to_string(key)) : "a non-number") +
-                    " for sequence " + std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
+        throw Error(p.order.where + "engines." + engine + ".policy.order returned " + got + " for sequence " +
+                    std::to_string(s.id) + " of problem " + std::to_string(s.owner + 1) +
                     "; it must return a finite number");
       return key;
     };

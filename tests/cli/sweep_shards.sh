@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # duet run --shard I/N and duet merge against one process (and two threads): the same contents.
 # Bad input fails with a message naming the file: a missing or repeated shard, shards of another
-# sweep, an unfinished shard, a truncated file, --shard 3/2.
+# sweep or of other workload data, an unfinished shard, a truncated file, --shard 3/2.
 set -uo pipefail
 duet="$1" source="$2" out="$3" python="$4"
 script="$source/tests/cli/small_sweep.lua"
@@ -28,6 +28,15 @@ expect_error "part1.h5 and .*part1.h5 are both shard 1/3" "$duet" merge bad.h5 p
 run --threads 1 --shard 2/3 --out other2.h5 -- --problems 3 || fail "shard of another sweep"
 expect_error "other2.h5: attribute duet_run.args is .*refusing to mix" "$duet" merge bad.h5 part1.h5 other2.h5 part3.h5
 expect_error "one.h5 is shard 1/1 but part1.h5 is shard 1/3: not shards of one split" "$duet" merge bad.h5 part1.h5 one.h5
+# A shard made from other workload data (an edited step-length model in a copy of the
+# repository's data, as DUET_HOME): the merge would mix two sweeps' points.
+mkdir -p home && cp -r "$source/workloads" home/
+for d in models traces profiles scripts tests; do ln -sfn "$source/$d" "home/$d"; done
+sed -i 's/"mu"/"mu" /' home/workloads/data/step_model.json
+DUET_HOME="$out/home" "$duet" run "$script" --no-progress --threads 1 --shard 2/3 --out data2.h5 >>log 2>&1 ||
+  fail "shard 2/3 from other data"
+expect_error "data2.h5: attribute duet_run.library_hash .*a file under workloads/, a module or its data, differs" \
+  "$duet" merge bad.h5 part1.h5 data2.h5 part3.h5
 run --threads 1 --shard 1/2 --out half1.h5 || fail "shard 1/2"
 "$python" - half1.h5 <<'PY' || fail "could not cut a point out of half1.h5"
 import sys, h5py

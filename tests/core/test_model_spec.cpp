@@ -130,6 +130,10 @@ TEST(ModelSpec, Qwen3BuiltInsHaveThePublishedShapesAndHeadNorms) {
   plain.qk_norm = false;
   EXPECT_DOUBLE_EQ(model_by_name("qwen3-8b").layer_flops_per_token(), plain.layer_flops_per_token());
   EXPECT_FALSE(model_by_name("qwen2.5-7b-instruct").qk_norm);
+  // No published decoder has both, and a run file's config could name only one of them.
+  ModelSpec both = model_by_name("qwen3-8b");
+  both.qkv_bias = true;
+  EXPECT_THROW(both.validate(), Error);
 }
 
 // Qwen/Qwen2.5-Math-PRM-7B: Qwen2.5-Math-7B's decoder under a two-label score head, so Qwen2.5-7B's

@@ -191,8 +191,6 @@ TEST(Weights, SaveLoadRoundTripWithQkvBiases) {
   }
 }
 
-// A PRM's score head takes the LM head's place: Qwen2.5-Math-PRM's classifier with transformers'
-// nn.Sequential names, Skywork-o1-Open-PRM's value head with its own.
 // Qwen3's q and k head norms: [head_dim] each after v_proj, counted in core's parameters, saved and
 // loaded; under a config without them (a Llama's) the checkpoint is refused, not read without them.
 TEST(Weights, QkHeadNormsRoundTripAndNeedTheirConfig) {
@@ -222,6 +220,8 @@ TEST(Weights, QkHeadNormsRoundTripAndNeedTheirConfig) {
   }
 }
 
+// A PRM's score head takes the LM head's place: Qwen2.5-Math-PRM's classifier with transformers'
+// nn.Sequential names, Skywork-o1-Open-PRM's value head with its own.
 TEST(Weights, AScoreHeadReplacesTheLmHead) {
   using Head = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
   const std::vector<std::tuple<ScoreHead, Head, std::string>> cases = {

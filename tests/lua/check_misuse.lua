@@ -55,7 +55,7 @@ local bad_split = config{memory_split = function()
   return {llm = -0.1}
 end}
 expect_error(function() return duet.run(bad_split) end,
-             "memory_split%(%)%.llm: a share of the GPU's memory must be in %(0, 1%], got %-0%.1$")
+             "memory_split%(%)%.llm: a share of the GPU's memory %(gpu_memory_utilization%) must be in %(0, 1%], got %-0%.1$")
 local ok, err = pcall(duet.run, bad_split)
 assert(not ok and tostring(err):find("check_misuse.lua:" .. split_line .. ":", 1, true), tostring(err))
 local preempting = config{workload = {problems = {{}}, solve = function(ctx)
@@ -90,7 +90,7 @@ expect_error(function() return duet.run(forgetful) end,
 local wordy = config{workload = refusing.workload}
 wordy.engines[1].policy = {order = function() return "first" end}
 expect_error(function() return duet.run(wordy) end,
-             "check_misuse.lua:%d+: engines.llm.policy.order returned a non%-number for sequence %d+ of problem 1")
+             "check_misuse.lua:%d+: engines.llm.policy.order returned 'first' for sequence %d+ of problem 1")
 -- Keys are compared as doubles: integers past 2^53 would round into ties, and "lower runs first"
 -- would silently not hold.
 local huge = config{workload = refusing.workload}

@@ -95,6 +95,26 @@ TEST(OperatorFit, RecoversKnownCoefficientsFromASyntheticTable) {
   EXPECT_LT(e.max, 1e-4);
 }
 
+// A table whose times are 1,000 times what its header says (microseconds as milliseconds) fits a
+// floor of milliseconds: the fit refuses to become a prior that every run would refuse.
+TEST(OperatorFit, RefusesAFitNoPriorMayHold) {
+  OperatorCurve truth;
+  truth.axes = {{"m", {1, 2, 4, 8}}};
+  truth.log_slowdown = {0.9, 0.7, 0.6, 0.5};
+  truth.fixed_s = 2.5e-6;
+  std::vector<CurveSample> rows;
+  for (double m : {1.0, 2.0, 3.0, 4.0, 6.0, 8.0})
+    for (double roofline : {1e-7, 1e-6, 1e-5}) {
+      CurveSample s;
+      s.coords = {m, 0, 0, 0};
+      s.roofline_s = roofline;
+      s.measured_s = 1000 * truth.time(s.roofline_s, s.coords);
+      rows.push_back(s);
+    }
+  const std::string msg = error_of([&] { fit_curve(truth.axes, rows, "gemm.csv"); });
+  EXPECT_TRUE(contains(msg, "gemm.csv: ") && contains(msg, "in another unit than its header says")) << msg;
+}
+
 TEST(OperatorFit, NeedsRowsWithPositiveTimes) {
   std::vector<CurveSample> rows(1);
   EXPECT_TRUE(contains(error_of([&] {
