@@ -639,7 +639,9 @@ TEST_F(ModelSpecHfConfig, ModelConfigJsonReadsBackToTheSameModel) {
     EXPECT_EQ(back.rms_norm_eps, m.rms_norm_eps) << m.name;
     EXPECT_EQ(back.tie_word_embeddings, m.tie_word_embeddings) << m.name;
     EXPECT_EQ(back.rope_scaling.has_value(), m.rope_scaling.has_value()) << m.name;
-    if (m.rope_scaling) EXPECT_EQ(back.rope_scaling->factor, m.rope_scaling->factor) << m.name;
+    if (m.rope_scaling) {
+      EXPECT_EQ(back.rope_scaling->factor, m.rope_scaling->factor) << m.name;
+    }
     EXPECT_EQ(back.dtype, m.dtype) << m.name;
     EXPECT_EQ(back.qkv_bias, m.qkv_bias) << m.name;
     EXPECT_EQ(back.qk_norm, m.qk_norm) << m.name;
