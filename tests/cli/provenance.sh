@@ -10,7 +10,7 @@ rm -rf "$out" && mkdir -p "$out" && cd "$out"
 fail() { echo "provenance: $*" >&2; exit 1; }
 
 "$duet" --version >version.txt
-grep -Eq "^duet [0-9]+\.[0-9]+\.[0-9]+ \(revision ([0-9a-f]{12}(-dirty)?|unknown); data from $source\)$" version.txt ||
+grep -Eq "^duet [0-9]+\.[0-9]+\.[0-9]+ \(revision ([0-9a-f]{12}(-dirty\.[0-9a-f]{8})?|unknown); data from $source\)$" version.txt ||
   fail "duet --version printed: $(cat version.txt)"
 
 attr() {  # FILE NAME: the root attribute's text

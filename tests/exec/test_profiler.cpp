@@ -91,7 +91,7 @@ TEST(Profiler, ProfilesTheCpuEngineAndRecordsWhatItMeasured) {
   EXPECT_FALSE(p.created_utc.empty());
   // The revision of this build, taken when it was built (a checkout, or not one).
   EXPECT_EQ(p.git_revision, build_revision());
-  EXPECT_TRUE(std::regex_match(p.git_revision, std::regex("[0-9a-f]{12}(-dirty)?|unknown")))
+  EXPECT_TRUE(std::regex_match(p.git_revision, std::regex("[0-9a-f]{12}(-dirty\\.[0-9a-f]{8})?|unknown")))
       << p.git_revision;
   EXPECT_EQ(p.device_fit.rows, r.points.size());
   EXPECT_TRUE(p.regimes.count("decode") && p.regimes.count("prefill") && p.regimes.count("mixed"));
