@@ -551,13 +551,13 @@ ModelSpec from_hf_config_text(const std::string& text, const std::string& origin
     if (m.num_heads <= 0) throw Error(origin + ": field 'num_attention_heads' must be positive");
     // Without a head_dim field, HF's Llama derives it: the heads must split hidden_size evenly.
     // transformers' Qwen3Config defaults it to 128 instead, whatever the width.
-    const bool qwen3_head_dim = family == Family::Qwen3 && !has_field(j, "head_dim");
-    if (!qwen3_head_dim && !has_field(j, "head_dim") && m.hidden_size % m.num_heads != 0)
+    if (!has_field(j, "head_dim") && family != Family::Qwen3 && m.hidden_size % m.num_heads != 0)
       throw Error(origin + ": field 'hidden_size' (" + std::to_string(m.hidden_size) +
                   ") is not a multiple of 'num_attention_heads' (" + std::to_string(m.num_heads) +
                   "), and there is no 'head_dim' field");
-    m.head_dim = optional_field<int>(j, "head_dim", qwen3_head_dim ? 128 : m.hidden_size / m.num_heads,
-                                     [&](const json&) { return require_int(j, "head_dim", origin); });
+    m.head_dim =
+        optional_field<int>(j, "head_dim", family == Family::Qwen3 ? 128 : m.hidden_size / m.num_heads,
+                            [&](const json&) { return require_int(j, "head_dim", origin); });
     m.rope_theta = optional_field<double>(
         j, "rope_theta", 10000.0, [&](const json&) { return require_number(j, "rope_theta", origin); });
     m.rms_norm_eps = optional_field<double>(

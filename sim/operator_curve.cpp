@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_fields.hpp"
 
 namespace duet {
 
@@ -98,10 +99,7 @@ nlohmann::json curve_json(const OperatorCurve& c) {
 OperatorCurve curve_from_json(const nlohmann::json& j, const std::string& what) {
   OperatorCurve c;
   // Only these keys: a misspelt one ("fixed_us") would leave the field it meant at its default.
-  if (j.is_object())
-    for (const auto& [key, value] : j.items())
-      if (key != "fixed_s" && key != "axes" && key != "log_slowdown")
-        throw Error(what + ": unknown field '" + key + "' (a curve has fixed_s, axes and log_slowdown)");
+  if (j.is_object()) json_fields::check_known_fields(j, {"fixed_s", "axes", "log_slowdown"}, what);
   try {
     c.fixed_s = j.at("fixed_s").get<double>();
     for (const auto& a : j.at("axes"))

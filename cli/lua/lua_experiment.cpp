@@ -363,9 +363,8 @@ SchedulerPolicy make_policy(lua_State* L, const EnginePolicies& p, const std::st
       const double key = lua_tonumber(L, -1);
       // Keys are compared as doubles: integers past 2^53 would round into silent ties.
       constexpr lua_Integer exact = lua_Integer(1) << 53;
-      const bool inexact =
-          lua_isinteger(L, -1) && (lua_tointeger(L, -1) > exact || lua_tointeger(L, -1) < -exact);
-      const lua_Integer as_integer = inexact ? lua_tointeger(L, -1) : 0;
+      const lua_Integer as_integer = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+      const bool inexact = as_integer > exact || as_integer < -exact;
       const std::string got = number && std::isfinite(key) ? std::string() : returned_text(L, -1);
       lua_pop(L, 1);
       if (inexact)
