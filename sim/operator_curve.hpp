@@ -16,7 +16,7 @@
 
 namespace duet {
 
-inline constexpr int kMaxCurveAxes = 4;
+inline constexpr int kMaxCurveAxes = 5;
 // What a fitted curve may hold (OperatorCurve::validate): a log slowdown over the roofline in
 // [-3, 10] (a kernel 20 times faster than its roofline, or 22,000 times slower, is no measurement;
 // the committed priors hold -0.55 to 5.9) and a fixed cost per kernel below a millisecond (the

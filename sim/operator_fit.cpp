@@ -1,6 +1,6 @@
 #include "sim/operator_fit.hpp"
 
-#include <Eigen/SparseCholesky>
+#include <Eigen/IterativeLinearSolvers>
 #include <Eigen/SparseCore>
 #include <algorithm>
 #include <cmath>
@@ -114,22 +114,25 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
   double cost = pr.cost(theta, gamma), mu = 1e-3;
   Eigen::SparseMatrix<double> a;
   Eigen::VectorXd g;
-  Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> solver;
-  bool analysed = false;
+  // Conjugate gradients, not a sparse Cholesky: a 5-axis surface's normal equations couple 3^5
+  // knots each, and a Cholesky factor of them fills in (minutes per fit for the decode curve).
+  Eigen::ConjugateGradient<Eigen::SparseMatrix<double>, Eigen::Lower | Eigen::Upper,
+                           Eigen::IncompleteCholesky<double>>
+      solver;
+  solver.setTolerance(1e-10);
   for (int it = 0; it < options.max_iterations; ++it) {
     pr.normal_equations(theta, gamma, a, g);
-    if (!analysed) solver.analyzePattern(a), analysed = true;
     bool improved = false;
     while (mu < 1e10) {
       Eigen::SparseMatrix<double> damped = a;
       for (Eigen::Index i = 0; i < damped.rows(); ++i)
         damped.coeffRef(i, i) *= 1 + mu, damped.coeffRef(i, i) += 1e-12;
-      solver.factorize(damped);
+      solver.compute(damped);
+      const Eigen::VectorXd step = solver.solve(-g);
       if (solver.info() != Eigen::Success) {
         mu *= 10;
         continue;
       }
-      const Eigen::VectorXd step = solver.solve(-g);
       const Eigen::VectorXd theta2 = theta + step.head(theta.size());
       const double gamma2 = gamma + step[theta.size()];
       const double cost2 = pr.cost(theta2, gamma2);

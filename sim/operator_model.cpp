@@ -40,7 +40,11 @@ std::vector<CurveAxis> operator_axes(OperatorClass c) {
       return {{"m", m}, {"n", octave_knots(5, 16)}, {"k", octave_knots(5, 16)}};
     }
     case OperatorClass::decode_attention:
+      // Sequences x KV heads is the kernel's work items; KV heads on their own axis too, because
+      // the tables' decode kernel splits long contexts by sequence, not by head: on the H200, 8
+      // sequences of one KV head take 569 us at 131,072 tokens and one sequence of 8 heads 140 us.
       return {{"seqs_x_kv_heads", octave_knots(0, 14)},
+              {"kv_heads", octave_knots(0, 3)},
               {"context", octave_knots(0, 17)},
               {"group", octave_knots(0, 6)},
               {"head_dim", {64, 128}}};
@@ -65,7 +69,7 @@ double attention_bytes(double query_tokens, double kv_tokens, double heads, doub
 OperatorPoint decode_attention_point(const GpuSpec& gpu, double seqs, double context, double heads,
                                      double kv_heads, double head_dim) {
   // Each query reads its sequence's K and V once per KV head; Q and O are negligible beside them.
-  return {{seqs * kv_heads, context, heads / kv_heads, head_dim},
+  return {{seqs * kv_heads, kv_heads, context, heads / kv_heads, head_dim},
           roofline_time(gpu, 4 * seqs * context * heads * head_dim,
                         2 * kBf16 * seqs * context * kv_heads * head_dim)};
 }
@@ -84,7 +88,7 @@ OperatorPoint chunk_on_context_point(const GpuSpec& gpu, double seqs, double que
   const double rows = query_len * heads / kv_heads;
   const double tiles = std::max(1.0, std::ceil(rows / max_rows));
   // Each tile reads the whole context's K and V; the FLOPs are the chunk's causal ones.
-  return {{seqs * kv_heads * tiles, context + query_len, rows / tiles, head_dim},
+  return {{seqs * kv_heads * tiles, kv_heads, context + query_len, rows / tiles, head_dim},
           roofline_time(gpu, 4 * heads * head_dim * keys,
                         attention_bytes(seqs * query_len, seqs * (query_len + context) * tiles, heads,
                                         kv_heads, head_dim))};
@@ -222,16 +226,28 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
   const bool head_dim_ok = c == OperatorClass::gemm || head_dim_measured_;
   if (!w.inside || !head_dim_ok) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%s (%s %s=%.0f %s=%.0f %s=%.0f%s)", what, operator_class_name(c),
-                  curve.axes[0].name.c_str(), point.coords[0], curve.axes[1].name.c_str(), point.coords[1],
-                  curve.axes[2].name.c_str(), point.coords[2],
-                  head_dim_ok ? "" : ", a head_dim the tables lack");
-    b.outside.emplace_back(buf);
+    std::string where = std::string(what) + " (" + operator_class_name(c);
+    for (std::size_t i = 0; i < curve.axes.size(); ++i) {
+      char coord[64];
+      std::snprintf(coord, sizeof coord, " %s=%.0f", curve.axes[i].name.c_str(), point.coords[i]);
+      where += coord;
+    }
+    b.outside.push_back(where + (head_dim_ok ? ")" : ", a head_dim the tables lack)"));
   }
   const double t = curve.time_at(point.roofline_s, w);
   return eager ? std::max(t, gpu_.kernel_launch_s) : t;
 }
+
+namespace {
+
+// The decode curve's largest measured query rows per KV head: a tile of a chunk priced as decode.
+double largest_group(const OperatorCurve& decode) {
+  for (const CurveAxis& a : decode.axes)
+    if (a.name == "group") return a.knots.back();
+  throw Error("the decode attention curve has no 'group' axis");
+}
+
+}  // namespace
 
 // What an extrapolation warning calls a prefill chunk priced as decode (below): the decode curve's
 // "group" is then the chunk's query rows per KV head.
@@ -260,7 +276,7 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
       context > 0 ? kernel(OperatorClass::decode_attention,
                            chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context,
                                                   s.prefill_attention_keys, m.num_heads, m.num_kv_heads,
-                                                  m.head_dim, prior_.decode_attention.axes[2].knots.back()),
+                                                  m.head_dim, largest_group(prior_.decode_attention)),
                            eager, as_decode, kChunkAsDecode)
                   : prefill;
   const StepBreakdown& chosen = decode < prefill ? as_decode : as_prefill;

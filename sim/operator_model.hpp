@@ -5,7 +5,8 @@
 //     roofline_s  max(FLOPs / peak bf16 FLOP/s, bytes / peak HBM bandwidth) of that kernel
 //     slowdown    exp of a surface that is multilinear in log2 of the shape, one knot per octave:
 //                   GEMM               (m, n, k)
-//                   decode attention   (sequences x KV heads, context, query heads per KV head, head_dim)
+//                   decode attention   (sequences x KV heads, KV heads, context, query heads per KV
+//                                       head, head_dim)
 //                   prefill attention  (sequences x heads, query tokens per sequence, head_dim)
 //     fixed_s     one per class: the kernel's floor under CUDA-graph replay (2.6-2.9 us for a
 //                 GEMM, 9-13 us for attention on H100/H200/A100)
@@ -15,7 +16,7 @@
 // (attention), because small kernels have a floor and a kernel's efficiency varies with its shape;
 // one efficiency plus a floor per m-bucket (a*roofline + c) still leaves 12-15% on held-out GEMM
 // shapes, and linear sums of FLOP and byte terms fit negative costs. The surface leaves 4-7% on
-// held-out (n, k) shapes and 6-11% on held-out head configurations (bench/results/op-cost.md).
+// held-out (n, k) shapes and 4-10% on held-out head configurations (bench/results/op-cost.md).
 //
 // The elementwise kernels (RMSNorm x2 fused with the residual adds, RoPE, SiLU*mul, KV write per layer; the
 // embedding, final norm and sampling per step) are not in the tables. They are priced as

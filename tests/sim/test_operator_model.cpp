@@ -255,6 +255,21 @@ TEST(OperatorModel, AGraphStepsPaddingRowsDoNotCheapenItsAttention) {
           << seqs + 1 << " sequences at " << context + 1 << " keys priced below " << seqs;
 }
 
+// The tables' decode kernel splits a long context by sequence, not by KV head: AIConfigurator's H200
+// table has 8 sequences of one KV head at 131,072 tokens (group 1, head_dim 128) take 568-572 us
+// and one sequence of 8 KV heads 139-141 us. A curve over sequences x KV heads alone priced both
+// at 181 us.
+TEST(OperatorModel, TheDecodeCurveTellsSequencesFromKvHeads) {
+  const GpuSpec gpu = gpu_by_name("h200");
+  const OperatorPrior prior = load_prior(std::string(DUET_SOURCE_DIR) + "/profiles/h200/operator-prior.json");
+  auto decode_us = [&](double seqs, double kv_heads) {
+    const OperatorPoint p = decode_attention_point(gpu, seqs, 131072, kv_heads, kv_heads, 128);
+    return 1e6 * prior.decode_attention.time(p.roofline_s, p.coords);
+  };
+  EXPECT_NEAR(decode_us(8, 1), 570, 0.15 * 570);
+  EXPECT_NEAR(decode_us(1, 8), 140, 0.15 * 140);
+}
+
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
   const BatchShape in{
@@ -312,7 +327,7 @@ TEST(OperatorModel, AChunkAfterACachedContextCostsTheCheaperOfADecodeAndAPrefill
               0.02 * attention(cheap_decode, decodes));
   // 16 tokens are one tile, with the prefill roofline; 17 are two, each reading the context.
   EXPECT_NEAR(as_decode(16, 2048).roofline_s, as_prefill(16, 2048).roofline_s, 1e-15);
-  EXPECT_EQ(as_decode(16, 2048).coords[2], 64);
+  EXPECT_EQ(as_decode(16, 2048).coords[3], 64);
   EXPECT_EQ(as_decode(17, 2048).coords[0], 2 * 16 * kvh);
   EXPECT_GT(as_decode(17, 2048).roofline_s, 1.9 * as_decode(16, 2048).roofline_s);
   for (int n : {4, 16, 17, 32, 200}) {
@@ -485,7 +500,9 @@ TEST(OperatorTables, ReadsRowsAndNamesTheLineOfABadOne) {
          "fa,4,1,1023,32,8,128,0.012\n";
   const OperatorTable a = read_operator_table(OperatorClass::decode_attention, dir.file("a.csv"), gpu);
   EXPECT_EQ(a.rows[0].coords[0], 32);    // 4 sequences x 8 KV heads
-  EXPECT_EQ(a.rows[0].coords[1], 1024);  // the context and the query's own token
+  EXPECT_EQ(a.rows[0].coords[1], 8);     // the KV heads on their own
+  EXPECT_EQ(a.rows[0].coords[2], 1024);  // the context and the query's own token
+  EXPECT_EQ(a.rows[0].coords[3], 4);     // query heads per KV head
   EXPECT_EQ(a.groups[0], "heads=32 kv=8 d=128");
 }
 
