@@ -45,9 +45,14 @@ void Runtime::push(double t, EventType type, int engine, std::uint64_t payload) 
   events_.push(Event{t, order_++, type, engine, payload});
 }
 
+void Runtime::mark_ready(int e) {
+  EngineSlot& slot = engines_[std::size_t(e)];
+  if (!slot.engine->has_work()) slot.ready_since = ready_instant();
+}
+
 void Runtime::enqueue(int e, Sequence seq, double arrival) {
   Engine& engine = *engines_[std::size_t(e)].engine;
-  if (!engine.has_work()) engines_[std::size_t(e)].ready_since = now();
+  mark_ready(e);
   if (first_arrival_ < 0) first_arrival_ = arrival;
   engine.add(std::move(seq), arrival);
 }
@@ -87,7 +92,7 @@ void Runtime::submit_at(double t, int engine, Sequence seq) {
 
 Sequence& Runtime::fork(int e, SeqId src, Sequence child) {
   Engine& engine = *engines_.at(std::size_t(e)).engine;
-  if (!engine.has_work()) engines_[std::size_t(e)].ready_since = now();
+  mark_ready(e);
   return engine.fork(src, std::move(child), now());
 }
 
@@ -225,14 +230,17 @@ void Runtime::check_stuck() const {
     // Name every limit that can hold them back: the pool's size, what a shared pool keeps out of
     // reach (other models' pages, floors, this model's ceiling), and an admit policy.
     const KvUsage u = e.kv().usage();
-    std::string why = "its KV pool (" + std::to_string(u.total_blocks) + " blocks of " +
+    // With no page in use, a policy that refuses is the likelier cause: it is named first.
+    const bool policy_first = e.scheduler().has_admit_policy() && u.used_blocks == 0;
+    std::string why = std::string(policy_first ? "its admit policy refuses them, or " : "") +
+                      "its KV pool (" + std::to_string(u.total_blocks) + " blocks of " +
                       std::to_string(e.kv().block_size()) + " tokens, " + std::to_string(u.used_blocks) +
                       " in use";
     if (u.unavailable_blocks > 0)
       why += ", " + std::to_string(u.unavailable_blocks) +
              " out of its reach: other models' pages, their floors (min_blocks) or its ceiling (max_blocks)";
     why += ") is too small for them";
-    if (e.scheduler().has_admit_policy()) why += ", or its admit policy refuses them";
+    if (e.scheduler().has_admit_policy() && !policy_first) why += ", or its admit policy refuses them";
     if (e.scheduler().config().reserve_full_prompt)
       why += " (scheduler_reserve_full_isl: a waiting sequence needs room for all its tokens at once)";
     throw Error("engine '" + e.name() + "' is stuck with " + std::to_string(e.scheduler().num_waiting()) +
@@ -255,7 +263,7 @@ void Runtime::handle(const Event& ev, Workload& workload) {
     case EventType::StepDone: {
       device_busy_ = false;
       EngineSlot& slot = engines_[std::size_t(ev.engine)];
-      slot.ready_since = now();
+      slot.ready_since = ready_instant();
       const std::vector<SeqId> finished = std::move(slot.finished);
       slot.finished.clear();
       // Each is recorded before any workload callback runs: a callback may release another one of
@@ -293,11 +301,13 @@ void Runtime::run(Workload& workload) {
     const double t = events_.top().time;
     clock_.wait_until(t, stop);
     if (stop && stop->load(std::memory_order_relaxed) != 0) continue;  // woken early: ends above
+    instant_ = now();
     while (!events_.empty() && events_.top().time <= t) {
       const Event ev = events_.top();
       events_.pop();
       handle(ev, workload);
     }
+    instant_ = -1;
   }
 }
 
@@ -354,7 +364,13 @@ void Runtime::record_request(int e, const Sequence& s) {
 RunSummary Runtime::summary() const {
   RunSummary s;
   s.makespan_s = first_arrival_ >= 0 ? last_finish_ - first_arrival_ : 0.0;
-  for (const SummaryAccumulator& t : tallies_) s.engines.push_back(t.summary(s.makespan_s));
+  for (std::size_t e = 0; e < tallies_.size(); ++e) {
+    s.engines.push_back(tallies_[e].summary(s.makespan_s));
+    // A step row books the evictions of the engine's blocks since its last step; on a shared pool
+    // another model can evict them after this one's last step, and they count too.
+    const EngineSlot& slot = engines_[e];
+    s.engines.back().evictions += slot.engine->kv().counters().evictions - slot.last_counters.evictions;
+  }
   return s;
 }
 

@@ -121,6 +121,7 @@ class Runtime {
     std::uint64_t payload;  // arrival slot, or wake-up tag
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
   };
+  double instant_ = -1;  // while the events due at one instant are handled: that instant
   struct EngineSlot {
     Engine* engine;
     double ready_since = 0.0;
@@ -132,6 +133,12 @@ class Runtime {
   };
 
   void push(double t, EventType type, int engine, std::uint64_t payload);
+  // When an engine given work now became ready to step: the instant of the events being handled,
+  // else now. On the wall clock the events due at one instant are handled one after another, and
+  // an engine given work by another's finished step must not look younger than that engine (the
+  // oldest-ready arbiter would then pick otherwise than the virtual clock, where they tie).
+  double ready_instant() const { return instant_ >= 0 ? instant_ : now(); }
+  void mark_ready(int engine);  // its ready_since, if it had no work
   void enqueue(int engine, Sequence seq, double arrival);
   void start_step();
   void apply_memory_policy();

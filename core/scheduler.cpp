@@ -45,7 +45,13 @@ void Scheduler::add(Sequence& seq) {
         ", more than max_model_len " + std::to_string(config_.max_model_len));
   if (seq.kind == SeqKind::Score) {
     if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
-    std::sort(seq.score_positions.begin(), seq.score_positions.end());
+    // Ascending, not sorted here: a scripted score pairs with its position by index, and the
+    // results come back in the positions' order.
+    const auto descent = std::is_sorted_until(seq.score_positions.begin(), seq.score_positions.end());
+    if (descent != seq.score_positions.end())
+      throw Error("sequence " + std::to_string(seq.id) + ": score_positions must ascend (" +
+                  std::to_string(*(descent - 1)) + " before " + std::to_string(*descent) +
+                  "): each scripted score pairs with the position at its index");
     if (seq.score_positions.front() < 0 || seq.score_positions.back() >= seq.num_tokens())
       throw Error("sequence " + std::to_string(seq.id) + ": score position " +
                   std::to_string(seq.score_positions.front() < 0 ? seq.score_positions.front()

@@ -606,8 +606,46 @@ struct LuaRun {
   std::vector<ProblemRecord> problems;
 };
 
+// While it lives, duet.backend names `backend`: the workload of a run reads where that run goes
+// (its own `backend`, or under duet validate the simulator and then the real engine), not the
+// command line's default.
+class BackendShown {
+ public:
+  BackendShown(lua_State* L, const std::string& backend) : L_(L) {
+    if (!push_duet()) return;
+    lua_getfield(L_, -1, "backend");
+    if (lua_type(L_, -1) == LUA_TSTRING) before_ = lua_tostring(L_, -1);
+    lua_pop(L_, 1);
+    lua_pushstring(L_, backend.c_str());
+    lua_setfield(L_, -2, "backend");
+    lua_pop(L_, 1);
+  }
+  ~BackendShown() {
+    if (!before_ || !push_duet()) return;
+    lua_pushstring(L_, before_->c_str());
+    lua_setfield(L_, -2, "backend");
+    lua_pop(L_, 1);
+  }
+  BackendShown(const BackendShown&) = delete;
+  BackendShown& operator=(const BackendShown&) = delete;
+
+ private:
+  // The duet table, as require("duet") finds it (a script may rebind the global name).
+  bool push_duet() {
+    luaL_getsubtable(L_, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L_, -1, "duet");
+    lua_remove(L_, -2);
+    if (lua_istable(L_, -1)) return true;
+    lua_pop(L_, 1);
+    return false;
+  }
+  lua_State* L_;
+  std::optional<std::string> before_;
+};
+
 LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec,
                 const ExperimentDefaults& d) {
+  const BackendShown shown(L, spec.backend);
   std::vector<EngineVocab> vocabs;
   const std::vector<Vocabulary> v = vocabularies(spec);
   for (std::size_t i = 0; i < v.size(); ++i)

@@ -124,12 +124,17 @@ TEST(Engine, ScoreSequencesReturnOneScorePerPosition) {
   EngineRig r;
   Sequence s = prompt(1, 100);
   s.kind = SeqKind::Score;
-  s.score_positions = {99, 10, 70};
+  s.score_positions = {10, 70, 99};
   Sequence& ref = r.engine.add(s, 0);
   while (r.engine.has_work()) r.engine.step(0);
   EXPECT_EQ(ref.finish_reason, FinishReason::Scored);
   EXPECT_EQ(ref.scores, (std::vector<float>{2.5f, 17.5f, 24.75f})) << "in position order, across two chunks";
   EXPECT_EQ(ref.num_output_tokens(), 0);
+  // Out of order they are refused, not sorted: a scripted score pairs with its position by index.
+  Sequence unsorted = prompt(2, 100);
+  unsorted.kind = SeqKind::Score;
+  unsorted.score_positions = {99, 10, 70};
+  EXPECT_THROW(r.engine.add(unsorted, 0), Error);
 }
 
 TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {

@@ -219,11 +219,12 @@ class SchedulerRun {
     } else {
       s.kind = SeqKind::Score;
       for (int k = between(0, 3); k > 0; --k) s.score_positions.push_back(between(0, len - 1));
+      std::sort(s.score_positions.begin(), s.score_positions.end());  // the scheduler wants them ascending
       step_cap_ += len;
     }
     e.kind = s.kind;
     Sequence& ref = engine_->add(std::move(s), now);
-    e.score_positions = ref.score_positions;  // as the scheduler sorted (and defaulted) them
+    e.score_positions = ref.score_positions;  // as the scheduler defaulted them
     expect_.push_back(std::move(e));
     before_.emplace_back();
     first_scheduled_.push_back(kNotYet);

@@ -115,3 +115,36 @@ duet.run{out = false, progress = false, engines = engines, workload = {problems 
   end
 end}}
 assert(table.concat(seen, ",") == table.concat(declared, ","), "pairs(ctx.engines) order: " .. table.concat(seen, ","))
+
+-- On a shared pool a model's evictions count the pages the other model evicts after its last
+-- step: the PRM scores first and stops; the generator then reuses the PRM's cached pages. The
+-- summary counted only what the PRM's own steps booked (0).
+local policy_view
+local shared = duet.run{out = false, progress = false, concurrency = 1, kv_pool = "shared", kv_pool_blocks = 40,
+  engines = {{name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
+              max_num_batched_tokens = 512},
+             {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
+              max_num_batched_tokens = 512}},
+  memory_policy = function(info) policy_view = info.engines.prm.evictions end,
+  workload = {problems = {{}}, solve = function(ctx)
+    local ids = {}
+    for i = 1, 4 do ids[i] = ctx.engines.prm:submit{kind = "score", prompt = 120 + i, scores = {0.5}} end
+    duet.await(ids)
+    for i = 1, 4 do ids[i] = ctx.engines.llm:submit{prompt = 100 + i, max_tokens = 30, ignore_eos = true} end
+    duet.await(ids)
+    return {}
+  end}}
+assert(policy_view > 0, "the generator evicted none of the PRM's pages")
+assert(shared.engines.prm.evictions == policy_view,
+       string.format("the PRM's evictions: %d in the summary, %d seen by the memory policy",
+                     shared.engines.prm.evictions, policy_view))
+
+-- score_positions must ascend: each scripted score pairs with the position at its index, and
+-- positions sorted behind the script's back gave position 5 the score meant for 39.
+local ok, err = pcall(duet.run, {out = false, progress = false,
+  engines = {{name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4}},
+  workload = {problems = {{}}, solve = function(ctx)
+    duet.await(ctx.engines.prm:submit{kind = "score", prompt = 40, score_positions = {39, 5, 17},
+                                      scores = {0.39, 0.05, 0.17}})
+  end}})
+assert(not ok and tostring(err):find("score_positions must ascend %(39 before 5%)"), tostring(err))

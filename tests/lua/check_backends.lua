@@ -53,4 +53,41 @@ local evictions = cpu.engines.llm.evictions + cpu.engines.prm.evictions
 print(string.format("%s pool: %d evictions", kv_pool, evictions))
 assert(setups[kv_pool].kv_pool == "static" or evictions > 0, kv_pool .. ": no page changed hands")
 end
+-- The oldest-ready arbiter, where an idle engine gets work from another engine's finished step:
+-- on the virtual clock the two became ready at one instant and the first declared steps first; on
+-- the wall clock the submit came microseconds after the step's end, and the engine that had just
+-- stepped won instead (7 steps simulated, 6 executed). duet.backend names each run's own backend.
+local tie_problems = {}
+for i = 1, 4 do tie_problems[i] = {} end
+local seen_backend = {}
+local function tie(backend)
+  return duet.run{
+    backend = backend, gpu = "h100", out = false, progress = false, concurrency = 4, arbiter = "oldest",
+    engines = {
+      {name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
+       num_gpu_blocks_override = 64, max_num_batched_tokens = 64, max_num_seqs = 4},
+      {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
+       num_gpu_blocks_override = 64, max_num_batched_tokens = 64, max_num_seqs = 4},
+    },
+    workload = {problems = tie_problems, solve = function(ctx)
+      seen_backend[backend] = duet.backend
+      duet.await(ctx.engines.prm:submit{kind = "score", prompt = 64, scores = {0.5}})
+      duet.await(ctx.engines.llm:submit{prompt = 16, max_tokens = 4, stop_at = 3})
+      return {score = 1}
+    end},
+  }
+end
+local tie_sim, tie_cpu = tie("sim"), tie("cpu")
+for _, name in ipairs{"llm", "prm"} do
+  local a, b = tie_sim.timeline(name), tie_cpu.timeline(name)
+  assert(#a.start_s == #b.start_s, string.format("oldest arbiter, %s: %d steps simulated, %d executed", name,
+                                                 #a.start_s, #b.start_s))
+  for i = 1, #a.start_s do
+    assert(a.prefill_tokens[i] == b.prefill_tokens[i] and a.num_seqs[i] == b.num_seqs[i],
+           string.format("oldest arbiter, %s step %d differs", name, i))
+  end
+end
+assert(seen_backend.sim == "sim" and seen_backend.cpu == "cpu",
+       string.format("duet.backend inside the runs: %s and %s", seen_backend.sim, seen_backend.cpu))
+assert(duet.backend == "sim", "duet.backend after the runs: " .. duet.backend)
 print("backends ok")

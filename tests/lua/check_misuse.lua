@@ -69,15 +69,16 @@ preempting.engines[1].policy = {victim = function() return 0 end}
 expect_error(function() return duet.run(preempting) end,
              "check_misuse.lua:%d+: engines.llm.policy.victim returned 0, not the index of a candidate %(1 to %d+%)")
 
--- An engine that cannot schedule its work names every limit that may hold it back.
+-- An engine that cannot schedule its work names every limit that may hold it back, an admit
+-- policy first when no page is in use.
 local refusing = config{workload = {problems = {{}}, solve = function(ctx)
   duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
   return {score = 0}
 end}}
 refusing.engines[1].policy = {admit = function() return false end}
 expect_error(function() return duet.run(refusing) end,
-             "engine 'llm' is stuck with 1 waiting and 0 running sequences that cannot be scheduled: its KV pool " ..
-             "%(%d+ blocks of 16 tokens, 0 in use%) is too small for them, or its admit policy refuses them")
+             "engine 'llm' is stuck with 1 waiting and 0 running sequences that cannot be scheduled: its admit " ..
+             "policy refuses them, or its KV pool %(%d+ blocks of 16 tokens, 0 in use%) is too small for them")
 
 -- A policy's return value is checked and its error names the policy's line: an admit that returns
 -- nothing refused every admission, silently, until the engine was stuck; an order key that was not a
