@@ -93,6 +93,17 @@ void GpuSpec::validate() const {
     throw Error(who + "kernel_launch_s must be in [0, 1) seconds, got " + std::to_string(kernel_launch_s));
 }
 
+std::string gpu_spec_json(const GpuSpec& g) {
+  json_fields::json j = {{"name", g.name},
+                         {"hbm_bytes", g.hbm_bytes},
+                         {"hbm_bandwidth", g.hbm_bandwidth},
+                         {"bf16_flops", g.bf16_flops},
+                         {"sm_count", g.sm_count},
+                         {"kernel_launch_s", g.kernel_launch_s}};
+  if (!g.efficiency_of.empty()) j["efficiency_of"] = g.efficiency_of;
+  return j.dump();
+}
+
 GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin) {
   using json_fields::json;
   const json j = json_fields::parse_object(text, origin);

@@ -37,6 +37,8 @@ std::vector<std::string> builtin_gpu_names();
 // an error, as is a missing or impossible one; errors start with `origin`.
 GpuSpec gpu_from_json_text(const std::string& text, const std::string& origin);
 GpuSpec gpu_from_json_file(const std::string& path);
+// The GPU as such a JSON text, one that reads back to it: what a run file records, a lender too.
+std::string gpu_spec_json(const GpuSpec& gpu);
 // A built-in's name, or the path of such a JSON file (a name ending in .json, or with a '/').
 GpuSpec resolve_gpu(const std::string& name_or_path);
 

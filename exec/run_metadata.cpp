@@ -21,12 +21,8 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
   m.text.emplace_back("command_line", command_line);
   m.text.emplace_back("gpu", gpu.name);
   // The figures too: a described GPU (a .json file, a Lua table) is known by them, not its name.
-  config["gpu_spec"] = {{"name", gpu.name},
-                        {"hbm_bytes", gpu.hbm_bytes},
-                        {"hbm_bandwidth", gpu.hbm_bandwidth},
-                        {"bf16_flops", gpu.bf16_flops},
-                        {"sm_count", gpu.sm_count},
-                        {"kernel_launch_s", gpu.kernel_launch_s}};
+  // With the GPU whose efficiencies price it, if it borrows them: two lenders price differently.
+  config["gpu_spec"] = nlohmann::json::parse(gpu_spec_json(gpu));
   for (const char* key : {"hbm_bytes", "hbm_bandwidth", "bf16_flops", "sm_count", "kernel_launch_s"})
     m.numbers.emplace_back(std::string("gpu.") + key, config["gpu_spec"][key].get<double>());
   for (std::size_t i = 0; i < engines.size(); ++i) {

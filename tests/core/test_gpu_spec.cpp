@@ -46,6 +46,25 @@ TEST(GpuSpec, EveryListedNameResolves) {
   }
 }
 
+// What a run file records reads back to the GPU, its lender too (the A100-40GB borrows the
+// A100-80GB's efficiencies; the record left that out, so two lenders recorded alike).
+TEST(GpuSpec, ItsJsonReadsBackToIt) {
+  for (const auto& n : builtin_gpu_names()) {
+    SCOPED_TRACE(n);
+    const GpuSpec g = gpu_by_name(n);
+    const GpuSpec back = gpu_from_json_text(gpu_spec_json(g), n);
+    EXPECT_EQ(back.name, g.name);
+    EXPECT_EQ(back.hbm_bytes, g.hbm_bytes);
+    EXPECT_EQ(back.hbm_bandwidth, g.hbm_bandwidth);
+    EXPECT_EQ(back.bf16_flops, g.bf16_flops);
+    EXPECT_EQ(back.sm_count, g.sm_count);
+    EXPECT_EQ(back.kernel_launch_s, g.kernel_launch_s);
+    EXPECT_EQ(back.efficiency_of, g.efficiency_of);
+  }
+  EXPECT_NE(gpu_spec_json(gpu_by_name("a100-40gb")).find("\"efficiency_of\":\"A100"), std::string::npos)
+      << gpu_spec_json(gpu_by_name("a100-40gb"));
+}
+
 TEST(GpuSpec, FiguresOrderAsTheDatasheetsDo) {
   const GpuSpec h100 = gpu_by_name("h100");
   const GpuSpec h200 = gpu_by_name("h200");
