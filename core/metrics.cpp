@@ -9,23 +9,34 @@
 
 namespace duet {
 
+namespace {
+
+// The q-quantile of a sorted, non-empty sample, interpolating linearly between ranks.
+double sorted_quantile(const std::vector<double>& v, double q) {
+  const double pos = q * double(v.size() - 1);
+  const std::size_t lo = std::size_t(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
+}
+
+}  // namespace
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   std::erase_if(v, [](double x) { return std::isnan(x); });
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
-  // Nearest-rank on the sorted sample, interpolating linearly between ranks.
-  auto at = [&](double q) {
-    const double pos = q * double(v.size() - 1);
-    const std::size_t lo = std::size_t(std::floor(pos));
-    const std::size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
-  };
   p.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-  p.p50 = at(0.50);
-  p.p90 = at(0.90);
-  p.p99 = at(0.99);
+  p.p50 = sorted_quantile(v, 0.50);
+  p.p90 = sorted_quantile(v, 0.90);
+  p.p99 = sorted_quantile(v, 0.99);
   return p;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return sorted_quantile(v, 0.5);
 }
 
 double quantile(std::vector<double> v, double q) {

@@ -150,7 +150,10 @@ class SummaryAccumulator {
   std::vector<double> ttft_, tpot_, e2e_;
 };
 
+// Its mean, and quantiles interpolated linearly between ranks (numpy's default); NaNs are left out.
 Percentiles percentiles(std::vector<double> values);
+// The sample's median, interpolated (the mean of the middle two of an even sample); 0 if empty.
+double median(std::vector<double> values);
 
 // The nearest-rank q-quantile (q in [0, 1]) of `values`: the sorted sample's element at rank
 // round(q * (n - 1)); 0 for an empty sample. Fit and validation reports use it (a measured value,

@@ -119,6 +119,30 @@ static_assert(member_count<StepRecord>() == kStepColumns.size(), "add the new St
 static_assert(member_count<RequestRecord>() == kRequestColumns.size(), "add the new RequestRecord field");
 static_assert(member_count<ProblemRecord>() == kProblemColumns.size(), "add the new ProblemRecord field");
 
+// Every EngineSummary field but its two names, by name, in one order: the run file's attributes,
+// a sweep point's bytes between ranks and a Lua result all go through it, so that a field added
+// to EngineSummary reaches each of them. `visit(name, field)` gets a number or a Percentiles.
+template <class Summary, class Visit>
+void visit_summary(Summary& s, Visit&& visit) {
+  visit("steps", s.steps);
+  visit("requests", s.requests);
+  visit("prompt_tokens", s.prompt_tokens);
+  visit("generated_tokens", s.generated_tokens);
+  visit("generated_tokens_per_s", s.generated_tokens_per_s);
+  visit("requests_per_s", s.requests_per_s);
+  visit("ttft_s", s.ttft_s);
+  visit("tpot_s", s.tpot_s);
+  visit("e2e_s", s.e2e_s);
+  visit("prefix_hit_rate", s.prefix_hit_rate);
+  visit("peak_kv_utilisation", s.peak_kv_utilisation);
+  visit("mean_kv_utilisation", s.mean_kv_utilisation);
+  visit("preemptions", s.preemptions);
+  visit("evictions", s.evictions);
+  visit("cow_copies", s.cow_copies);
+  visit("busy_s", s.busy_s);
+}
+static_assert(member_count<EngineSummary>() == 18, "add the new EngineSummary field to visit_summary");
+
 namespace detail {
 template <class T>
 T column_value(const void* row, std::size_t offset) {

@@ -18,6 +18,7 @@
 #include "core/gpu_spec.hpp"
 #include "core/json_fields.hpp"
 #include "core/kv_cache_manager.hpp"
+#include "core/metrics.hpp"
 #include "core/model_spec.hpp"
 #include "core/runtime.hpp"
 #include "exec/build_revision.hpp"
@@ -52,13 +53,6 @@ std::map<std::pair<int, int>, double> load_peer(const std::string& path, const s
     throw Error(path + ": " + e.what());
   }
   return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/memory_plan.hpp"
+#include "core/metrics.hpp"
 #include "exec/build_revision.hpp"
 #include "sim/profiles.hpp"
 
@@ -279,12 +280,6 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
   const auto t0 = std::chrono::steady_clock::now();
   engine.step(0);
   return seconds_since(t0);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string utc_now() {

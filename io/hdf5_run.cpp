@@ -129,7 +129,6 @@ const H5::PredType& native() {
   return native(column_kind<T>());
 }
 
-static_assert(member_count<EngineSummary>() == 18, "add the new EngineSummary field to visit_summary");
 static_assert(member_count<EngineRecords>() == 6 && member_count<RunSummary>() == 3,
               "the run layout changed: update write_run and read_run");
 static_assert(std::uint8_t(SeqKind::Score) == 1 && std::uint8_t(FinishReason::Aborted) == 4,
@@ -163,29 +162,18 @@ std::string enums_json() {
 
 // Every EngineSummary number under its attribute name; Percentiles flatten to <name>_mean etc.
 template <class Summary, class Visit>
-void visit_summary(Summary& s, Visit&& visit) {
-  visit("steps", s.steps);
-  visit("requests", s.requests);
-  visit("prompt_tokens", s.prompt_tokens);
-  visit("generated_tokens", s.generated_tokens);
-  visit("generated_tokens_per_s", s.generated_tokens_per_s);
-  visit("requests_per_s", s.requests_per_s);
-  auto percentiles = [&](const std::string& name, auto& p) {
-    visit(name + "_mean", p.mean);
-    visit(name + "_p50", p.p50);
-    visit(name + "_p90", p.p90);
-    visit(name + "_p99", p.p99);
-  };
-  percentiles("ttft_s", s.ttft_s);
-  percentiles("tpot_s", s.tpot_s);
-  percentiles("e2e_s", s.e2e_s);
-  visit("prefix_hit_rate", s.prefix_hit_rate);
-  visit("peak_kv_utilisation", s.peak_kv_utilisation);
-  visit("mean_kv_utilisation", s.mean_kv_utilisation);
-  visit("preemptions", s.preemptions);
-  visit("evictions", s.evictions);
-  visit("cow_copies", s.cow_copies);
-  visit("busy_s", s.busy_s);
+void visit_summary_numbers(Summary& s, Visit&& visit) {
+  visit_summary(s, [&](const std::string& name, auto& field) {
+    if constexpr (std::is_same_v<std::remove_const_t<std::remove_reference_t<decltype(field)>>,
+                                 Percentiles>) {
+      visit(name + "_mean", field.mean);
+      visit(name + "_p50", field.p50);
+      visit(name + "_p90", field.p90);
+      visit(name + "_p99", field.p99);
+    } else {
+      visit(name, field);
+    }
+  });
 }
 
 // ---- Attributes --------------------------------------------------------------------------------
@@ -461,7 +449,8 @@ H5::Group create_engine(const H5::Group& engines, const EngineRecords& records) 
 }
 
 void put_summary(const H5::Group& engine, const EngineSummary& summary) {
-  visit_summary(summary, [&](const std::string& name, auto value) { put_number(engine, name, value); });
+  visit_summary_numbers(summary,
+                        [&](const std::string& name, auto value) { put_number(engine, name, value); });
 }
 
 void write_engine(const H5::Group& engines, const std::string& path, const EngineRecords& records,
@@ -608,7 +597,7 @@ void read_engine(const H5::Group& engines, const std::string& path, const std::s
   EngineSummary summary;
   summary.name = name;
   summary.model = records.model;
-  visit_summary(summary, [&](const std::string& attr, auto& value) {
+  visit_summary_numbers(summary, [&](const std::string& attr, auto& value) {
     value = get_number<std::remove_reference_t<decltype(value)>>(engine, attr, where);
   });
   if (keeps_steps(run.level)) {

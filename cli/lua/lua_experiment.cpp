@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "cli/lua/lua_context.hpp"
 #include "cli/lua/lua_util.hpp"
@@ -876,24 +877,14 @@ void push_result(lua_State* L, const ExperimentResult& r) {
     // What priced (or ran) its steps, as the run file's ENGINE.cost_model records it.
     if (const std::string* cost_model = r.metadata.find_text(e.name + ".cost_model"))
       set_string(L, "cost_model", cost_model->c_str());
-    set_integer(L, "steps", lua_Integer(e.steps));
-    set_integer(L, "requests", lua_Integer(e.requests));
-    set_integer(L, "prompt_tokens", lua_Integer(e.prompt_tokens));
-    set_integer(L, "generated_tokens", lua_Integer(e.generated_tokens));
-    set_number(L, "generated_tokens_per_s", e.generated_tokens_per_s);
+    visit_summary(e, [&](const char* name, const auto& v) {
+      using T = std::remove_cvref_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, Percentiles>) push_percentiles(L, name, v);
+      else if constexpr (std::is_integral_v<T>) set_integer(L, name, lua_Integer(v));
+      else set_number(L, name, v);
+    });
     set_number(L, "prompt_tokens_per_s",
                r.summary.makespan_s > 0 ? double(e.prompt_tokens) / r.summary.makespan_s : 0);
-    set_number(L, "requests_per_s", e.requests_per_s);
-    set_number(L, "prefix_hit_rate", e.prefix_hit_rate);
-    set_number(L, "peak_kv_utilisation", e.peak_kv_utilisation);
-    set_number(L, "mean_kv_utilisation", e.mean_kv_utilisation);
-    set_integer(L, "preemptions", lua_Integer(e.preemptions));
-    set_integer(L, "evictions", lua_Integer(e.evictions));
-    set_integer(L, "cow_copies", lua_Integer(e.cow_copies));
-    set_number(L, "busy_s", e.busy_s);
-    push_percentiles(L, "ttft_s", e.ttft_s);
-    push_percentiles(L, "tpot_s", e.tpot_s);
-    push_percentiles(L, "e2e_s", e.e2e_s);
     for (std::size_t i = 0; i < r.records->size(); ++i) {
       const EngineRecords& rec = (*r.records)[i];
       if (rec.name != e.name) continue;

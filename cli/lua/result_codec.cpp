@@ -5,6 +5,7 @@
 
 #include "cli/lua/sweep_points.hpp"
 #include "core/error.hpp"
+#include "core/record_columns.hpp"
 
 namespace duet::lua {
 
@@ -72,15 +73,6 @@ struct In {
   }
 };
 
-// Every field of an EngineSummary but its two names, in one order for both directions.
-template <class Summary, class Visit>
-void summary_numbers(Summary& s, Visit&& visit) {
-  visit(s.steps), visit(s.requests), visit(s.prompt_tokens), visit(s.generated_tokens);
-  visit(s.generated_tokens_per_s), visit(s.requests_per_s), visit(s.ttft_s), visit(s.tpot_s), visit(s.e2e_s);
-  visit(s.prefix_hit_rate), visit(s.peak_kv_utilisation), visit(s.mean_kv_utilisation);
-  visit(s.preemptions), visit(s.evictions), visit(s.cow_copies), visit(s.busy_s);
-}
-
 }  // namespace
 
 std::vector<char> encode_result(const ExperimentResult& r) {
@@ -95,7 +87,7 @@ std::vector<char> encode_result(const ExperimentResult& r) {
   out.value(std::uint64_t(r.summary.engines.size()));
   for (const EngineSummary& s : r.summary.engines) {
     out.text(s.name), out.text(s.model);
-    summary_numbers(s, [&](const auto& v) { out.value(v); });
+    visit_summary(s, [&](const char*, const auto& v) { out.value(v); });
   }
   out.value(std::uint64_t(r.records->size()));
   for (const EngineRecords& e : *r.records) {
@@ -127,7 +119,7 @@ ExperimentResult decode_result(const std::vector<char>& bytes) {
     EngineSummary s;
     s.name = in.text();
     s.model = in.text();
-    summary_numbers(s, [&](auto& v) { v = in.value<std::remove_reference_t<decltype(v)>>(); });
+    visit_summary(s, [&](const char*, auto& v) { v = in.value<std::remove_reference_t<decltype(v)>>(); });
     r.summary.engines.push_back(std::move(s));
   }
   r.records = std::make_shared<std::vector<EngineRecords>>();
