@@ -301,11 +301,24 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
   const double q = heads * hd, kv = kvh * hd, inter = m.intermediate_size;
   auto& l = b.per_layer_s;
   if (tokens > 0) {
-    l[kQkvProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, q + 2 * kv, h), eager, b, "qkv_proj");
-    l[kOProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, q), eager, b, "o_proj");
-    l[kGateUpProj] =
-        kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
-    l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
+    // The layer's GEMMs depend on the token count alone, which most steps repeat (a decode batch
+    // of the same size): the last count's times are kept, unless a GEMM was beyond the tables (its
+    // warning is then made again).
+    if (gemm_memo_.tokens == tokens && gemm_memo_.eager == eager) {
+      std::copy(gemm_memo_.s.begin(), gemm_memo_.s.end(), l.begin() + kQkvProj);
+    } else {
+      const std::size_t warned = b.outside.size();
+      l[kQkvProj] =
+          kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, q + 2 * kv, h), eager, b, "qkv_proj");
+      l[kOProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, q), eager, b, "o_proj");
+      l[kGateUpProj] =
+          kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
+      l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
+      if (b.outside.size() == warned) {
+        gemm_memo_ = {tokens, eager, {}};
+        std::copy(l.begin() + kQkvProj, l.begin() + kDownProj + 1, gemm_memo_.s.begin());
+      }
+    }
     // Attention at the real rows: a graph step's padding rows are decodes of one token with no
     // cached context (core/executor.hpp), whose one key each is nothing beside the real rows' KV.
     // Averaged into the context they would price the real rows' long contexts as short ones over

@@ -27,6 +27,7 @@
 // CUDA graph (one launch) and its kernels run the graph's padded rows, as in the roofline and the
 // CUDA engine, but for decode attention, priced at the real rows (a padding row reads one key). Host time per
 // step and per sequence is the roofline's (sim/roofline.hpp).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -126,6 +127,13 @@ class OperatorCostModel final : public CostModel {
   OperatorPrior prior_;
   RooflineParams p_;
   bool head_dim_measured_ = false;
+  struct GemmMemo {  // the layer GEMMs' times at the last token count priced within the tables
+    double tokens = -1;
+    bool eager = false;
+    std::array<double, 4> s{};  // qkv_proj, o_proj, gate_up_proj, down_proj
+  };
+  static_assert(kDownProj == kQkvProj + 3, "the layer GEMMs are the first four operators");
+  mutable GemmMemo gemm_memo_;
   mutable std::int64_t steps_ = 0, steps_outside_ = 0;
   mutable std::string first_outside_;
 };

@@ -270,6 +270,36 @@ TEST(OperatorModel, TheDecodeCurveTellsSequencesFromKvHeads) {
   EXPECT_NEAR(decode_us(1, 8), 140, 0.15 * 140);
 }
 
+// The layer GEMMs' times are kept for the last token count: a step priced again, after another,
+// costs what it did, eager and graph steps of one count apart, and a GEMM beyond the tables is
+// flagged every time it is priced.
+TEST(OperatorModel, AStepPricedAgainCostsWhatItDid) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/h100-sxm/operator-prior.json";
+  GpuSpec gpu = gpu_by_name("h100");
+  gpu.kernel_launch_s = 50e-6;  // above every kernel of these steps: eager ones all take it
+  OperatorCostModel model(gpu, model_by_name("llama-3.1-8b"), load_prior(path));
+  auto decodes = [](int n) {
+    return BatchShape{.decode_tokens = n,
+                      .decode_seqs = n,
+                      .logit_rows = n,
+                      .decode_context_tokens = std::int64_t(n) * 1024};
+  };
+  const BatchShape prefill{
+      .prefill_tokens = 8, .prefill_seqs = 1, .logit_rows = 1, .prefill_tokens_squared = 64};
+  const StepBreakdown first = model.by_operator(decodes(8));
+  const StepBreakdown eager = model.by_operator(prefill);  // 8 tokens too, run eagerly
+  model.by_operator(decodes(64));
+  const StepBreakdown again = model.by_operator(decodes(8));
+  for (std::size_t op = 0; op < kLayerOperators.size(); ++op)
+    EXPECT_EQ(again.per_layer_s[op], first.per_layer_s[op]);
+  EXPECT_GT(eager.per_layer_s[kOProj], first.per_layer_s[kOProj])
+      << "an eager kernel takes at least its launch";
+  const BatchShape huge{
+      .prefill_tokens = 40000, .prefill_seqs = 1, .logit_rows = 1, .prefill_tokens_squared = 1.6e9};
+  EXPECT_FALSE(model.by_operator(huge).outside.empty());
+  EXPECT_FALSE(model.by_operator(huge).outside.empty()) << "priced again, still beyond the tables";
+}
+
 TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), flat_prior("h100-sxm"));
   const BatchShape in{
