@@ -353,7 +353,7 @@ void TableReader::fail(const char* key, const std::string& what) const {
 std::string TableReader::location() const { return location_.empty() ? lua::where(L_) : location_; }
 
 int TableReader::push(const char* key) {
-  asked_.insert(key);
+  asked_.emplace_back(key);
   try {
     return get_field(L_, index_, key);
   } catch (const Error& e) {
@@ -420,7 +420,9 @@ std::optional<bool> TableReader::boolean(const char* key) {
   return v;
 }
 
-void TableReader::known(std::initializer_list<const char*> keys) { asked_.insert(keys.begin(), keys.end()); }
+void TableReader::known(std::initializer_list<const char*> keys) {
+  asked_.insert(asked_.end(), keys.begin(), keys.end());
+}
 
 void TableReader::finish(const std::string& hint) {
   // Every unknown key, sorted: lua_next's order follows string hashes that Lua seeds afresh in each
@@ -432,9 +434,11 @@ void TableReader::finish(const std::string& hint) {
     const bool string_key = lua_type(L_, -1) == LUA_TSTRING;
     const std::string key =
         string_key ? lua_tostring(L_, -1) : std::string("[") + luaL_typename(L_, -1) + " key]";
-    if (!string_key || !asked_.count(key)) unknown.push_back(key);
+    if (!string_key || std::find(asked_.begin(), asked_.end(), key) == asked_.end()) unknown.push_back(key);
   }
   if (unknown.empty()) return;
+  std::sort(asked_.begin(), asked_.end());
+  asked_.erase(std::unique(asked_.begin(), asked_.end()), asked_.end());
   std::sort(unknown.begin(), unknown.end());
   std::string keys, valid;
   for (const auto& k : unknown) keys += (keys.empty() ? "'" : ", '") + k + "'";
