@@ -128,8 +128,13 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
       for (Eigen::Index i = 0; i < damped.rows(); ++i)
         damped.coeffRef(i, i) *= 1 + mu, damped.coeffRef(i, i) += 1e-12;
       solver.compute(damped);
+      if (solver.info() != Eigen::Success) {  // the preconditioner's factorisation failed
+        mu *= 10;
+        continue;
+      }
+      // A step short of the solver's tolerance is still a step: the cost below decides.
       const Eigen::VectorXd step = solver.solve(-g);
-      if (solver.info() != Eigen::Success) {
+      if (!step.allFinite()) {
         mu *= 10;
         continue;
       }
