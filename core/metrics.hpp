@@ -132,7 +132,9 @@ class RecordSink {
 
 // An engine's summary, built as its records arrive, so that a run need not keep its timeline to
 // summarize it. summarize() adds kept records through it in the same order, so the two agree bit
-// for bit. It keeps three latencies per request (the percentiles need the sample).
+// for bit (but a run's evictions on a shared pool: Runtime::summary also counts those after an
+// engine's last step, which no step record holds). It keeps three latencies per request (the
+// percentiles need the sample).
 class SummaryAccumulator {
  public:
   SummaryAccumulator(std::string name, std::string model, std::int32_t total_blocks);

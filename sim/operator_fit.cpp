@@ -120,6 +120,7 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
                            Eigen::IncompleteCholesky<double>>
       solver;
   solver.setTolerance(1e-10);
+  int steps = 0;  // taken
   for (int it = 0; it < options.max_iterations; ++it) {
     pr.normal_equations(theta, gamma, a, g);
     bool improved = false;
@@ -143,6 +144,7 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
       const double cost2 = pr.cost(theta2, gamma2);
       if (std::isfinite(cost2) && cost2 < cost) {
         improved = cost - cost2 > 1e-9 * cost;
+        ++steps;
         theta = theta2, gamma = gamma2, cost = cost2;
         mu = std::max(mu / 3, 1e-9);
         break;
@@ -151,6 +153,8 @@ OperatorCurve fit_curve(std::vector<CurveAxis> axes, std::span<const CurveSample
     }
     if (!improved) break;
   }
+  // The flat start is no fit: a table its surface cannot move from at any damping is one to look at.
+  if (steps == 0) throw Error(what + ": the fit found no step that lowers its error from a flat surface");
   curve.log_slowdown.assign(theta.data(), theta.data() + theta.size());
   curve.fixed_s = std::exp(gamma);
   // What a prior may hold (a run refuses anything else): a fit beyond it is a table in another unit

@@ -28,7 +28,7 @@ struct CurveSample {
 struct CurveFitOptions {
   // Chosen on held-out head configurations (bench/results/op-cost.md): the decode curve's held-out
   // error falls from 0.3 to 0.08 on the three GPUs' tables (H200: 7.4% to 4.3%), GEMM and prefill
-  // move by 0.1-0.6 points, and below 0.04 the decode fit leaves its knots' bounds.
+  // move by 0.1-0.6 points, and at 0.04 the H100's and H200's decode fits leave the knots' bounds.
   double smoothness = 0.1;
   int max_iterations = 60;
 };

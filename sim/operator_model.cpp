@@ -219,8 +219,12 @@ double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bo
   // A GEMM wider than the tables (an LM head over a 128k vocabulary) is tiled along n; the
   // tables' slowdown is flat within ~10% from n = 8192 to 65536, so the edge's is no guess.
   // (The weights clamp every coordinate to its knots, so the probe's are the point's.)
+  // Likewise decode attention over more KV heads than the tables' 8 (a multi-head model's): they
+  // are more of the same work items, which the curve's first axis counts; the second, KV heads
+  // alone, tells how a long context splits, and is priced at its edge.
   CurveCoords probe = point.coords;
   if (c == OperatorClass::gemm) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
+  if (c == OperatorClass::decode_attention) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
   const CurveWeights w = curve.weights(probe);
   // The attention tables may not hold the model's head_dim (A100's hold only 128): the curve's
   // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
@@ -257,7 +261,7 @@ constexpr const char* kChunkAsDecode =
 
 // The tables' prefill kernels start from an empty cache, so a few new tokens after a long cached
 // context would take their slowdown from a kernel of a few query rows and no keys, floor-bound
-// (10-27x the roofline at one token in the H100 prior), and apply it to the context's reads. Such a
+// (8-67x the roofline at one token in the H100 prior), and apply it to the context's reads. Such a
 // chunk is a decode with more query rows per KV head, in tiles of the decode curve's largest
 // measured group (64 rows: 16 tokens of a 4-query group), each tile reading the context again. A
 // chunk after a context costs the cheaper of that and the prefill curve, as a kernel picks its

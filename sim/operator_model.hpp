@@ -8,8 +8,8 @@
 //                   decode attention   (sequences x KV heads, KV heads, context, query heads per KV
 //                                       head, head_dim)
 //                   prefill attention  (sequences x heads, query tokens per sequence, head_dim)
-//     fixed_s     one per class: the kernel's floor under CUDA-graph replay (2.6-2.9 us for a
-//                 GEMM, 9-13 us for attention on H100/H200/A100)
+//     fixed_s     one per class: the kernel's floor under CUDA-graph replay (2.2-2.6 us for a
+//                 GEMM, 7.5-11 us for attention on H100/H200/A100)
 //
 // Both are fitted per device to NVIDIA AIConfigurator's measured bf16 tables (`duet fit-ops`).
 // Why this form: on those tables the roofline alone is off by 50-59% (GEMMs) and 70-84%

@@ -614,34 +614,44 @@ class BackendShown {
  public:
   BackendShown(lua_State* L, const std::string& backend) : L_(L) {
     if (!push_duet()) return;
-    lua_getfield(L_, -1, "backend");
-    if (lua_type(L_, -1) == LUA_TSTRING) before_ = lua_tostring(L_, -1);
-    lua_pop(L_, 1);
+    lua_pushliteral(L_, "backend");
+    lua_rawget(L_, -2);
+    before_ = luaL_ref(L_, LUA_REGISTRYINDEX);  // whatever it was, nil too
+    lua_pushliteral(L_, "backend");
     lua_pushstring(L_, backend.c_str());
-    lua_setfield(L_, -2, "backend");
+    lua_rawset(L_, -3);
     lua_pop(L_, 1);
   }
   ~BackendShown() {
-    if (!before_ || !push_duet()) return;
-    lua_pushstring(L_, before_->c_str());
-    lua_setfield(L_, -2, "backend");
-    lua_pop(L_, 1);
+    if (before_ == LUA_NOREF) return;
+    if (push_duet()) {
+      lua_pushliteral(L_, "backend");
+      lua_rawgeti(L_, LUA_REGISTRYINDEX, before_);
+      lua_rawset(L_, -3);
+      lua_pop(L_, 1);
+    }
+    luaL_unref(L_, LUA_REGISTRYINDEX, before_);
   }
   BackendShown(const BackendShown&) = delete;
   BackendShown& operator=(const BackendShown&) = delete;
 
  private:
-  // The duet table, as require("duet") finds it (a script may rebind the global name).
+  // The duet table, as require("duet") finds it (a script may rebind the global name); raw reads
+  // and writes, so that no metamethod runs (the destructor may run while an error unwinds).
   bool push_duet() {
-    luaL_getsubtable(L_, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    lua_getfield(L_, -1, "duet");
-    lua_remove(L_, -2);
-    if (lua_istable(L_, -1)) return true;
+    lua_pushliteral(L_, LUA_LOADED_TABLE);
+    lua_rawget(L_, LUA_REGISTRYINDEX);
+    if (lua_istable(L_, -1)) {
+      lua_pushliteral(L_, "duet");
+      lua_rawget(L_, -2);
+      lua_remove(L_, -2);
+      if (lua_istable(L_, -1)) return true;
+    }
     lua_pop(L_, 1);
     return false;
   }
   lua_State* L_;
-  std::optional<std::string> before_;
+  int before_ = LUA_NOREF;
 };
 
 LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentSpec& spec,

@@ -148,3 +148,14 @@ local ok, err = pcall(duet.run, {out = false, progress = false,
                                       scores = {0.39, 0.05, 0.17}})
   end}})
 assert(not ok and tostring(err):find("score_positions must ascend %(39 before 5%)"), tostring(err))
+
+-- duet.backend names the run's backend while it runs, and afterwards is what it was, nil too.
+local saved_backend = duet.backend
+duet.backend = nil
+local inside_backend
+duet.run{out = false, progress = false,
+  engines = {{name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4}},
+  workload = {problems = {{}}, solve = function() inside_backend = duet.backend end}}
+assert(inside_backend == "sim" and duet.backend == nil,
+       string.format("duet.backend: %s inside, %s after", tostring(inside_backend), tostring(duet.backend)))
+duet.backend = saved_backend

@@ -95,6 +95,34 @@ TEST(OperatorFit, RecoversKnownCoefficientsFromASyntheticTable) {
   EXPECT_LT(e.max, 1e-4);
 }
 
+// The decode curve's five axes (kMaxCurveAxes): every corner of a 2x2x3x2x2 surface, with points
+// between them, comes back from exact times.
+TEST(OperatorFit, RecoversAFiveAxisSurface) {
+  OperatorCurve truth;
+  truth.axes = {{"a", {1, 2}}, {"b", {1, 4}}, {"c", {1, 2, 4}}, {"d", {8, 16}}, {"e", {64, 128}}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> value(-0.5, 2.0), roof(1e-6, 5e-5);
+  for (std::size_t i = 0; i < truth.size(); ++i) truth.log_slowdown.push_back(value(rng));
+  truth.fixed_s = 3e-6;
+  std::vector<CurveSample> rows;
+  for (double a : {1.0, 1.4, 2.0})
+    for (double b : {1.0, 2.0, 4.0})
+      for (double c : {1.0, 1.5, 2.0, 3.0, 4.0})
+        for (double d : {8.0, 11.0, 16.0})
+          for (double e : {64.0, 90.0, 128.0}) {
+            CurveSample sample;
+            sample.coords = {a, b, c, d, e};
+            sample.roofline_s = roof(rng);
+            sample.measured_s = truth.time(sample.roofline_s, sample.coords);
+            rows.push_back(sample);
+          }
+  const OperatorCurve fit =
+      fit_curve(truth.axes, rows, "synthetic", {.smoothness = 0.0, .max_iterations = 100});
+  EXPECT_NEAR(fit.fixed_s, truth.fixed_s, 1e-3 * truth.fixed_s);
+  for (std::size_t i = 0; i < truth.log_slowdown.size(); ++i)
+    EXPECT_NEAR(fit.log_slowdown[i], truth.log_slowdown[i], 1e-3) << i;
+}
+
 // A table whose times are 1,000 times what its header says (microseconds as milliseconds) fits a
 // floor of milliseconds: the fit refuses to become a prior that every run would refuse.
 TEST(OperatorFit, RefusesAFitNoPriorMayHold) {
@@ -314,6 +342,11 @@ TEST(OperatorModel, FlagsShapesBeyondTheTablesButNotAWideLmHead) {
   model.step_cost(in);
   EXPECT_TRUE(contains(model.extrapolation_report(), "1 of 2 steps had a kernel beyond"))
       << model.extrapolation_report();
+  // More KV heads than the tables' 8 (a multi-head model) are more work items, not beyond them.
+  ModelSpec mha = model_by_name("llama-3.1-8b");
+  mha.num_kv_heads = mha.num_heads;
+  const OperatorCostModel mha_model(gpu_by_name("h100"), mha, flat_prior("h100-sxm"));
+  EXPECT_TRUE(mha_model.by_operator(in).outside.empty()) << mha_model.by_operator(in).outside[0];
 }
 
 // The tables' prefill kernels start from an empty cache: a chunk after a cached context is also
