@@ -439,14 +439,16 @@ MemoryPolicy make_memory_policy(lua_State* L, const Experiment& ex) {
   if (!ex.memory_policy) return {};
   const FunctionRef* fn = &ex.memory_policy;
   std::vector<std::string> names;
-  for (const auto& c : ex.engines) names.push_back(c.name);
-  return [L, fn, names](const std::vector<EngineStatus>& statuses) {
+  std::vector<int> block_sizes;  // tokens a page holds for each engine (a page is bytes, shared)
+  for (const auto& c : ex.engines) names.push_back(c.name), block_sizes.push_back(c.block_size);
+  return [L, fn, names, block_sizes](const std::vector<EngineStatus>& statuses) {
     fn->push();
     lua_createtable(L, 0, 2);
     set_integer(L, "pages", statuses.empty() ? 0 : statuses.front().kv.total_blocks);
     lua_createtable(L, 0, int(statuses.size()));
     for (const EngineStatus& s : statuses) {
-      lua_createtable(L, 0, 11);
+      lua_createtable(L, 0, 12);
+      set_integer(L, "block_size", block_sizes[std::size_t(s.index)]);
       set_integer(L, "waiting", lua_Integer(s.num_waiting));
       set_integer(L, "running", lua_Integer(s.num_running));
       set_integer(L, "used_blocks", s.kv.used_blocks);

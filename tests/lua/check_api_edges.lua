@@ -125,7 +125,10 @@ local shared = duet.run{out = false, progress = false, concurrency = 1, kv_pool 
               max_num_batched_tokens = 512},
              {name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
               max_num_batched_tokens = 512}},
-  memory_policy = function(info) policy_view = info.engines.prm.evictions end,
+  memory_policy = function(info)
+    policy_view = info.engines.prm.evictions
+    assert(info.engines.prm.block_size == 16, "memory_policy's block_size: " .. tostring(info.engines.prm.block_size))
+  end,
   workload = {problems = {{}}, solve = function(ctx)
     local ids = {}
     for i = 1, 4 do ids[i] = ctx.engines.prm:submit{kind = "score", prompt = 120 + i, scores = {0.5}} end
