@@ -54,12 +54,12 @@ struct FunctionRef {
 // Reads an optional function field into a FunctionRef.
 void read_function(lua_State* L, TableReader& t, const char* key, FunctionRef& out) {
   const int type = t.push(key);
-  if (type == LUA_TFUNCTION) {
+  if (callable(L, -1)) {  // a function, or a table of its own state with a __call
     out.take(L);
     return;
   }
   lua_pop(L, 1);
-  if (type != LUA_TNIL) t.fail(key, "expected a function");
+  if (type != LUA_TNIL) t.fail(key, "expected a function (or a callable table)");
 }
 
 struct EnginePolicies {
@@ -264,7 +264,7 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
   }
   lua_pop(L, 1);
   const int arb = t.push("arbiter");
-  if (arb == LUA_TFUNCTION) {
+  if (callable(L, -1)) {
     ex.arbiter = ArbiterKind::Callback;
     ex.arbiter_fn.take(L);
   } else {

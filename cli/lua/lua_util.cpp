@@ -208,7 +208,21 @@ std::string where(lua_State* L, int level) {
   return w;
 }
 
+bool callable(lua_State* L, int idx) {
+  if (lua_isfunction(L, idx)) return true;
+  if (luaL_getmetafield(L, idx, "__call") == LUA_TNIL) return false;
+  lua_pop(L, 1);
+  return true;
+}
+
 std::string defined_at(lua_State* L, int idx) {
+  // A callable table or userdata is defined where its __call is.
+  if (!lua_isfunction(L, idx) && luaL_getmetafield(L, idx, "__call") != LUA_TNIL) {
+    std::string at = lua_isfunction(L, -1) ? defined_at(L, -1) : where(L, 1);
+    lua_pop(L, 1);
+    return at;
+  }
+  if (!lua_isfunction(L, idx)) return where(L, 1);
   lua_pushvalue(L, idx);
   lua_Debug ar;
   lua_getinfo(L, ">S", &ar);  // pops the copy

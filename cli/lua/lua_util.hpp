@@ -175,8 +175,11 @@ std::string flat_table_json(lua_State* L, int idx);
 
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
-// The "file:line: " where the Lua function at idx is defined: errors in what a callback returns
-// name it, not the code that happened to call into duet. For a C function, the running line.
+// Whether the value at idx can be called: a function, or a table or userdata with a __call.
+bool callable(lua_State* L, int idx);
+// The "file:line: " where the Lua function at idx is defined (a callable's __call): errors in what
+// a callback returns name it, not the code that happened to call into duet. For a C function, the
+// running line.
 std::string defined_at(lua_State* L, int idx);
 // A value a callback returned, as an error message shows it: nil, true, 1.5, NaN, 'text', or
 // "a table" (a type for what has no short text).

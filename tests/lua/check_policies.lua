@@ -67,3 +67,21 @@ duet.run{
 assert(most.llm > 0.5 and most.llm <= 1 and most.arbiter > 0.5 and most.arbiter <= 1,
        string.format("kv_used of a capped engine: at most %.3f in admit, %.3f in the arbiter", most.llm, most.arbiter))
 print("policies ok")
+
+-- A policy may be a table of its own state with a __call: an admit that counts what it saw, and
+-- an arbiter object; its errors name the __call's line.
+local counter = setmetatable({seen = 0}, {__call = function(self, id, num_tokens, problem, running, waiting, kv_used)
+  self.seen = self.seen + 1
+  return true
+end})
+local picker = setmetatable({}, {__call = function(self, engines) return engines[2].has_work and 2 or 1 end})
+local callable_run = config(false)
+callable_run.engines[1].policy = {admit = counter}
+callable_run.arbiter = picker
+duet.run(callable_run)
+assert(counter.seen > 0, "a callable table's admit was never called")
+local bad = config(false)
+bad.engines[1].policy = {admit = setmetatable({}, {__call = function() return 1 end})}
+local ok, err = pcall(duet.run, bad)
+assert(not ok and tostring(err):find("check_policies.lua:%d+: engines.llm.policy.admit returned 1"), tostring(err))
+print("callable policies ok")
