@@ -59,7 +59,7 @@ void read_function(lua_State* L, TableReader& t, const char* key, FunctionRef& o
     return;
   }
   lua_pop(L, 1);
-  if (type != LUA_TNIL) t.fail(key, "expected a function (or a callable table)");
+  if (type != LUA_TNIL) t.fail(key, "expected a function (or a table whose __call is a function)");
 }
 
 struct EnginePolicies {
@@ -273,7 +273,8 @@ Experiment read_experiment(lua_State* L, int index, const ExperimentDefaults& d)
       if (ex.arbiter == ArbiterKind::Callback)
         t.fail("arbiter", "'callback' is given as a function, not a name");
     } else if (arb != LUA_TNIL) {
-      t.fail("arbiter", "expected a name (alternate, priority, oldest) or a function");
+      t.fail("arbiter",
+             "expected a name (alternate, priority, oldest) or a function (or a table whose __call is one)");
     }
     lua_pop(L, 1);
   }

@@ -210,9 +210,14 @@ std::string where(lua_State* L, int level) {
 
 bool callable(lua_State* L, int idx) {
   if (lua_isfunction(L, idx)) return true;
+  // A table or userdata whose __call is a function: not a name or number whose type has a
+  // metatable, nor a __call that is itself a table (its errors could not name a line).
+  const int type = lua_type(L, idx);
+  if (type != LUA_TTABLE && type != LUA_TUSERDATA) return false;
   if (luaL_getmetafield(L, idx, "__call") == LUA_TNIL) return false;
+  const bool function = lua_isfunction(L, -1);
   lua_pop(L, 1);
-  return true;
+  return function;
 }
 
 std::string defined_at(lua_State* L, int idx) {

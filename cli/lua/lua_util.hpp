@@ -175,7 +175,8 @@ std::string flat_table_json(lua_State* L, int idx);
 
 // The "file:line:" of the Lua code that called into C (level 1 = the caller of the C function).
 std::string where(lua_State* L, int level = 1);
-// Whether the value at idx can be called: a function, or a table or userdata with a __call.
+// Whether the value at idx is a callback duet takes: a function, or a table or userdata whose
+// __call is a function.
 bool callable(lua_State* L, int idx);
 // The "file:line: " where the Lua function at idx is defined (a callable's __call): errors in what
 // a callback returns name it, not the code that happened to call into duet. For a C function, the

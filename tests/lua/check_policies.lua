@@ -74,12 +74,21 @@ local counter = setmetatable({seen = 0}, {__call = function(self, id, num_tokens
   self.seen = self.seen + 1
   return true
 end})
-local picker = setmetatable({}, {__call = function(self, engines) return engines[2].has_work and 2 or 1 end})
+local picker = setmetatable({calls = 0}, {__call = function(self, engines)
+  self.calls = self.calls + 1  -- called with itself first
+  return engines[2].has_work and 2 or 1
+end})
 local callable_run = config(false)
 callable_run.engines[1].policy = {admit = counter}
 callable_run.arbiter = picker
 duet.run(callable_run)
 assert(counter.seen > 0, "a callable table's admit was never called")
+assert(picker.calls > 0, "a callable table's arbiter was never called")
+-- A __call that is not a function is no policy: refused as the run table is read.
+local not_callable = config(false)
+not_callable.engines[1].policy = {admit = setmetatable({}, {__call = 5})}
+local refused, why = pcall(duet.run, not_callable)
+assert(not refused and tostring(why):find("policy.admit: expected a function"), tostring(why))
 local bad = config(false)
 bad.engines[1].policy = {admit = setmetatable({}, {__call = function() return 1 end})}
 local ok, err = pcall(duet.run, bad)
