@@ -164,8 +164,7 @@ std::string enums_json() {
 template <class Summary, class Visit>
 void visit_summary_numbers(Summary& s, Visit&& visit) {
   visit_summary(s, [&](const std::string& name, auto& field) {
-    if constexpr (std::is_same_v<std::remove_const_t<std::remove_reference_t<decltype(field)>>,
-                                 Percentiles>) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(field)>, Percentiles>) {
       visit(name + "_mean", field.mean);
       visit(name + "_p50", field.p50);
       visit(name + "_p90", field.p90);

@@ -216,15 +216,14 @@ OperatorCostModel::OperatorCostModel(const GpuSpec& gpu, const ModelSpec& model,
 double OperatorCostModel::kernel(OperatorClass c, const OperatorPoint& point, bool eager, StepBreakdown& b,
                                  const char* what) const {
   const OperatorCurve& curve = prior_.curve(c);
-  // A GEMM wider than the tables (an LM head over a 128k vocabulary) is tiled along n; the
-  // tables' slowdown is flat within ~10% from n = 8192 to 65536, so the edge's is no guess.
-  // (The weights clamp every coordinate to its knots, so the probe's are the point's.)
-  // Likewise decode attention over more KV heads than the tables' 8 (a multi-head model's): they
-  // are more of the same work items, which the curve's first axis counts; the second, KV heads
-  // alone, tells how a long context splits, and is priced at its edge.
+  // Two second coordinates beyond the tables are priced at their edge, unflagged. A GEMM wider than
+  // the tables (n: an LM head over a 128k vocabulary) is tiled along n; the tables' slowdown is flat
+  // within ~10% from n = 8192 to 65536, so the edge's is no guess. Decode attention over more KV
+  // heads than the tables' 8 (a multi-head model's) has more of the same work items, which the
+  // first axis counts; the second, KV heads alone, tells how a long context splits. (The weights
+  // clamp every coordinate to its knots, so the probe's are the point's.)
   CurveCoords probe = point.coords;
-  if (c == OperatorClass::gemm) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
-  if (c == OperatorClass::decode_attention) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
+  if (c != OperatorClass::prefill_attention) probe[1] = std::min(probe[1], curve.axes[1].knots.back());
   const CurveWeights w = curve.weights(probe);
   // The attention tables may not hold the model's head_dim (A100's hold only 128): the curve's
   // knot there is its neighbours', by the fit's smoothness, so it is an extrapolation too.
