@@ -43,7 +43,9 @@ local function solve(ctx, problem, o)
         candidates[#candidates + 1] = c
       end
     end
-    table.sort(candidates, function(a, b) return S.aggregate(a, o) > S.aggregate(b, o) end)
+    local agg = {}  -- each candidate's aggregate once, not once per comparison
+    for _, c in ipairs(candidates) do agg[c] = S.aggregate(c, o) end
+    table.sort(candidates, function(a, b) return agg[a] > agg[b] end)
     active = {}
     for i, c in ipairs(candidates) do
       if i <= survivors then active[#active + 1] = c else S.release(ctx, c, o, true) end

@@ -98,7 +98,10 @@ end
 -- The engine that a workload's option names (`o[option]`, e.g. llm = "llm"). A run without an engine
 -- of that name gets an error that also says which option to set, not only "unknown engine".
 function O.engine(ctx, o, option)
-  local ok, engine = pcall(function() return ctx.engines[o[option]] end)
+  local engine = rawget(ctx.engines, o[option])  -- the common case, without a pcall per request
+  if engine ~= nil then return engine end
+  local ok
+  ok, engine = pcall(function() return ctx.engines[o[option]] end)
   if ok then return engine end
   error(string.format("%s: the workload's option %s = '%s' names it; name an engine so, or pass %s = NAME " ..
                       "to the workload", tostring(engine):gsub("^[^\n]-:%d+: ", ""), option, tostring(o[option]),

@@ -84,11 +84,7 @@ function S.root(problem, o)
           target = steps.steps_to_answer(problem.level, o.seed, problem.index), done = false}
 end
 
-local function copy(t)
-  local c = {}
-  for i, v in ipairs(t) do c[i] = v end
-  return c
-end
+local function copy(t) return table.move(t, 1, #t, 1, {}) end
 
 -- Submits the next step of a child of `parent` on the generator; returns the child (pending).
 -- `to_end`: the last iteration runs to the end of the solution instead of stopping at "\n\n".
