@@ -20,6 +20,7 @@
 #include "exec/cpu_executor.hpp"
 #include "exec/experiment.hpp"
 #include "exec/gpu_bench.hpp"
+#include "exec/wall_clock.hpp"
 #include "exec/weights.hpp"
 #include "io/trace_replay.hpp"
 
@@ -65,8 +66,8 @@ int bench_sim_trace(const std::string& trace_path, const std::string& model, con
     simulated_s = std::max(simulated_s, r.start_s + r.duration_s + r.host_s);
   steps = std::int64_t(o.records[0].steps.size());
   const auto t2 = std::chrono::steady_clock::now();
-  const double load_s = std::chrono::duration<double>(t1 - t0).count();
-  const double sim_s = std::chrono::duration<double>(t2 - t1).count();
+  const double load_s = seconds_since(t0, t1);
+  const double sim_s = seconds_since(t1, t2);
   const double wall_s = load_s + sim_s;
   std::printf("bench sim-trace: %s, %zu requests, %s on %s (%s)\n", trace.source.c_str(), finished,
               o.records[0].model.c_str(), gpu.name.c_str(), o.cost_models[0].c_str());
@@ -118,7 +119,7 @@ int bench_hdf5(const std::string& trace_path, const std::string& model, const st
       RunFileWriter writer(path, s.compression);
       writer.write_run("/", o.metadata, o.records, o.summary);
       writer.close();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best, seconds_since(t0));
     }
     const double mb = double(std::filesystem::file_size(path)) / 1e6;
     std::printf("  %-22s %10.2f %10.3f %12.0f\n", s.name, mb, best, raw_mb / best);

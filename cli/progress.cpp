@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "exec/wall_clock.hpp"
+
 namespace duet {
 
 ProgressBar::ProgressBar(std::string label)
@@ -20,7 +22,7 @@ void ProgressBar::update(double done, double total, const std::string& detail) {
   if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return;  // redraw at most 10 times a second
   last_ = now;
   const double frac = std::min(1.0, std::max(0.0, done / total));
-  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double elapsed = seconds_since(start_, now);
   const double eta = frac > 0 ? elapsed * (1 - frac) / frac : 0;
   constexpr int kWidth = 30;
   char bar[kWidth + 1];

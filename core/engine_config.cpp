@@ -14,6 +14,10 @@ AllocatorKind allocator_kind_from_name(const std::string& name) {
   throw Error("unknown allocator '" + name + "' (valid: paged, naive)");
 }
 
+const char* allocator_kind_name(AllocatorKind kind) {
+  return kind == AllocatorKind::Paged ? "paged" : "naive";
+}
+
 ForkKv fork_kv_from_name(const std::string& name) {
   if (name == "share") return ForkKv::Share;
   if (name == "prefix_cache") return ForkKv::PrefixCache;

@@ -18,7 +18,8 @@ namespace duet {
 
 enum class AllocatorKind { Paged, Naive };
 AllocatorKind allocator_kind_from_name(const std::string& name);  // "paged", "naive"
-ForkKv fork_kv_from_name(const std::string& name);                // "share", "prefix_cache"
+const char* allocator_kind_name(AllocatorKind kind);
+ForkKv fork_kv_from_name(const std::string& name);  // "share", "prefix_cache"
 const char* fork_kv_name(ForkKv fork_kv);
 
 struct EngineConfig {

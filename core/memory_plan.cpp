@@ -9,13 +9,13 @@
 
 namespace duet {
 
-namespace {
-
-std::string gib(double bytes) {  // a double: a product of blocks and block bytes may exceed int64
+std::string gib(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
+
+namespace {
 
 // gib(), or MiB below a GiB (a KV block is a fraction of a MiB to a few MiB).
 std::string gib_or_mib(double bytes) {

@@ -56,6 +56,9 @@ enum class KvPoolKind { Static, Shared };
 KvPoolKind kv_pool_kind_from_name(const std::string& name);  // "static", "shared"
 const char* kv_pool_kind_name(KvPoolKind kind);
 
+// Bytes as "%.2f GiB", for messages. A double: a product of blocks and block bytes may exceed int64.
+std::string gib(double bytes);
+
 // Why a share of the GPU's memory (vLLM's gpu_memory_utilization) is none, "" when it is one:
 // in (0, 1].
 std::string memory_share_problem(double share);

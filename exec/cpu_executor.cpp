@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/output_script.hpp"
 #include "exec/batch_check.hpp"
+#include "exec/wall_clock.hpp"
 
 namespace duet {
 
@@ -159,7 +160,7 @@ StepResult CpuExecutor::execute(const Batch& batch) {
   last_logits_ = logits(batch, plan, x);
 
   StepResult result = outputs(batch);
-  result.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.duration_s = seconds_since(start);
   return result;
 }
 

@@ -17,9 +17,12 @@
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "core/memory_plan.hpp"
 #include "core/output_script.hpp"
 #include "exec/batch_check.hpp"
 #include "exec/cpu_ops.hpp"
+#include "exec/safetensors.hpp"
+#include "exec/wall_clock.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 #include "kernels/gemm.hpp"
@@ -31,26 +34,10 @@ namespace k = kernels;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using bf16 = k::bf16;
 
-double seconds_since(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double>(t1 - t0).count();
-}
-
 constexpr std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
-
-std::string gib(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1LL << 30));
-  return buf;
-}
-
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 int next_pow2(int x) {
   int p = 1;
@@ -612,18 +599,18 @@ void CudaExecutor::Impl::logits_head(const Fwd& f, const bf16* Hn) {
 
 // A step: plan it on the host, stage its metadata, launch its device work, collect its outputs.
 StepResult CudaExecutor::Impl::execute(const Batch& batch) {
-  const auto t0 = Clock::now();
+  const auto t0 = Steady::now();
   check_batch(batch, layout, spec, "CudaExecutor");
   used_graph = false;
   pending_capture.reset();  // a step that threw before its capture leaves none behind
   last_logits.clear();
   const Step step = plan(batch);
-  const auto t_prep = Clock::now();
+  const auto t_prep = Steady::now();
   stage(step);
-  Clock::time_point t_launched;
+  Steady::time_point t_launched;
   try {
     launch(batch, step);
-    t_launched = Clock::now();
+    t_launched = Steady::now();
     collect(batch, step);
   } catch (...) {
     // The metadata upload may still read the pinned staging buffer, which the next step rewrites.
@@ -633,14 +620,14 @@ StepResult CudaExecutor::Impl::execute(const Batch& batch) {
     }
     throw;
   }
-  const auto t_synced = Clock::now();
+  const auto t_synced = Steady::now();
   // After the step's end event: the capture is host work (cpu_s), not the step's device time.
   if (pending_capture) {
     capture(step.f, *pending_capture);
     pending_capture.reset();
   }
   StepResult result = outputs(batch, step);
-  const auto t_end = Clock::now();
+  const auto t_end = Steady::now();
   prep_s = seconds_since(t0, t_prep);
   // The output copies block until the forward is done (pageable host memory): waiting, not work.
   cpu_s = seconds_since(t0, t_launched) + seconds_since(t_synced, t_end);

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "exec/run_metadata.hpp"
+#include "exec/wall_clock.hpp"
 #include "sim/profiles.hpp"
 #include "sim/sim_executor.hpp"
 
@@ -102,7 +103,7 @@ ExperimentOutcome run_experiment(const ExperimentSpec& spec, Workload& workload,
   rt.run(workload);
 
   out.summary = rt.summary();
-  out.summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  out.summary.wall_s = seconds_since(wall0);
   out.records = rt.take_records();
   for (int i = 0; i < rt.num_engines(); ++i)
     out.computed_prefill_tokens.push_back(rt.tally(i).computed_prefill_tokens());

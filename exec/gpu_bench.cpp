@@ -24,6 +24,7 @@
 #include "exec/build_revision.hpp"
 #include "exec/cuda_executor.hpp"
 #include "exec/vocabulary.hpp"
+#include "exec/wall_clock.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device.hpp"
 
@@ -530,7 +531,7 @@ int bench_cpu_overhead(const GpuBenchOptions& o) {
     while (engine.has_work()) {
       const auto t0 = std::chrono::steady_clock::now();
       const StepOutcome out = engine.step(0);
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double wall = seconds_since(t0);
       const BatchShape& shape = out.batch.shape;
       // Decode steps after the first few (graph capture, warm-up).
       if (shape.prefill_tokens == 0 && shape.decode_seqs == b && ++step > 3) {

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +12,8 @@
 #include "core/memory_plan.hpp"
 #include "core/metrics.hpp"
 #include "exec/build_revision.hpp"
+#include "exec/wall_clock.hpp"
+#include "io/timestamp.hpp"
 #include "sim/profiles.hpp"
 
 namespace duet {
@@ -213,10 +214,6 @@ void scored_instead_of_sampled(std::vector<GridPoint>& grid) {
       }
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Host time of the engine's step for the point's shape: core's Engine (scheduler, KV manager,
 // postprocessing) over a NullExecutor, on sequences brought to the point's state first. Decode
 // items are running sequences with their context computed; prefill items arrive in this step.
@@ -280,13 +277,6 @@ double host_time(const GridPoint& p, const EngineConfig& base, int vocab, std::u
   const auto t0 = std::chrono::steady_clock::now();
   engine.step(0);
   return seconds_since(t0);
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 nlohmann::json grid_json(const ProfileLimits& l, std::size_t points) {

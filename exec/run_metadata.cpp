@@ -43,7 +43,7 @@ RunMetadata run_metadata(const std::string& backend, const std::string& command_
     e["enable_prefix_caching"] = c.enable_prefix_caching;
     e["enable_chunked_prefill"] = c.enable_chunked_prefill;
     e["scheduler_reserve_full_isl"] = c.scheduler_reserve_full_isl;
-    e["allocator"] = c.allocator == AllocatorKind::Paged ? "paged" : "naive";
+    e["allocator"] = allocator_kind_name(c.allocator);
     e["fork_kv"] = fork_kv_name(c.fork_kv);
     if (plan.shared) {  // the floor and ceiling it started with (a memory policy may move them)
       e["min_blocks"] = c.limits.min_blocks;

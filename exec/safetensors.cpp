@@ -33,8 +33,6 @@ using nlohmann::json;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-std::string in_quotes(const std::string& name) { return "'" + name + "'"; }
-
 std::string tensor_context(const std::string& path, const std::string& name) {
   return path + ": tensor " + in_quotes(name) + ": ";
 }
@@ -166,6 +164,8 @@ std::vector<float> to_float_vector(const TensorView& view) {
   convert_to_float(view, out);
   return out;
 }
+
+std::string in_quotes(const std::string& name) { return "'" + name + "'"; }
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "[";

@@ -48,6 +48,8 @@ std::vector<float> to_float_vector(const TensorView& view);
 
 // "[2048, 64]"
 std::string shape_string(const std::vector<std::int64_t>& shape);
+// "'name'": a tensor's or a model's name in a message.
+std::string in_quotes(const std::string& name);
 
 // A read-only POSIX mapping of a whole file, unmapped on destruction. Movable, not copyable.
 class MappedFile {

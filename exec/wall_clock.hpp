@@ -9,12 +9,16 @@
 
 namespace duet {
 
+// Wall seconds from t0 to t1, by default to now: how long a measured piece of work took.
+inline double seconds_since(std::chrono::steady_clock::time_point t0,
+                            std::chrono::steady_clock::time_point t1 = std::chrono::steady_clock::now()) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
 class WallClock final : public Clock {
  public:
   WallClock() : start_(std::chrono::steady_clock::now()) {}
-  double now() const override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double now() const override { return seconds_since(start_); }
   // In slices of at most 50 ms when a stop may come: a signal ends a long wait within one.
   void wait_until(double t, const std::atomic<int>* stop) override {
     for (double dt = t - now(); dt > 0; dt = t - now()) {

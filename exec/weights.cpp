@@ -39,8 +39,6 @@ auto tensor_slots(W& w) {
   return slots;
 }
 
-std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
-
 HostTensor load_tensor(const Checkpoint& ckpt, const LlamaTensorSpec& t, const std::string& model) {
   const TensorView* view = ckpt.find(t.name);
   if (!view)

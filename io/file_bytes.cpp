@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/json_fields.hpp"
+#include "io/text_lines.hpp"
 
 namespace duet {
 
@@ -37,8 +38,6 @@ struct FileCloser {
 struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose_r(f); }
 };
-
-std::size_t count_lines(std::string_view text) { return std::count(text.begin(), text.end(), '\n') + 1; }
 
 std::string read_gzip(const std::string& path) {
   std::unique_ptr<gzFile_s, GzCloser> gz(gzopen(path.c_str(), "rb"));

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstddef>
-#include <ctime>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -28,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/record_columns.hpp"
 #include "core/sequence.hpp"
+#include "io/timestamp.hpp"
 
 namespace duet {
 namespace {
@@ -680,15 +680,6 @@ void collect_runs(const H5::Group& group, const std::string& path, int depth, st
       ++*skipped;
     }
   }
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 }  // namespace

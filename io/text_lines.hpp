@@ -1,5 +1,6 @@
 #pragma once
 // Text as lines and trimmed pieces: what the trace importers and the kernel-table reader share.
+#include <algorithm>
 #include <cstddef>
 #include <string_view>
 
@@ -16,6 +17,11 @@ inline std::string_view trim(std::string_view s) {
 }
 
 inline bool is_blank(std::string_view s) { return trim(s).empty(); }
+
+// Lines in a text, a last one without its newline included: a bound, as for reserving rows.
+inline std::size_t count_lines(std::string_view text) {
+  return std::size_t(std::count(text.begin(), text.end(), '\n')) + 1;
+}
 
 // Walks text line by line. The "\r" of CRLF endings is dropped, and a last line without a newline
 // still counts, so both line-ending conventions read the same.

@@ -45,8 +45,6 @@ std::string excerpt(std::string_view s) {
   return quoted;
 }
 
-std::size_t count_lines(std::string_view text) { return std::count(text.begin(), text.end(), '\n') + 1; }
-
 // --- Azure CSV -----------------------------------------------------------------------------------
 
 // A wall-clock time split into whole days and nanoseconds within the day, so that any year fits

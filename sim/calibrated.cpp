@@ -5,9 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +13,7 @@
 #include "core/executor.hpp"
 #include "core/json_fields.hpp"
 #include "core/mix.hpp"
+#include "io/csv_table.hpp"
 #include "io/file_bytes.hpp"
 
 namespace duet {
@@ -255,17 +254,6 @@ CalibrationProfile fit_profile(const std::vector<MeasuredStep>& steps, bool cuda
 
 namespace {
 
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string field;
-  std::istringstream in(line);
-  while (std::getline(in, field, ',')) {
-    while (!field.empty() && (field.back() == '\r' || field.back() == ' ')) field.pop_back();
-    out.push_back(field);
-  }
-  return out;
-}
-
 double parse_number(const std::string& text, const std::string& where) {
   double v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -277,14 +265,9 @@ double parse_number(const std::string& text, const std::string& where) {
 }  // namespace
 
 CalibrationProfile fit_profile_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open calibration table");
-  std::string line;
-  if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected a header");
-  const auto header = split_csv(line);
-  std::map<std::string, std::size_t> col;
-  for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
-  if (!col.count("duration_s")) throw Error(path + ":1: missing column 'duration_s'");
+  CsvTable table(path, "table of measured steps");
+  const std::vector<std::string>& header = table.header();
+  const std::size_t duration = table.column("duration_s");
   // The shape's members by the device feature names (constant aside).
   const std::map<std::string, void (*)(BatchShape&, double)> setters = {
       {"prefill_tokens", [](BatchShape& s, double v) { s.prefill_tokens = int(v); }},
@@ -302,11 +285,9 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
   };
   std::vector<std::pair<std::size_t, void (*)(BatchShape&, double)>> used;
   for (const auto& [name, set] : setters)
-    if (col.count(name)) used.emplace_back(col[name], set);
+    if (table.has(name)) used.emplace_back(table.column(name), set);
   // A misspelt column would be a feature left at 0, silently.
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    const std::string& name = header[i];
-    if (col[name] != i) throw Error(path + ":1: column '" + name + "' appears twice");
+  for (const std::string& name : header) {
     if (setters.count(name) || name == "duration_s" || name == "host_s") continue;
     std::string valid = "duration_s, host_s";
     for (const auto& [known, set] : setters) valid += ", " + known;
@@ -314,13 +295,8 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
   }
   if (used.empty()) throw Error(path + ":1: no feature column (e.g. prefill_tokens, decode_seqs)");
   std::vector<MeasuredStep> steps;
-  for (int lineno = 2; std::getline(in, line); ++lineno) {
-    if (line.empty() || line == "\r") continue;
-    const auto f = split_csv(line);
-    const std::string where = path + ":" + std::to_string(lineno);
-    if (f.size() != header.size())
-      throw Error(where + ": " + std::to_string(f.size()) + " fields, header has " +
-                  std::to_string(header.size()));
+  for (std::vector<std::string> f; table.next(f);) {
+    const std::string where = table.where();
     MeasuredStep m;
     for (const auto& [i, set] : used) {
       const double v = parse_number(f[i], where);
@@ -337,10 +313,9 @@ CalibrationProfile fit_profile_csv(const std::string& path) {
                     (wide ? "53" : "31"));
       set(m.shape, v);
     }
-    m.device_s = parse_number(f[col["duration_s"]], where);
-    if (!(m.device_s > 0))
-      throw Error(where + ": duration_s is " + f[col["duration_s"]] + ", not a positive time");
-    if (col.count("host_s")) m.host_s = parse_number(f[col["host_s"]], where);
+    m.device_s = parse_number(f[duration], where);
+    if (!(m.device_s > 0)) throw Error(where + ": duration_s is " + f[duration] + ", not a positive time");
+    if (table.has("host_s")) m.host_s = parse_number(f[table.column("host_s")], where);
     steps.push_back(m);
   }
   CalibrationProfile p = fit_profile(steps);

@@ -3,35 +3,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
-#include <map>
-#include <string_view>
 
 #include "core/error.hpp"
 #include "core/mix.hpp"
-#include "io/file_bytes.hpp"
-#include "io/text_lines.hpp"
+#include "io/csv_table.hpp"
 
 namespace duet {
 
 namespace {
-
-std::vector<std::string> split(std::string_view line) {
-  std::vector<std::string> out(1);
-  for (char c : line) {
-    if (c == ',') out.emplace_back();
-    else out.back().push_back(c);
-  }
-  return out;
-}
-
-struct Columns {
-  std::map<std::string, std::size_t> index;
-  std::size_t at(const std::string& name, const std::string& path) const {
-    const auto it = index.find(name);
-    if (it == index.end()) throw Error(path + ":1: no column '" + name + "'");
-    return it->second;
-  }
-};
 
 // `step` may be 0 (no context before the query); every other column must be positive.
 double number(const std::string& text, const std::string& where, const std::string& column) {
@@ -47,30 +26,19 @@ double number(const std::string& text, const std::string& where, const std::stri
 }  // namespace
 
 OperatorTable read_operator_table(OperatorClass kind, const std::string& path, const GpuSpec& gpu) {
-  const std::string text = read_file_bytes(path);
-  LineReader lines(text);
-  std::string_view line;
-  if (!lines.next(line)) throw Error(path + ": empty kernel table");
-  Columns cols;
-  const std::vector<std::string> header = split(line);
-  for (std::size_t i = 0; i < header.size(); ++i) cols.index[header[i]] = i;
+  CsvTable table(path, "kernel table");
   const bool gemm = kind == OperatorClass::gemm;
   const std::vector<std::string> names =
       gemm ? std::vector<std::string>{"m", "n", "k", "latency_ms"}
            : std::vector<std::string>{"batch_size",          "isl",      "step",      "num_heads",
                                       "num_key_value_heads", "head_dim", "latency_ms"};
   std::vector<std::size_t> at;
-  for (const std::string& n : names) at.push_back(cols.at(n, path));
+  for (const std::string& n : names) at.push_back(table.column(n));
 
   OperatorTable t{kind, path, {}, {}, {}, 0};
   std::size_t first_impossible = 0;
-  while (lines.next(line)) {
-    if (line.empty()) continue;
-    const std::string where = path + ":" + std::to_string(lines.number());
-    const std::vector<std::string> f = split(line);
-    if (f.size() != header.size())
-      throw Error(where + ": " + std::to_string(f.size()) + " fields, the header has " +
-                  std::to_string(header.size()));
+  for (std::vector<std::string> f; table.next(f);) {
+    const std::string where = table.where();
     std::vector<double> v;
     for (std::size_t i = 0; i < names.size(); ++i)
       // A decode row's context: the step's tokens and the query's own.
@@ -94,7 +62,7 @@ OperatorTable read_operator_table(OperatorClass kind, const std::string& path, c
     }
     const double measured = v.back() * 1e-3;
     if (p.roofline_s > measured) {
-      if (!t.impossible++) first_impossible = lines.number();
+      if (!t.impossible++) first_impossible = table.line();
       continue;
     }
     t.rows.push_back({p.coords, p.roofline_s, measured});

@@ -28,6 +28,7 @@
 #include "cli/sweep_file.hpp"
 #include "core/error.hpp"
 #include "exec/backend.hpp"
+#include "exec/wall_clock.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/trace.hpp"
 #include "nlohmann/json.hpp"
@@ -390,7 +391,7 @@ PointOutcome run_point(lua_State* L, const SweepCall& call, std::size_t index) {
     o.error = e.what();
   }
   lua_settop(L, top);
-  o.busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  o.busy_s = seconds_since(start);
   return o;
 }
 
