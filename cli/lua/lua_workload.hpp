@@ -118,6 +118,10 @@ class LuaWorkload final : public Workload {
     ++idle_stretch_;
   }
   void check_idle_wakeup(Task& task);
+  // Sleeps in a row until a time already reached, at one instant (check_same_instant).
+  double same_instant_s_ = -1;
+  std::int64_t same_instant_sleeps_ = 0;
+  void check_same_instant(const Task& task);
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
 };

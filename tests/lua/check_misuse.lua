@@ -262,6 +262,30 @@ expect_error(function() return duet.run(sleeping(function()
 end)) end, "check_misuse.lua:%d+: problem 1: duet.sleep_until woke the run 1000000 times in a row with no sequence " ..
            "running and none submitted")
 assert(polls == 1000000, polls)
+-- A time already reached yields: what else is due at this instant runs first (problem 2 starts and
+-- sets the flag). It used to return at once, and a loop of it spun to the instruction limit (27 s).
+local flag, seen = false, nil
+assert(duet.run(config{concurrency = 2, workload = {problems = {{}, {}}, solve = function(ctx)
+  if ctx.index == 1 then
+    duet.sleep_until(duet.now())
+    seen = flag
+  else
+    flag = true
+  end
+  return {score = 0}
+end}}).problems == 2 and seen == true)
+local spins = 0
+expect_error(function() return duet.run(config{concurrency = 2, workload = {problems = {{}, {}}, solve = function(ctx)
+  if ctx.index == 1 then
+    while true do
+      spins = spins + 1
+      duet.sleep_until(duet.now())
+    end
+  end
+  duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+end}}) end, "check_misuse.lua:%d+: problem 1: duet.sleep_until slept 1000000 times in a row at one instant " ..
+           "%(t = 0.000000 s%): time cannot move on while problems sleep until it; sleep until a later time")
+assert(spins == 1000000, spins)
 -- Not a loop: a problem polls while another sleeps toward a later time (it is what the poller
 -- waits for), and a poller whose wait is broken by a submit now and then.
 local woke = false
@@ -324,5 +348,5 @@ expect_error(function() return duet.sleep_until(5) end,
 -- os.exit would end duet without its file (and with status 0): it is an error naming the line.
 expect_error(function() os.exit(0) end, "check_misuse.lua:%d+: os.exit is not available in a duet script")
 
-assert(support.checked == 51, "checked " .. support.checked)
+assert(support.checked == 52, "checked " .. support.checked)
 print("misuse: ok")
