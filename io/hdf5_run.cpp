@@ -228,23 +228,34 @@ std::string get_text(const H5::H5Object& obj, const std::string& name, const Whe
 // ---- Groups ------------------------------------------------------------------------------------
 
 // Groups track the creation order of their attributes and links, so that metadata and engines
-// read back in the order they were written (HDF5 lists them by name otherwise).
-void track_creation_order(hid_t plist) {
+// read back in the order they were written (HDF5 lists them by name otherwise). A group made on
+// the way to another (`points` in /sweeps/0000/points/0003) lists its links by name: its children
+// are numbered, and a sweep on several threads writes them in the order they finish.
+void track_creation_order(hid_t plist, bool links) {
   const unsigned flags = H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED;
-  if (H5Pset_attr_creation_order(plist, flags) < 0 || H5Pset_link_creation_order(plist, flags) < 0)
+  if (H5Pset_attr_creation_order(plist, flags) < 0 || (links && H5Pset_link_creation_order(plist, flags) < 0))
     throw H5::PropListIException("track_creation_order", "H5Pset_*_creation_order failed");
 }
 
-H5::Group create_group(const H5::Group& parent, const std::string& name) {
-  H5::LinkCreatPropList lcpl;
-  lcpl.setCreateIntermediateGroup(true);
+H5::Group create_one_group(const H5::Group& parent, const std::string& name, bool links_in_creation_order) {
   H5::PropList gcpl(H5P_GROUP_CREATE);
-  track_creation_order(gcpl.getId());
-  const hid_t id = H5Gcreate2(parent.getId(), name.c_str(), lcpl.getId(), gcpl.getId(), H5P_DEFAULT);
+  track_creation_order(gcpl.getId(), links_in_creation_order);
+  const hid_t id = H5Gcreate2(parent.getId(), name.c_str(), H5P_DEFAULT, gcpl.getId(), H5P_DEFAULT);
   if (id < 0) throw H5::GroupIException("create_group", "H5Gcreate2 failed");
   H5::Group group(id);  // takes a reference of its own
   H5Gclose(id);
   return group;
+}
+
+// `name` is a path below `parent`; the groups on the way that do not exist yet are made too.
+H5::Group create_group(const H5::Group& parent, const std::string& name) {
+  const std::size_t start = name.front() == '/' ? 1 : 0;
+  const std::size_t slash = name.find('/', start);
+  if (slash == std::string::npos) return create_one_group(parent, name.substr(start), true);
+  const std::string part = name.substr(start, slash - start), rest = name.substr(slash + 1);
+  if (part.empty()) return create_group(parent, rest);
+  return create_group(
+      parent.nameExists(part) ? parent.openGroup(part) : create_one_group(parent, part, false), rest);
 }
 
 bool tracks_creation_order(const H5::Group& group, bool attributes) {
@@ -710,7 +721,7 @@ RunFileWriter::RunFileWriter(const std::string& path, TableCompression compressi
   Where where{path, ""};
   impl_ = guarded(where, [&] {
     H5::FileCreatPropList fcpl;
-    track_creation_order(fcpl.getId());  // the root group's
+    track_creation_order(fcpl.getId(), true);  // the root group's
     auto impl = std::make_unique<Impl>(Impl{path, H5::H5File(path, H5F_ACC_TRUNC, fcpl), compression});
     where.object = "/";
     put_text(impl->file.openGroup("/"), kCreatedAttr, utc_now());

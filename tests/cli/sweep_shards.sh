@@ -50,9 +50,12 @@ head -c 100000 part2.h5 >truncated.h5
 expect_error "truncated.h5: " "$duet" merge bad.h5 part1.h5 truncated.h5 part3.h5
 [ -e bad.h5 ] && fail "a failed merge left bad.h5"
 # A part damaged where only the copy finds it: an earlier OUT stays as it was (it was once removed).
-cp part2.h5 damaged.h5 && printf '\xff\xff\xff\xff' | dd of=damaged.h5 bs=1 seek=7000 conv=notrunc 2>/dev/null
+# The bytes damaged are in the middle of a point's steps, wherever the file's layout put them.
+at=$($python -c "import h5py, sys; c = h5py.File(sys.argv[1], 'r')['sweeps/0000/points/0001/engines/llm/steps'].id.get_chunk_info(0); print(c.byte_offset + c.size // 2)" part2.h5) ||
+  fail "cannot find the steps of part2.h5's point 0001"
+cp part2.h5 damaged.h5 && printf '\xff\xff\xff\xff' | dd of=damaged.h5 bs=1 seek="$at" conv=notrunc 2>/dev/null
 cp merged.h5 kept.h5
-expect_error "damaged.h5: /sweeps/0000/points/0001: .*kept.h5 is unchanged" "$duet" merge kept.h5 part1.h5 damaged.h5 part3.h5
+expect_error "damaged.h5: /sweeps/0000/points/0001/engines/llm/steps: .*kept.h5 is unchanged" "$duet" merge kept.h5 part1.h5 damaged.h5 part3.h5
 cmp -s kept.h5 merged.h5 || fail "a failed merge changed the earlier kept.h5"
 [ -e kept.h5.merging ] && fail "a failed merge left kept.h5.merging"
 expect_error "--shard 3/2: expected I/N with 1 <= I <= N" "$duet" run "$script" --shard 3/2 --out bad.h5

@@ -577,6 +577,30 @@ TEST_F(Hdf5Run, WrongColumnsAreNamed) {
 
 // ---- The Python reader -------------------------------------------------------------------------
 
+// A sweep on several threads writes its points as they finish; a reader that walks the group (h5py's
+// `for name in f["points"]`) still meets them in the grid's order, while a run's engines keep theirs.
+TEST_F(Hdf5Run, NumberedGroupsListInNameOrderWhateverTheWritingOrder) {
+  if (std::system(DUET_PYTHON " -c 'import h5py' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << DUET_PYTHON " cannot import h5py";
+  const std::string path = file("finish_order.h5");
+  {
+    RunFileWriter writer(path);
+    const std::vector<EngineRecords> records = {synthetic_engine("zeta", 3, 3, 1),
+                                                synthetic_engine("alpha", 3, 3, 2)};
+    for (const char* point : {"0002", "0000", "0001"})
+      writer.write_run(std::string("/sweeps/0000/points/") + point, {}, records, summary_of(records, 1, 1));
+    writer.close();
+  }
+  const std::string output = file("order.txt");
+  const std::string command =
+      DUET_PYTHON
+      " -c \"import h5py, sys; f = h5py.File(sys.argv[1]); "
+      "print(list(f['sweeps/0000/points']), list(f['sweeps/0000/points/0002/engines']))\" '" +
+      path + "' >'" + output + "' 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read_bytes(output);
+  EXPECT_EQ(read_bytes(output), "['0000', '0001', '0002'] ['zeta', 'alpha']\n");
+}
+
 TEST_F(Hdf5Run, PythonReaderPrintsTheSummary) {
   if (std::system(DUET_PYTHON " -c 'import h5py, pandas' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << DUET_PYTHON " cannot import h5py and pandas";
