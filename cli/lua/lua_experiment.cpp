@@ -719,6 +719,17 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   r.metadata.numbers.emplace_back("min_batch", ex.workload.min_batch);
   r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
   r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
+  // The problems' answers, kept beside the count: a run recorded at the "summary" level has no
+  // problems table, and its result read back (--resume) must still say them.
+  int correct = 0, known = 0;
+  double score = 0;
+  for (const ProblemRecord& p : r.problems) {
+    known += p.correct >= 0;
+    correct += p.correct == 1;
+    score += p.score;
+  }
+  if (known) r.metadata.numbers.emplace_back("accuracy", double(correct) / known);
+  r.metadata.numbers.emplace_back("mean_score", r.problems.empty() ? 0.0 : score / double(r.problems.size()));
   // What result.engines.NAME.prefill_tokens reports, kept so that a run read back from its file
   // (duet run --resume) returns the same result table.
   for (std::size_t i = 0; i < r.records->size() && i < r.computed_prefill_tokens.size(); ++i)
@@ -871,18 +882,17 @@ void push_result(lua_State* L, const ExperimentResult& r) {
   lua_createtable(L, 0, 10);
   set_number(L, "makespan_s", r.summary.makespan_s);
   set_number(L, "wall_s", r.summary.wall_s);
-  set_integer(L, "problems", lua_Integer(r.problems.size()));
+  // From the run's attributes (result_of), which a run read back from its file has whatever its
+  // record level kept.
+  auto number = [&](const char* name) {
+    const double* v = r.metadata.find_number(name);
+    return v ? std::optional<double>(*v) : std::nullopt;
+  };
+  set_integer(L, "problems", lua_Integer(number("problems").value_or(0)));
   set_number(L, "problems_per_s", r.problems_per_s);
   set_number(L, "problems_per_hour", 3600.0 * r.problems_per_s);
-  int correct = 0, known = 0;
-  double score = 0;
-  for (const ProblemRecord& p : r.problems) {
-    known += p.correct >= 0;
-    correct += p.correct == 1;
-    score += p.score;
-  }
-  if (known) set_number(L, "accuracy", double(correct) / known);  // absent: no problem said (chat, say)
-  set_number(L, "mean_score", r.problems.empty() ? 0.0 : score / double(r.problems.size()));
+  if (const auto accuracy = number("accuracy")) set_number(L, "accuracy", *accuracy);  // absent: none said
+  set_number(L, "mean_score", number("mean_score").value_or(0));
   lua_createtable(L, 0, int(r.summary.engines.size()));
   for (const EngineSummary& e : r.summary.engines) {
     lua_createtable(L, 0, 20);

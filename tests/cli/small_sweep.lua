@@ -25,7 +25,8 @@ local results = duet.sweep{
 }
 
 for _, r in ipairs(results) do
-  print(string.format("point %d: llm_util %.1f max_num_seqs %3d: %.3f problems/s", r.index, r.point.llm_util,
-                      r.point.max_num_seqs, r.result.problems_per_s))
+  print(string.format("point %d: llm_util %.1f max_num_seqs %3d: %.3f problems/s, %d problems, accuracy %s, " ..
+                      "mean score %.6f", r.index, r.point.llm_util, r.point.max_num_seqs, r.result.problems_per_s,
+                      r.result.problems, tostring(r.result.accuracy), r.result.mean_score))
 end
 for _, f in ipairs(results.failed) do print(string.format("point %d failed: %s", f.index, f.error)) end

@@ -49,6 +49,16 @@ PY
 kill_and_resume TERM 1
 kill_and_resume INT 2
 
+# A sweep recorded at the "summary" level has no problems table: its points read back by --resume
+# still return their problems, accuracy and mean score (they returned 0, nil and 0).
+"$duet" run "$script" --threads 1 --record summary --out summary.h5 --no-progress >summary.log 2>&1 || fail "summary run"
+"$duet" run "$script" --threads 1 --record summary --out summary.h5 --resume --no-progress >resumed.log 2>&1 ||
+  fail "summary --resume"
+grep -q "6 kept from the file (--resume)" resumed.log || { cat resumed.log; fail "summary: points not kept"; }
+diff <(grep "^point" summary.log) <(grep "^point" resumed.log) || fail "a resumed summary-level point's result differs"
+grep -q "^point 1: .* 4 problems, accuracy 1.0" resumed.log || { cat resumed.log; fail "summary: no problems"; }
+echo "summary level: the resumed points return the problems' answers"
+
 cp whole.h5 edited.h5
 expect_error() {  # REGEX COMMAND...
   local regex="$1"; shift
