@@ -62,7 +62,8 @@ end
 function M.workload(opts)
   local o = S.options(opts)
   S.check_beams(o, 2)
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
+  return {name = "beam_search", options = o, problems = opts.problems,
+          solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

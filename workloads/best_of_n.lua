@@ -27,7 +27,8 @@ function M.workload(opts)
                                   filter_duplicates = "best-of-N has no beams", duplicate_rate = "best-of-N has no beams",
                                   priority_eviction = "best-of-N prunes nothing"})
   o.prm_mode = "full"
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
+  return {name = "best_of_n", options = o, problems = opts.problems,
+          solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

@@ -24,6 +24,8 @@ function M.workload(opts)
                                            seed = opts.seed})
   local scale, engine, skip_too_long = opts.rate_scale, opts.engine, opts.on_too_long == "skip"
   return {
+    name = "chat",
+    options = opts,
     problems = requests,
     solve = function(ctx, r)
       local due = r.arrival_s / scale

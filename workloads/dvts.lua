@@ -54,7 +54,8 @@ function M.workload(opts)
   local o = S.options(opts, nil, {filter_duplicates = "search-and-learn's DVTS has no duplicate filter",
                                   duplicate_rate = "DVTS models no duplicate candidates"})
   S.check_beams(o, 2)
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
+  return {name = "dvts", options = o, problems = opts.problems,
+          solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

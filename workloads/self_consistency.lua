@@ -40,7 +40,8 @@ function M.workload(opts)
                        priority_eviction = no_prm, beam_width = "self-consistency has no beams",
                        num_iterations = "self-consistency samples whole solutions",
                        filter_duplicates = "self-consistency has no beams", duplicate_rate = "self-consistency has no beams"})
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
+  return {name = "self_consistency", options = o, problems = opts.problems,
+          solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

@@ -48,7 +48,8 @@ local kinds = {gamma = O.integer(1), alpha = O.number(0, 1), output_tokens = O.i
 
 function M.workload(opts)
   local o = O.merge("speculative", kinds, M.defaults, opts, 2, {"problems"})
-  return {problems = opts.problems, solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
+  return {name = "speculative", options = o, problems = opts.problems,
+          solve = function(ctx, problem) return solve(ctx, problem, O.seeded(o, ctx)) end}
 end
 
 return M

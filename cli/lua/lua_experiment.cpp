@@ -608,6 +608,7 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
 struct LuaRun {
   ExperimentOutcome outcome;
   std::vector<ProblemRecord> problems;
+  RunMetadata workload;  // LuaWorkload::described
 };
 
 // While it lives, duet.backend names `backend`: the workload of a run reads where that run goes
@@ -692,7 +693,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
     if (started) throw;
     throw Error(where(L) + "duet.run: " + e.what());
   }
-  LuaRun run{std::move(*outcome), workload.results()};
+  LuaRun run{std::move(*outcome), workload.results(), workload.described()};
   bar.finish();
   // Named by the run's label: in a sweep, which point it came from.
   const std::string whose = ex.label.empty() ? "" : ex.label + ": ";
@@ -717,6 +718,20 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   r.metadata.text.emplace_back("batching",
                                ex.workload.batching == ProblemBatching::Fixed ? "fixed" : "continuous");
   r.metadata.numbers.emplace_back("min_batch", ex.workload.min_batch);
+  for (auto& kv : run.workload.text) r.metadata.text.push_back(std::move(kv));
+  for (auto& kv : run.workload.numbers) r.metadata.numbers.push_back(std::move(kv));
+  // The script's own policies, by where each is defined: absent, the engine's default ran.
+  auto defined = [&](const std::string& key, const FunctionRef& f) {
+    if (f) r.metadata.text.emplace_back(key, f.where.substr(0, f.where.rfind(": ")));
+  };
+  for (std::size_t i = 0; i < ex.engines.size(); ++i) {
+    defined(ex.engines[i].name + ".order", ex.policies[i]->order);
+    defined(ex.engines[i].name + ".admit", ex.policies[i]->admit);
+    defined(ex.engines[i].name + ".victim", ex.policies[i]->victim);
+  }
+  defined("arbiter_function", ex.arbiter_fn);
+  defined("memory_split", ex.memory_split);
+  defined("memory_policy", ex.memory_policy);
   r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
   r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
   // The problems' answers, kept beside the count: a run recorded at the "summary" level has no

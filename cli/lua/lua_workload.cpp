@@ -97,6 +97,44 @@ int pairs_engines(lua_State* L) {
   return 3;
 }
 
+// The workload's `name` and the scalars among its `options` (raw: an option's table of problems or
+// function is not a setting to record), in key order.
+RunMetadata describe(lua_State* L, int index) {
+  RunMetadata m;
+  TableReader t(L, index, "duet.run.workload");
+  if (const auto name = t.string("name")) m.text.emplace_back("workload", *name);
+  if (t.push("options") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return m;
+  }
+  if (!lua_istable(L, -1)) t.fail("options", std::string("expected a table, got a ") + luaL_typename(L, -1));
+  const int options = lua_gettop(L);
+  for (lua_pushnil(L); lua_next(L, options) != 0;) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      const std::string key = "workload." + std::string(lua_tostring(L, -2));
+      switch (lua_type(L, -1)) {
+        case LUA_TNUMBER:
+          m.numbers.emplace_back(key, lua_tonumber(L, -1));
+          break;
+        case LUA_TBOOLEAN:
+          m.numbers.emplace_back(key, lua_toboolean(L, -1) ? 1.0 : 0.0);
+          break;
+        case LUA_TSTRING:
+          m.text.emplace_back(key, lua_tostring(L, -1));
+          break;
+        default:
+          break;
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  // pairs() follows per-process string hashes: the file lists them by name.
+  std::sort(m.text.begin() + (m.text.empty() || m.text.front().first != "workload" ? 0 : 1), m.text.end());
+  std::sort(m.numbers.begin(), m.numbers.end());
+  return m;
+}
+
 }  // namespace
 
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
@@ -108,9 +146,10 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
   if (opt_.concurrency <= 0) throw Error("workload: concurrency must be positive");
   {  // these keys and no other: a misplaced run setting is an error, not ignored
     TableReader keys(L, index, "duet.run.workload");
-    keys.known({"problems", "solve"});
+    keys.known({"problems", "solve", "name", "options"});
     keys.finish("run settings such as concurrency belong in duet.run{...}");
   }
+  described_ = describe(L, index);
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
   solve_where_ = defined_at(L, -1);
