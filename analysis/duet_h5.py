@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 
 import h5py
 import numpy as np
@@ -96,6 +97,27 @@ def failed_points(path):
                 with _reading(path, where):
                     failed[where] = _attrs(f[where])
     return failed
+
+
+def unfinished_sweeps(path):
+    """{sweep group: (points held, points expected)} for every sweep of the file that stopped
+    before its last point (a signal, or a job's time limit): finished and failed points count as
+    held, and a shard's file (duet_run.shard I/N) expects only its own points. `duet run ...
+    --resume` completes such a sweep."""
+    runs = set(list_runs(path))
+    failed = failed_points(path)
+    out = {}
+    with _open(path) as f, _reading(path, "/sweeps"):
+        shard, shards = 1, 1
+        if "duet_run.shard" in f.attrs:
+            shard, shards = (int(x) for x in _attrs(f)["duet_run.shard"].split("/"))
+        for sweep in sorted(f["sweeps"]) if "sweeps" in f else []:
+            where = f"/sweeps/{sweep}"
+            expected = len(range(shard - 1, int(f[where].attrs.get("points", 0)), shards))
+            held = sum(1 for g in runs | set(failed) if g.startswith(where + "/"))
+            if held < expected:
+                out[where] = (held, expected)
+    return out
 
 
 def incomplete_runs(path):
@@ -245,6 +267,9 @@ def sweep_table(path, sweep=None):
             rows.append({"group": group, "sweep": attrs.get("sweep", ""), "failed": True, **attrs})
     if not rows:
         raise KeyError(f"{path}: no sweep points" + (f" labelled {sweep!r}" if sweep else ""))
+    for where, (held, expected) in unfinished_sweeps(path).items():
+        warnings.warn(f"{path}: {where} holds {held} of its {expected} points: the sweep stopped before "
+                      "it finished (the same duet run command with --resume completes it)", stacklevel=2)
     # In the sweep's own order: a point's number is the same under points/ and failed/.
     rows.sort(key=lambda row: (row["group"].split("/")[2], int(row["group"].rsplit("/", 1)[1])))
     return pd.DataFrame(rows)

@@ -40,6 +40,22 @@ assert duet_h5.load_run(sweep, groups[1], tables=False)["group"] == groups[1]
 table = duet_h5.sweep_table(sweep)
 assert table["llm.model_shape"].str.startswith("L16 h2048").all() and "script" not in table, list(table)
 
+# A sweep that stopped before its last point (a kill) is told: unfinished_sweeps, and a warning
+# from sweep_table; a finished one is not.
+import shutil
+import warnings
+assert duet_h5.unfinished_sweeps(sweep) == {}, duet_h5.unfinished_sweeps(sweep)
+cut = os.path.join(out, "cut.h5")
+shutil.copy(sweep, cut)
+with duet_h5.h5py.File(cut, "a") as f:
+    held = len(f["sweeps/0000/points"])
+    del f["sweeps/0000/points/0001"]
+assert duet_h5.unfinished_sweeps(cut) == {"/sweeps/0000": (held - 1, held)}, duet_h5.unfinished_sweeps(cut)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert len(duet_h5.sweep_table(cut)) == held - 1
+assert any(f"/sweeps/0000 holds {held - 1} of its {held} points" in str(w.message) for w in caught), caught
+
 # A sweep point that failed has no run: load_run says so, with the point's error.
 failing = os.path.join(out, "failing.lua")
 with open(failing, "w") as f:
