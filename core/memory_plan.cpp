@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 
 #include "core/error.hpp"
 
@@ -219,18 +220,29 @@ MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest
 std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int smallest_model_block_size) {
   if (smallest_model_block_size <= 0)
     throw Error("block_size must be positive, got " + std::to_string(smallest_model_block_size));
-  std::int64_t narrowest = std::numeric_limits<std::int64_t>::max();
-  for (const ModelSpec& m : models) narrowest = std::min(narrowest, m.kv_bytes_per_token());
-  const std::int64_t page = narrowest * smallest_model_block_size;
-  std::vector<int> sizes;
+  constexpr std::int64_t kMaxTokens = 1024;  // a block beyond this is no longer a page of a pool
+  auto refuse = [&] {
+    std::string each;
+    for (const ModelSpec& m : models)
+      each += (each.empty() ? "" : ", ") + m.name + " " + std::to_string(m.kv_bytes_per_token());
+    return Error("kv_pool 'shared': no block of at most " + std::to_string(kMaxTokens) +
+                 " tokens holds a whole number of each model's tokens (KV bytes per token: " + each +
+                 "); give each engine a block_size with equal bytes");
+  };
+  const ModelSpec* narrowest = &models.front();
+  std::int64_t unit = 1;  // the least common multiple of the models' bytes per token
   for (const ModelSpec& m : models) {
-    if (page % m.kv_bytes_per_token() != 0)
-      throw Error("kv_pool 'shared': no block size gives " + m.name + " (" +
-                  std::to_string(m.kv_bytes_per_token()) + " bytes per token) a block of " +
-                  std::to_string(page) +
-                  " bytes, as the other models' blocks have; give each engine a block_size with equal bytes");
-    sizes.push_back(static_cast<int>(page / m.kv_bytes_per_token()));
+    if (m.kv_bytes_per_token() < narrowest->kv_bytes_per_token()) narrowest = &m;
+    const std::int64_t b = m.kv_bytes_per_token(), g = std::gcd(unit, b);
+    if (unit / g > std::numeric_limits<std::int64_t>::max() / b) throw refuse();
+    unit = unit / g * b;
   }
+  const std::int64_t step = unit / narrowest->kv_bytes_per_token();  // the narrowest's tokens in one unit
+  const std::int64_t tokens = (smallest_model_block_size + step - 1) / step * step;
+  if (tokens > kMaxTokens) throw refuse();
+  std::vector<int> sizes;
+  for (const ModelSpec& m : models)
+    sizes.push_back(static_cast<int>(tokens * narrowest->kv_bytes_per_token() / m.kv_bytes_per_token()));
   return sizes;
 }
 

@@ -109,10 +109,13 @@ struct KvPoolRequest {
 MemoryPlan plan_memory(const GpuSpec& gpu, const std::vector<EngineMemoryRequest>& requests,
                        const KvPoolRequest& pool = {});
 
-// Block sizes with equal bytes for models sharing one pool: the model with the fewest KV bytes per
-// token gets `smallest_model_block_size` tokens, every other one as many fewer as its tokens are
-// larger (Llama-3.2-1B at 16 gives Llama-3.1-8B 4). Throws duet::Error naming the model whose
-// block cannot have those bytes (a whole number of tokens, at least one).
+// Block sizes with equal bytes for models sharing one pool. A block must hold a whole number of each
+// model's tokens, so its bytes are a multiple of the least common multiple of their KV bytes per
+// token: the model with the fewest bytes per token gets the fewest tokens, at least
+// `smallest_model_block_size`, that such a block holds, and every other one what fits in its bytes.
+// Where the others' bytes divide the smallest's block that is exactly the size asked (Llama-3.2-1B
+// at 16 gives Llama-3.1-8B 4); Llama-3.2-1B (32 KiB a token) beside Qwen2.5-Math-PRM-7B (56 KiB)
+// gets 21 and 12. Throws duet::Error naming the models when no block of at most 1024 tokens fits.
 std::vector<int> equal_byte_block_sizes(const std::vector<ModelSpec>& models, int smallest_model_block_size);
 
 }  // namespace duet

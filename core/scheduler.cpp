@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -47,10 +48,12 @@ void Scheduler::add(Sequence& seq) {
     if (seq.score_positions.empty()) seq.score_positions.push_back(seq.num_tokens() - 1);
     // Ascending, not sorted here: a scripted score pairs with its position by index, and the
     // results come back in the positions' order.
-    const auto descent = std::is_sorted_until(seq.score_positions.begin(), seq.score_positions.end());
+    // Each once: a position twice would come back as two scores of one token.
+    const auto descent =
+        std::adjacent_find(seq.score_positions.begin(), seq.score_positions.end(), std::greater_equal<>());
     if (descent != seq.score_positions.end())
-      throw Error("sequence " + std::to_string(seq.id) + ": score_positions must ascend (" +
-                  std::to_string(*(descent - 1)) + " before " + std::to_string(*descent) +
+      throw Error("sequence " + std::to_string(seq.id) + ": score_positions must ascend, each once (" +
+                  std::to_string(*descent) + " before " + std::to_string(*(descent + 1)) +
                   "): each scripted score pairs with the position at its index");
     if (seq.score_positions.front() < 0 || seq.score_positions.back() >= seq.num_tokens())
       throw Error("sequence " + std::to_string(seq.id) + ": score position " +

@@ -159,7 +159,8 @@ void shared_block_sizes(TableReader& t, Experiment& ex) {
            "kv_pool 'shared': give block_size for every engine (with equal block bytes) or for none");
   std::vector<ModelSpec> models;
   for (const EngineConfig& c : ex.engines) models.push_back(c.model);
-  const std::vector<int> sizes = equal_byte_block_sizes(models, kSharedPoolBlockSize);
+  const std::vector<int> sizes =
+      t.checked("engines", [&] { return equal_byte_block_sizes(models, kSharedPoolBlockSize); });
   for (std::size_t i = 0; i < sizes.size(); ++i) ex.engines[i].block_size = sizes[i];
 }
 
@@ -667,6 +668,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
     vocabs.push_back({spec.engines[i].config.name, v[i].vocab_size, v[i].step_id, v[i].eos_id});
   get_field(L, index, "workload");
   LuaWorkload workload(L, -1, vocabs, ex.workload);
+  RunMetadata described = describe_workload(L, -1);
   lua_pop(L, 1);
   const std::string what = spec.backend == "sim" ? "simulated" : "measured";
   ProgressBar bar(ex.label.empty() ? "duet.run" : ex.label);
@@ -693,7 +695,7 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
     if (started) throw;
     throw Error(where(L) + "duet.run: " + e.what());
   }
-  LuaRun run{std::move(*outcome), workload.results(), workload.described()};
+  LuaRun run{std::move(*outcome), workload.results(), std::move(described)};
   bar.finish();
   // Named by the run's label: in a sweep, which point it came from.
   const std::string whose = ex.label.empty() ? "" : ex.label + ": ";

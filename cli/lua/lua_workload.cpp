@@ -97,9 +97,11 @@ int pairs_engines(lua_State* L) {
   return 3;
 }
 
+}  // namespace
+
 // The workload's `name` and the scalars among its `options` (raw: an option's table of problems or
 // function is not a setting to record), in key order.
-RunMetadata describe(lua_State* L, int index) {
+RunMetadata describe_workload(lua_State* L, int index) {
   RunMetadata m;
   TableReader t(L, index, "duet.run.workload");
   if (const auto name = t.string("name")) m.text.emplace_back("workload", *name);
@@ -135,8 +137,6 @@ RunMetadata describe(lua_State* L, int index) {
   return m;
 }
 
-}  // namespace
-
 LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engines,
                          LuaWorkloadOptions options)
     : L_(L), engines_(std::move(engines)), opt_(options) {
@@ -149,7 +149,6 @@ LuaWorkload::LuaWorkload(lua_State* L, int index, std::vector<EngineVocab> engin
     keys.known({"problems", "solve", "name", "options"});
     keys.finish("run settings such as concurrency belong in duet.run{...}");
   }
-  described_ = describe(L, index);
   solve_ref_ = ref_field(L, index, "solve", LUA_TFUNCTION, "a function solve(ctx, problem)");
   lua_rawgeti(L, LUA_REGISTRYINDEX, solve_ref_);
   solve_where_ = defined_at(L, -1);
@@ -428,8 +427,8 @@ void LuaWorkload::check_same_instant(const Task& task) {
   }
   if (++same_instant_sleeps_ < kMaxIdleWakeups) return;
   throw Error(task.sleep_where + "problem " + std::to_string(task.problem + 1) + ": duet.sleep_until slept " +
-              std::to_string(same_instant_sleeps_) + " times in a row at one instant (t = " +
-              std::to_string(now) +
+              std::to_string(same_instant_sleeps_) +
+              " times in a row at one instant (t = " + std::to_string(now) +
               " s): time cannot move on while problems sleep until it; sleep until a later time");
 }
 
@@ -679,6 +678,10 @@ lua_Integer LuaWorkload::lua_submit(lua_State* co, int engine, int spec_index) {
     spec.fail("scores", "a PRM's scores: needs kind = 'score'");
   if (s.kind != SeqKind::Score && spec.has("score_positions"))
     spec.fail("score_positions", "positions a PRM scores: needs kind = 'score'");
+  if (s.kind == SeqKind::Score)  // settings the script believes in, which would change nothing
+    for (const char* key : {"max_tokens", "ignore_eos", "temperature", "top_p", "stop", "stop_at"})
+      if (spec.has(key))
+        spec.fail(key, "sets how tokens are generated: a kind = 'score' request generates none");
   // One scripted score per position (missing ones are drawn); more would be dropped unseen.
   const std::size_t positions = std::max<std::size_t>(1, s.score_positions.size());
   if (s.script.scores.size() > positions)

@@ -47,9 +47,6 @@ class LuaWorkload final : public Workload {
   std::size_t total() const { return total_; }
   std::size_t done() const { return results_.size(); }
   const std::vector<ProblemRecord>& results() const { return results_; }
-  // What the workload table says of itself, for the run's attributes: `workload` (its name) and
-  // `workload.KEY` for each number, boolean (1 or 0) or string among its options.
-  const RunMetadata& described() const { return described_; }
 
   // Called from the Lua bindings (lua_api.cpp, lua_engine_handle.cpp).
   // The workload under way; outside one an error naming `what` ("duet.await") and the caller's line.
@@ -128,7 +125,10 @@ class LuaWorkload final : public Workload {
   void check_same_instant(const Task& task);
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
-  RunMetadata described_;
 };
+
+// What the workload table at `index` says of itself, for the run's attributes: `workload` (its
+// name) and `workload.KEY` for each number, boolean (1 or 0) or string among its options.
+RunMetadata describe_workload(lua_State* L, int index);
 
 }  // namespace duet::lua

@@ -135,6 +135,10 @@ TEST(Engine, ScoreSequencesReturnOneScorePerPosition) {
   unsorted.kind = SeqKind::Score;
   unsorted.score_positions = {99, 10, 70};
   EXPECT_THROW(r.engine.add(unsorted, 0), Error);
+  Sequence twice = prompt(3, 100);  // one position twice: two scores of one token
+  twice.kind = SeqKind::Score;
+  twice.score_positions = {10, 10, 70};
+  EXPECT_THROW(r.engine.add(twice, 0), Error);
 }
 
 TEST(Engine, ForkOfAKeptSequenceSharesItsKvAndCopiesThePartialBlock) {

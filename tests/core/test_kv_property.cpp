@@ -229,7 +229,9 @@ class KvModel {
           s->kind = SeqKind::Score;
           for (int k = between(1, 2); k > 0; --k)
             s->score_positions.push_back(between(0, s->num_tokens() - 1));
-          std::sort(s->score_positions.begin(), s->score_positions.end());
+          std::sort(s->score_positions.begin(), s->score_positions.end());  // ascending, each once
+          s->score_positions.erase(std::unique(s->score_positions.begin(), s->score_positions.end()),
+                                   s->score_positions.end());
         }
         bool admitted = false;
         if (std::string err = try_admit(*s, coin(40), e, admitted); !err.empty()) return err;

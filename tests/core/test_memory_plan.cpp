@@ -333,24 +333,42 @@ TEST(SharedPoolBlockSizes, TheDefaultPairingHasEqualBytes) {
   EXPECT_EQ(equal_byte_block_sizes({small, small}, 16), (std::vector<int>{16, 16}));
 }
 
-TEST(SharedPoolBlockSizes, AModelWhoseBlockCannotMatchIsAnError) {
-  const ModelSpec small = model_by_name("llama-3.2-1b");
-  ModelSpec odd = small;  // 12 KV heads: 48 KiB per token, not a divisor of 16 x 32 KiB
+TEST(SharedPoolBlockSizes, BytesThatDoNotDivideGetTheFewestWholeTokensAboveTheSizeAsked) {
+  const ModelSpec small = model_by_name("llama-3.2-1b");  // 32 KiB a token
+  // Qwen2.5-Math-PRM-7B: 56 KiB a token; 7 tokens of the 1B hold 4 of it, and 21 is the first
+  // multiple of 7 from 16 (it was an error: 16 x 32 KiB is no whole number of its tokens).
+  EXPECT_EQ(equal_byte_block_sizes({small, model_by_name("qwen2.5-math-prm-7b")}, 16),
+            (std::vector<int>{21, 12}));
+  ModelSpec odd = small;  // 12 KV heads: 48 KiB per token; 3 tokens of the 1B hold 2
   odd.name = "odd";
   odd.num_kv_heads = 12;
   odd.num_heads = 24;
-  const std::string msg = error_of([&] { equal_byte_block_sizes({small, odd}, 16); });
-  EXPECT_TRUE(contains(msg, "no block size gives odd")) << msg;
-  EXPECT_TRUE(contains(msg, "block_size")) << msg;
-  EXPECT_TRUE(contains(error_of([&] { equal_byte_block_sizes({small}, 0); }), "block_size must be positive"));
-  // Blocks of 16 tokens of a model with 32x the KV bytes per token of another leave it half a token.
-  ModelSpec wide = small;
+  EXPECT_EQ(equal_byte_block_sizes({small, odd}, 16), (std::vector<int>{18, 12}));
+  ModelSpec wide = small;  // 32x the bytes per token: one token a block, 32 of the 1B
   wide.name = "wide";
   wide.num_layers = small.num_layers * 32;
-  EXPECT_TRUE(contains(error_of([&] {
-                         equal_byte_block_sizes({small, wide}, 16);
-                       }),
-                       "no block size gives wide"));
+  EXPECT_EQ(equal_byte_block_sizes({wide, small}, 16), (std::vector<int>{1, 32}));
+  for (const auto& [a, b] : {std::pair{small, odd}, {small, wide}})
+    for (int asked : {1, 16, 100}) {
+      const std::vector<int> sizes = equal_byte_block_sizes({a, b}, asked);
+      EXPECT_EQ(sizes[0] * a.kv_bytes_per_token(), sizes[1] * b.kv_bytes_per_token());
+      EXPECT_GE(std::max(sizes[0], sizes[1]), asked);  // the narrowest model's, at least the size asked
+    }
+}
+
+TEST(SharedPoolBlockSizes, NoBlockOfAtMost1024TokensIsAnError) {
+  const ModelSpec small = model_by_name("llama-3.2-1b");
+  ModelSpec prime = small;  // 1031 x 256 bytes a token against 2^15: blocks of 1031 x k tokens of the 1B
+  prime.name = "prime";
+  prime.num_layers = 1031;
+  prime.num_kv_heads = 1;
+  const std::string msg = error_of([&] { equal_byte_block_sizes({small, prime}, 16); });
+  EXPECT_TRUE(contains(msg, "no block of at most 1024 tokens holds a whole number of each model's tokens"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "llama-3.2-1b 32768, prime " + std::to_string(prime.kv_bytes_per_token())))
+      << msg;
+  EXPECT_TRUE(contains(msg, "block_size")) << msg;
+  EXPECT_TRUE(contains(error_of([&] { equal_byte_block_sizes({small}, 0); }), "block_size must be positive"));
 }
 
 }  // namespace

@@ -219,7 +219,10 @@ class SchedulerRun {
     } else {
       s.kind = SeqKind::Score;
       for (int k = between(0, 3); k > 0; --k) s.score_positions.push_back(between(0, len - 1));
-      std::sort(s.score_positions.begin(), s.score_positions.end());  // the scheduler wants them ascending
+      // The scheduler wants them ascending, each once.
+      std::sort(s.score_positions.begin(), s.score_positions.end());
+      s.score_positions.erase(std::unique(s.score_positions.begin(), s.score_positions.end()),
+                              s.score_positions.end());
       step_cap_ += len;
     }
     e.kind = s.kind;

@@ -144,13 +144,26 @@ assert(shared.engines.prm.evictions == policy_view,
 
 -- score_positions must ascend: each scripted score pairs with the position at its index, and
 -- positions sorted behind the script's back gave position 5 the score meant for 39.
-local ok, err = pcall(duet.run, {out = false, progress = false,
+-- A position given twice (two scores of one token) is refused too.
+local function score_at(positions, scores)
+  return pcall(duet.run, {out = false, progress = false,
+    engines = {{name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4}},
+    workload = {problems = {{}}, solve = function(ctx)
+      duet.await(ctx.engines.prm:submit{kind = "score", prompt = 40, score_positions = positions, scores = scores})
+    end}})
+end
+local ok, err = score_at({39, 5, 17}, {0.39, 0.05, 0.17})
+assert(not ok and tostring(err):find("score_positions must ascend, each once %(39 before 5%)"), tostring(err))
+ok, err = score_at({5, 10, 10}, {0.05, 0.1, 0.2})
+assert(not ok and tostring(err):find("score_positions must ascend, each once %(10 before 10%)"), tostring(err))
+-- A score request's sampling settings would change nothing: refused, not ignored.
+ok, err = pcall(duet.run, {out = false, progress = false,
   engines = {{name = "prm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4}},
   workload = {problems = {{}}, solve = function(ctx)
-    duet.await(ctx.engines.prm:submit{kind = "score", prompt = 40, score_positions = {39, 5, 17},
-                                      scores = {0.39, 0.05, 0.17}})
+    duet.await(ctx.engines.prm:submit{kind = "score", prompt = 40, max_tokens = 8})
   end}})
-assert(not ok and tostring(err):find("score_positions must ascend %(39 before 5%)"), tostring(err))
+assert(not ok and tostring(err):find("prm:submit.max_tokens: sets how tokens are generated: a kind = 'score' " ..
+                                     "request generates none"), tostring(err))
 
 -- duet.backend names the run's backend while it runs, and afterwards is what it was, nil too.
 local saved_backend = duet.backend
