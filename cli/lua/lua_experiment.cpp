@@ -704,27 +704,23 @@ LuaRun run_once(lua_State* L, int index, const Experiment& ex, const ExperimentS
   return run;
 }
 
-ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, LuaRun run) {
-  ExperimentResult r;
-  r.label = ex.label;
-  r.summary = run.outcome.summary;
-  r.records = std::make_shared<std::vector<EngineRecords>>(std::move(run.outcome.records));
-  r.problems = std::move(run.problems);
-  r.computed_prefill_tokens = run.outcome.computed_prefill_tokens;
-  r.record = ex.record;
-  r.problems_per_s = r.summary.makespan_s > 0 ? double(r.problems.size()) / r.summary.makespan_s : 0;
-  r.metadata = std::move(run.outcome.metadata);
-  r.metadata.text.emplace_back("script", d.script_text);
-  if (!ex.label.empty()) r.metadata.text.emplace_back("label", ex.label);
-  r.metadata.numbers.emplace_back("concurrency", ex.workload.concurrency);
-  r.metadata.text.emplace_back("batching",
-                               ex.workload.batching == ProblemBatching::Fixed ? "fixed" : "continuous");
-  r.metadata.numbers.emplace_back("min_batch", ex.workload.min_batch);
-  for (auto& kv : run.workload.text) r.metadata.text.push_back(std::move(kv));
-  for (auto& kv : run.workload.numbers) r.metadata.numbers.push_back(std::move(kv));
+// What a Lua run adds to its outcome's attributes: the script and its run settings, the workload's
+// description and policies, the problems' count, rate and answers, and each engine's computed
+// prefill tokens. A duet validate file's predicted and measured runs get them too.
+void add_lua_metadata(const Experiment& ex, const ExperimentDefaults& d, LuaRun& run) {
+  RunMetadata& m = run.outcome.metadata;
+  const RunSummary& summary = run.outcome.summary;
+  m.text.emplace_back("script", d.script_text);
+  if (!ex.label.empty()) m.text.emplace_back("label", ex.label);
+  m.numbers.emplace_back("concurrency", ex.workload.concurrency);
+  m.text.emplace_back("batching", ex.workload.batching == ProblemBatching::Fixed ? "fixed" : "continuous");
+  m.numbers.emplace_back("min_batch", ex.workload.min_batch);
+  for (auto& kv : run.workload.text) m.text.push_back(std::move(kv));
+  for (auto& kv : run.workload.numbers) m.numbers.push_back(std::move(kv));
+  run.workload = {};
   // The script's own policies, by where each is defined: absent, the engine's default ran.
   auto defined = [&](const std::string& key, const FunctionRef& f) {
-    if (f) r.metadata.text.emplace_back(key, f.where.substr(0, f.where.rfind(": ")));
+    if (f) m.text.emplace_back(key, f.where.substr(0, f.where.rfind(": ")));
   };
   for (std::size_t i = 0; i < ex.engines.size(); ++i) {
     defined(ex.engines[i].name + ".order", ex.policies[i]->order);
@@ -734,24 +730,39 @@ ExperimentResult result_of(const Experiment& ex, const ExperimentDefaults& d, Lu
   defined("arbiter_function", ex.arbiter_fn);
   defined("memory_split", ex.memory_split);
   defined("memory_policy", ex.memory_policy);
-  r.metadata.numbers.emplace_back("problems", double(r.problems.size()));
-  r.metadata.numbers.emplace_back("problems_per_s", r.problems_per_s);
+  const double problems = double(run.problems.size());
+  m.numbers.emplace_back("problems", problems);
+  m.numbers.emplace_back("problems_per_s", summary.makespan_s > 0 ? problems / summary.makespan_s : 0);
   // The problems' answers, kept beside the count: a run recorded at the "summary" level has no
   // problems table, and its result read back (--resume) must still say them.
   int correct = 0, known = 0;
   double score = 0;
-  for (const ProblemRecord& p : r.problems) {
+  for (const ProblemRecord& p : run.problems) {
     known += p.correct >= 0;
     correct += p.correct == 1;
     score += p.score;
   }
-  if (known) r.metadata.numbers.emplace_back("accuracy", double(correct) / known);
-  r.metadata.numbers.emplace_back("mean_score", r.problems.empty() ? 0.0 : score / double(r.problems.size()));
+  if (known) m.numbers.emplace_back("accuracy", double(correct) / known);
+  m.numbers.emplace_back("mean_score", run.problems.empty() ? 0.0 : score / problems);
   // What result.engines.NAME.prefill_tokens reports, kept so that a run read back from its file
   // (duet run --resume) returns the same result table.
-  for (std::size_t i = 0; i < r.records->size() && i < r.computed_prefill_tokens.size(); ++i)
-    r.metadata.numbers.emplace_back((*r.records)[i].name + ".prefill_tokens",
-                                    double(r.computed_prefill_tokens[i]));
+  const std::vector<EngineRecords>& records = run.outcome.records;
+  for (std::size_t i = 0; i < records.size() && i < run.outcome.computed_prefill_tokens.size(); ++i)
+    m.numbers.emplace_back(records[i].name + ".prefill_tokens",
+                           double(run.outcome.computed_prefill_tokens[i]));
+}
+
+// The result of a run whose attributes add_lua_metadata completed.
+ExperimentResult result_of(const Experiment& ex, LuaRun run) {
+  ExperimentResult r;
+  r.label = ex.label;
+  r.summary = run.outcome.summary;
+  r.records = std::make_shared<std::vector<EngineRecords>>(std::move(run.outcome.records));
+  r.problems = std::move(run.problems);
+  r.computed_prefill_tokens = run.outcome.computed_prefill_tokens;
+  r.record = ex.record;
+  r.metadata = std::move(run.outcome.metadata);
+  r.problems_per_s = *r.metadata.find_number("problems_per_s");
   return r;
 }
 
@@ -784,10 +795,12 @@ ExperimentResult validate_experiment(lua_State* L, int index, Experiment& ex, co
   std::optional<LuaRun> predicted;
   if (v.predict) predicted = run_once(L, index, ex, sim, d);
   LuaRun measured = run_once(L, index, ex, real, d);
+  if (predicted) add_lua_metadata(ex, d, *predicted);
+  add_lua_metadata(ex, d, measured);
   ValidationRun run{ex.label, predicted ? &predicted->outcome : nullptr, &measured.outcome,
                     predicted ? &predicted->problems : nullptr, &measured.problems};
   v.record(run);
-  return result_of(ex, d, std::move(measured));
+  return result_of(ex, std::move(measured));
 }
 
 }  // namespace
@@ -833,7 +846,9 @@ ExperimentResult run_experiment(lua_State* L, int index, const ExperimentDefault
   Experiment ex = read_experiment(L, index, d);
   apply_memory_split(L, ex);
   if (d.validate) return validate_experiment(L, index, ex, d);
-  return result_of(ex, d, run_once(L, index, ex, spec_of(L, ex, d), d));
+  LuaRun run = run_once(L, index, ex, spec_of(L, ex, d), d);
+  add_lua_metadata(ex, d, run);
+  return result_of(ex, std::move(run));
 }
 
 }  // namespace duet::lua

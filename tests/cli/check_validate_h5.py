@@ -12,7 +12,7 @@ KEYS = ["validation.label", "validation.predicted_throughput", "validation.measu
 NOISE = [f"validation.llm.{latency}_{q}_noise" for latency in ("ttft", "tpot", "e2e") for q in ("p50", "p90")]
 
 
-def check(path, points, identical, repeats):
+def check(path, points, identical, repeats, lua):
     with h5py.File(path, "r") as f:
         names = sorted(f["validate/points"].keys())
         assert len(names) == points, f"{path}: {len(names)} points, expected {points}"
@@ -23,6 +23,10 @@ def check(path, points, identical, repeats):
             for run in ("predicted", "measured"):
                 assert "duet_schema_version" in g[run].attrs, f"{path}:{name}/{run} is not a run"
                 assert "steps" in g[run]["engines"]["llm"], f"{path}:{name}/{run}: no llm steps"
+                # A script's runs carry what a duet run file's do: the script, its settings, the
+                # problems' count and rate.
+                for key in ("script", "concurrency", "problems", "problems_per_s", "mean_score") if lua else ():
+                    assert key in g[run].attrs, f"{path}:{name}/{run}: no attribute {key}"
             p, m = g.attrs["validation.predicted_throughput"], g.attrs["validation.measured_throughput"]
             err = g.attrs["validation.throughput_error"]
             assert abs((p / m - 1) - err) < 1e-12, f"{path}:{name}: error {err} is not {p}/{m} - 1"
@@ -41,5 +45,5 @@ def check(path, points, identical, repeats):
     print(f"{path}: {points} point(s) ok")
 
 
-check(sys.argv[1], int(sys.argv[2]), 1.0, 1)
-check(sys.argv[3], 1, 0.0, 2)
+check(sys.argv[1], int(sys.argv[2]), 1.0, 1, True)
+check(sys.argv[3], 1, 0.0, 2, False)
