@@ -122,7 +122,23 @@ int simulate(int argc, char** argv) {
       rt.stop = &g_stop_signal;
       configured = true;
       if (file) {
-        stream.emplace(file->begin_run("/", start.metadata, rt.records(), x.spec.record));
+        // What is replayed, from the start: a run stopped by a signal keeps it too.
+        RunMetadata metadata = start.metadata;
+        metadata.text.emplace_back("trace", x.trace.source);
+        // Whatever file or options it came from (--max-requests, --synthetic ...).
+        metadata.text.emplace_back("trace_fingerprint",
+                                   trace_fingerprint(x.trace, std::size_t(args.max_requests)));
+        metadata.text.emplace_back("on_too_long", args.on_too_long);
+        metadata.text.emplace_back("cost_model", start.cost_models.front());
+        metadata.numbers.emplace_back("rate_scale", args.rate_scale);
+        metadata.numbers.emplace_back("max_requests", double(args.max_requests));
+        if (args.synthetic > 0) {
+          metadata.numbers.emplace_back("synthetic_requests", args.synthetic);
+          metadata.numbers.emplace_back("input_tokens", args.input_tokens);
+          metadata.numbers.emplace_back("output_tokens", args.output_tokens);
+          metadata.numbers.emplace_back("request_rate", args.request_rate);
+        }
+        stream.emplace(file->begin_run("/", metadata, rt.records(), x.spec.record));
         rt.set_recording(x.spec.record, false, &*stream);
       }
       rt.on_progress = [&](const Runtime& r) {
@@ -174,13 +190,7 @@ int simulate(int argc, char** argv) {
     }
     if (stream) {
       RunMetadata extra;
-      extra.text.emplace_back("trace", x.trace.source);
-      extra.text.emplace_back("cost_model", o.cost_models[0]);
-      // What was replayed, whatever file or options it came from (--max-requests, --synthetic ...).
-      extra.text.emplace_back("trace_fingerprint",
-                              trace_fingerprint(x.trace, std::size_t(args.max_requests)));
       if (!o.warnings.empty()) extra.text.emplace_back("warnings", warnings_text(o.warnings));
-      extra.numbers.emplace_back("rate_scale", args.rate_scale);
       extra.numbers.emplace_back("requests_too_long", double(replay.skipped()));
       try {  // a full disk may fail the last chunks too
         stream->finish(o.summary, extra);

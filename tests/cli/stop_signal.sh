@@ -35,6 +35,12 @@ with h5py.File(sys.argv[1], "r") as f:
     steps = len(f["engines/llm/steps"])
     if why != "stopped by signal 2" or steps == 0:
         sys.exit(f"FAIL: {sys.argv[1]}: incomplete = {why!r}, {steps} steps")
+    # What was replayed is written when the run starts: a stopped run tells it too.
+    for key in ("trace", "trace_fingerprint", "cost_model", "synthetic_requests", "request_rate"):
+        if key not in f.attrs:
+            sys.exit(f"FAIL: {sys.argv[1]}: no attribute {key} in a stopped run")
+    if f.attrs["synthetic_requests"] != 100000 or f.attrs["request_rate"] != 50:
+        sys.exit(f"FAIL: {sys.argv[1]}: the synthetic trace's options are not the ones given")
 PY
 # Over an earlier file: that stays as it was, and what was recorded goes beside it.
 cp "$out/int.h5" "$out/earlier.h5" && cp "$out/int.h5" "$out/kept.h5"
