@@ -118,7 +118,12 @@ void Runtime::release(int e, SeqId id) {
   engine.release(id);
 }
 
-void Runtime::wake_at(double t, std::uint64_t tag) { push(std::max(t, now()), EventType::Wakeup, -1, tag); }
+// A time already reached wakes in the instant being handled, after what is due in it, on either
+// clock: the wall clock's now() has moved on from that instant, and a wake-up pushed at now()
+// would come after the device's next step, where the virtual clock's comes before it.
+void Runtime::wake_at(double t, std::uint64_t tag) {
+  push(due_ >= 0 && t <= now() ? due_ : std::max(t, now()), EventType::Wakeup, -1, tag);
+}
 
 std::vector<EngineStatus> Runtime::statuses() const {
   std::vector<EngineStatus> out;
@@ -286,8 +291,24 @@ void Runtime::handle(const Event& ev, Workload& workload) {
   }
 }
 
+// Handles every event due by `t`, as one instant.
+void Runtime::handle_instant(double t, Workload& workload) {
+  instant_ = now();
+  due_ = t;
+  while (!events_.empty() && events_.top().time <= t) {
+    const Event ev = events_.top();
+    events_.pop();
+    handle(ev, workload);
+  }
+  instant_ = due_ = -1;
+}
+
 void Runtime::run(Workload& workload) {
+  // The start is the run's first instant: what it makes due at once (a problem that sleeps until
+  // now) is handled before the first step, as later instants' are.
+  instant_ = due_ = now();
   workload.start(*this);
+  handle_instant(now(), workload);
   for (;;) {
     if (stop && stop->load(std::memory_order_relaxed) != 0)
       throw Error("stopped by signal " + std::to_string(stop->load()));
@@ -301,13 +322,7 @@ void Runtime::run(Workload& workload) {
     const double t = events_.top().time;
     clock_.wait_until(t, stop);
     if (stop && stop->load(std::memory_order_relaxed) != 0) continue;  // woken early: ends above
-    instant_ = now();
-    while (!events_.empty() && events_.top().time <= t) {
-      const Event ev = events_.top();
-      events_.pop();
-      handle(ev, workload);
-    }
-    instant_ = -1;
+    handle_instant(t, workload);
   }
 }
 

@@ -122,6 +122,7 @@ class Runtime {
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : order > o.order; }
   };
   double instant_ = -1;  // while the events due at one instant are handled: that instant
+  double due_ = -1;      // ... and the time they were due, which a wake-up for a time reached joins
   struct EngineSlot {
     Engine* engine;
     double ready_since = 0.0;
@@ -133,6 +134,7 @@ class Runtime {
   };
 
   void push(double t, EventType type, int engine, std::uint64_t payload);
+  void handle_instant(double t, Workload& workload);
   // When an engine given work now became ready to step: the instant of the events being handled,
   // else now. On the wall clock the events due at one instant are handled one after another, and
   // an engine given work by another's finished step must not look younger than that engine (the

@@ -395,7 +395,7 @@ int LuaWorkload::lua_sleep_until(lua_State* co, double t) {
   task.sleep_where = where(co);
   // A time already reached still yields, so that what else is due now runs first (a problem may
   // wait so for another's progress); it wakes at this instant.
-  check_same_instant(task);
+  if (t <= rt_->now()) check_same_instant(task);
   const std::uint64_t tag = next_tag_++;
   sleepers_[tag] = co;
   task.suspended = true;
@@ -417,19 +417,20 @@ void LuaWorkload::on_wakeup(Runtime&, std::uint64_t tag) {
   resume(*task->second, 0);
 }
 
-// Sleeps at one instant in a row: on the simulator's clock time moves only when the sleepers let
-// a step end, so a loop that sleeps until now (duet.sleep_until(duet.now())) waits for ever.
-void LuaWorkload::check_same_instant(const Task& task) {
+// A problem's sleeps until a time reached, in a row at one instant: on the simulator's clock time
+// moves only when the sleepers let a step end, so a loop that sleeps until now
+// (duet.sleep_until(duet.now())) waits for ever. Other problems' sleeps do not count: a million
+// requests may each wait once at the start.
+void LuaWorkload::check_same_instant(Task& task) {
   const double now = rt_->now();
-  if (now != same_instant_s_) {
-    same_instant_s_ = now;
-    same_instant_sleeps_ = 0;
+  if (now != task.same_instant_s) {
+    task.same_instant_s = now;
+    task.same_instant_sleeps = 0;
   }
-  if (++same_instant_sleeps_ < kMaxIdleWakeups) return;
-  throw Error(task.sleep_where + "problem " + std::to_string(task.problem + 1) + ": duet.sleep_until slept " +
-              std::to_string(same_instant_sleeps_) +
-              " times in a row at one instant (t = " + std::to_string(now) +
-              " s): time cannot move on while problems sleep until it; sleep until a later time");
+  if (++task.same_instant_sleeps < kMaxIdleWakeups) return;
+  throw Error(task.sleep_where + "duet.sleep_until slept " + std::to_string(task.same_instant_sleeps) +
+              " times in a row until a time already reached (t = " + std::to_string(now) +
+              " s): time cannot move on while it sleeps until now; sleep until a later time");
 }
 
 // A wake-up while nothing runs. Every kMaxIdleWakeups of them in a row, the run is stuck if every

@@ -79,8 +79,10 @@ class LuaWorkload final : public Workload {
     std::vector<SeqId> awaiting;                   // what the coroutine waits for
     bool suspended = false;
     bool waits = false;  // set by duet.await and duet.sleep_until as they yield: something will resume it
-    std::string sleep_where;    // "file:line: " of its last duet.sleep_until
-    std::uint64_t woke_in = 0;  // the idle stretch it last woke in (LuaWorkload::idle_stretch_)
+    std::string sleep_where;     // "file:line: " of its last duet.sleep_until
+    std::uint64_t woke_in = 0;   // the idle stretch it last woke in (LuaWorkload::idle_stretch_)
+    double same_instant_s = -1;  // its sleeps until a time reached, in a row at one instant
+    std::int64_t same_instant_sleeps = 0;
   };
 
   void launch(std::size_t problem);
@@ -119,10 +121,7 @@ class LuaWorkload final : public Workload {
     ++idle_stretch_;
   }
   void check_idle_wakeup(Task& task);
-  // Sleeps in a row until a time already reached, at one instant (check_same_instant).
-  double same_instant_s_ = -1;
-  std::int64_t same_instant_sleeps_ = 0;
-  void check_same_instant(const Task& task);
+  void check_same_instant(Task& task);
   std::uint64_t next_tag_ = 1;
   std::vector<ProblemRecord> results_;
 };

@@ -87,6 +87,40 @@ for _, name in ipairs{"llm", "prm"} do
            string.format("oldest arbiter, %s step %d differs", name, i))
   end
 end
+-- A sleep until a time already reached wakes in the instant being handled, before the next step, on
+-- both clocks: at the start (problem 2's first submit joins problem 1's in step 1) and after an
+-- await (its second submit joins the step after). On the wall clock it came a step later (decode
+-- only where the simulator had the prefill too), and at the start on both.
+local function sleeper(backend)
+  return duet.run{
+    backend = backend, gpu = "h100", out = false, progress = false, concurrency = 2,
+    engines = {{name = "llm", model = "models/tiny-llama/config.json", gpu_memory_utilization = 0.4,
+                num_gpu_blocks_override = 64}},
+    workload = {problems = {{}, {}}, solve = function(ctx)
+      local llm = ctx.engines.llm
+      if ctx.index == 1 then
+        duet.await(llm:submit{prompt = 16, max_tokens = 12, stop_at = 11})
+      else
+        duet.sleep_until(duet.now())
+        duet.await(llm:submit{prompt = 16, max_tokens = 2, stop_at = 1})
+        duet.sleep_until(duet.now())
+        duet.await(llm:submit{prompt = 16, max_tokens = 2, stop_at = 1})
+      end
+      return {score = 1}
+    end},
+  }
+end
+local slept_sim, slept_cpu = sleeper("sim").timeline("llm"), sleeper("cpu").timeline("llm")
+assert(slept_sim.prefill_tokens[1] == 32, "a sleep at the start missed step 1: " .. slept_sim.prefill_tokens[1])
+assert(#slept_sim.start_s == #slept_cpu.start_s,
+       string.format("sleep until now: %d steps simulated, %d executed", #slept_sim.start_s, #slept_cpu.start_s))
+for i = 1, #slept_sim.start_s do
+  assert(slept_sim.prefill_tokens[i] == slept_cpu.prefill_tokens[i] and
+         slept_sim.decode_tokens[i] == slept_cpu.decode_tokens[i],
+         string.format("sleep until now: step %d: prefill %d decode %d simulated, %d %d executed", i,
+                       slept_sim.prefill_tokens[i], slept_sim.decode_tokens[i], slept_cpu.prefill_tokens[i],
+                       slept_cpu.decode_tokens[i]))
+end
 assert(seen_backend.sim == "sim" and seen_backend.cpu == "cpu",
        string.format("duet.backend inside the runs: %s and %s", seen_backend.sim, seen_backend.cpu))
 assert(duet.backend == "sim", "duet.backend after the runs: " .. duet.backend)

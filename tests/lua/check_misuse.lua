@@ -283,9 +283,22 @@ expect_error(function() return duet.run(config{concurrency = 2, workload = {prob
     end
   end
   duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
-end}}) end, "check_misuse.lua:%d+: problem 1: duet.sleep_until slept 1000000 times in a row at one instant " ..
-           "%(t = 0.000000 s%): time cannot move on while problems sleep until it; sleep until a later time")
+end}}) end, "problem 1: [^ ]*check_misuse.lua:%d+: duet.sleep_until slept 1000000 times in a row until a time " ..
+           "already reached %(t = 0.000000 s%): time cannot move on while it sleeps until now; sleep until a later time")
 assert(spins == 1000000, spins)
+-- Counted per problem: three problems that each sleep 400,000 times at one instant while a fourth's
+-- request runs, and then once until later, are no loop (together they are 1.2 million).
+local sleepers = 0
+assert(duet.run(config{concurrency = 4, workload = {problems = {{}, {}, {}, {}}, solve = function(ctx)
+  if ctx.index == 4 then
+    duet.await(ctx.engines.llm:submit{prompt = 8, max_tokens = 2})
+    return {score = 0}
+  end
+  for _ = 1, 400000 do duet.sleep_until(duet.now()) end
+  duet.sleep_until(1.0)
+  sleepers = sleepers + 1
+  return {score = 0}
+end}}).problems == 4 and sleepers == 3)
 -- Not a loop: a problem polls while another sleeps toward a later time (it is what the poller
 -- waits for), and a poller whose wait is broken by a submit now and then.
 local woke = false
