@@ -113,7 +113,9 @@ def unfinished_sweeps(path):
             shard, shards = (int(x) for x in _attrs(f)["duet_run.shard"].split("/"))
         for sweep in sorted(f["sweeps"]) if "sweeps" in f else []:
             where = f"/sweeps/{sweep}"
-            expected = len(range(shard - 1, int(f[where].attrs.get("points", 0)), shards))
+            if "points" not in f[where].attrs:
+                raise KeyError(f"{path}: {where} has no 'points' attribute (the grid's size): not a duet sweep")
+            expected = len(range(shard - 1, int(f[where].attrs["points"]), shards))
             held = sum(1 for g in runs | set(failed) if g.startswith(where + "/"))
             if held < expected:
                 out[where] = (held, expected)
@@ -267,7 +269,12 @@ def sweep_table(path, sweep=None):
             rows.append({"group": group, "sweep": attrs.get("sweep", ""), "failed": True, **attrs})
     if not rows:
         raise KeyError(f"{path}: no sweep points" + (f" labelled {sweep!r}" if sweep else ""))
-    for where, (held, expected) in unfinished_sweeps(path).items():
+    unfinished = unfinished_sweeps(path)
+    with _open(path) as f:
+        labels = {where: _attrs(f[where]).get("sweep") for where in unfinished}
+    for where, (held, expected) in unfinished.items():
+        if sweep is not None and labels[where] != sweep:
+            continue
         warnings.warn(f"{path}: {where} holds {held} of its {expected} points: the sweep stopped before "
                       "it finished (the same duet run command with --resume completes it)", stacklevel=2)
     # In the sweep's own order: a point's number is the same under points/ and failed/.

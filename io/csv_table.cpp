@@ -22,16 +22,21 @@ std::vector<std::string> split(std::string_view line) {
 CsvTable::CsvTable(std::string path, const std::string& what)
     : path_(std::move(path)), text_(read_file_bytes(path_)), lines_(text_) {
   std::string_view line;
-  if (!lines_.next(line) || is_blank(line)) throw Error(path_ + ":1: empty " + what + ", expected a header");
+  if (!lines_.next_nonblank(line)) throw Error(path_ + ": empty " + what + ", expected a header");
   header_ = split(line);
-  for (std::size_t i = 0; i < header_.size(); ++i)
+  for (std::size_t i = 0; i < header_.size(); ++i) {
+    if (header_[i].empty())
+      throw Error(where() + ": column " + std::to_string(i + 1) + " has no name (a comma too many?)");
     if (!index_.emplace(header_[i], i).second)
-      throw Error(path_ + ":1: column '" + header_[i] + "' appears twice");
+      throw Error(where() + ": column '" + header_[i] + "' appears twice");
+  }
+  header_line_ = lines_.number();
 }
 
 std::size_t CsvTable::column(const std::string& name) const {
   const auto it = index_.find(name);
-  if (it == index_.end()) throw Error(path_ + ":1: missing column '" + name + "'");
+  if (it == index_.end())
+    throw Error(path_ + ":" + std::to_string(header_line_) + ": missing column '" + name + "'");
   return it->second;
 }
 

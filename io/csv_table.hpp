@@ -1,7 +1,8 @@
 #pragma once
 // A comma-separated file with a header line, as duet's measured tables are written (the public
 // kernel tables, `duet fit --csv`'s steps): no quoting; a field's blanks and a CRLF ending dropped;
-// blank lines skipped. Every error names the file, and the line where there is one.
+// blank lines skipped, before the header too. Every column has a name. Every error names the file, and the
+// line where there is one.
 #include <cstddef>
 #include <map>
 #include <string>
@@ -35,6 +36,7 @@ class CsvTable {
   LineReader lines_{{}};
   std::vector<std::string> header_;
   std::map<std::string, std::size_t, std::less<>> index_;
+  std::size_t header_line_ = 1;  // blank lines may come before it
 };
 
 }  // namespace duet

@@ -92,6 +92,8 @@ EngineConfig read_engine(lua_State* L, int index, Experiment& ex, const std::str
   if (c.name.empty()) t.fail("name", "every engine needs a name (e.g. 'llm', 'prm')");
   for (const auto& e : ex.engines)
     if (e.name == c.name) t.fail("name", "engine name '" + c.name + "' is used twice");
+  // The run's file names an engine's settings ENGINE.KEY and the workload's options workload.KEY.
+  if (c.name == "workload") t.fail("name", "'workload' names the workload's attributes in the run's file");
   const auto model = t.string("model");
   if (!model) t.fail("model", "missing: a built-in model name or a HuggingFace config.json path");
   c.model = t.checked("model", [&] { return model_from(*model, source_dir); });
@@ -609,7 +611,7 @@ ExperimentSpec spec_of(lua_State* L, Experiment& ex, const ExperimentDefaults& d
 struct LuaRun {
   ExperimentOutcome outcome;
   std::vector<ProblemRecord> problems;
-  RunMetadata workload;  // LuaWorkload::described
+  RunMetadata workload;  // describe_workload
 };
 
 // While it lives, duet.backend names `backend`: the workload of a run reads where that run goes
@@ -733,17 +735,7 @@ void add_lua_metadata(const Experiment& ex, const ExperimentDefaults& d, LuaRun&
   const double problems = double(run.problems.size());
   m.numbers.emplace_back("problems", problems);
   m.numbers.emplace_back("problems_per_s", summary.makespan_s > 0 ? problems / summary.makespan_s : 0);
-  // The problems' answers, kept beside the count: a run recorded at the "summary" level has no
-  // problems table, and its result read back (--resume) must still say them.
-  int correct = 0, known = 0;
-  double score = 0;
-  for (const ProblemRecord& p : run.problems) {
-    known += p.correct >= 0;
-    correct += p.correct == 1;
-    score += p.score;
-  }
-  if (known) m.numbers.emplace_back("accuracy", double(correct) / known);
-  m.numbers.emplace_back("mean_score", run.problems.empty() ? 0.0 : score / problems);
+  add_problem_answers(m, run.problems);
   // What result.engines.NAME.prefill_tokens reports, kept so that a run read back from its file
   // (duet run --resume) returns the same result table.
   const std::vector<EngineRecords>& records = run.outcome.records;
@@ -909,6 +901,18 @@ void push_percentiles(lua_State* L, const char* key, const Percentiles& p) {
 }
 
 }  // namespace
+
+void add_problem_answers(RunMetadata& m, const std::vector<ProblemRecord>& problems) {
+  int correct = 0, known = 0;
+  double score = 0;
+  for (const ProblemRecord& p : problems) {
+    known += p.correct >= 0;
+    correct += p.correct == 1;
+    score += p.score;
+  }
+  if (known) m.numbers.emplace_back("accuracy", double(correct) / known);
+  m.numbers.emplace_back("mean_score", problems.empty() ? 0.0 : score / double(problems.size()));
+}
 
 void push_result(lua_State* L, const ExperimentResult& r) {
   lua_createtable(L, 0, 10);

@@ -28,6 +28,11 @@ struct ExperimentResult {
   double problems_per_s = 0;
 };
 
+// The problems' answers as run attributes, `accuracy` (when a problem said) and `mean_score`, kept
+// beside their count: a run recorded at the "summary" level has no problems table, and its result
+// read back (--resume) must still say them.
+void add_problem_answers(RunMetadata& metadata, const std::vector<ProblemRecord>& problems);
+
 // One duet.run (or sweep point) of a script under duet validate: the simulator's run (absent in the
 // passes that only measure again) and the real backend's.
 struct ValidationRun {

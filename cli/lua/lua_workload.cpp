@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -99,8 +100,9 @@ int pairs_engines(lua_State* L) {
 
 }  // namespace
 
-// The workload's `name` and the scalars among its `options` (raw: an option's table of problems or
-// function is not a setting to record), in key order.
+// The workload's `name` and the scalars among its `options`, its own fields (read raw: an option's
+// table of problems or function is not a setting to record), in key order. An integer a double
+// does not hold exactly (a seed from duet.hash) is recorded as text, so two runs stay told apart.
 RunMetadata describe_workload(lua_State* L, int index) {
   RunMetadata m;
   TableReader t(L, index, "duet.run.workload");
@@ -113,10 +115,16 @@ RunMetadata describe_workload(lua_State* L, int index) {
   const int options = lua_gettop(L);
   for (lua_pushnil(L); lua_next(L, options) != 0;) {
     if (lua_type(L, -2) == LUA_TSTRING) {
-      const std::string key = "workload." + std::string(lua_tostring(L, -2));
+      std::size_t length = 0;
+      const char* name = lua_tolstring(L, -2, &length);
+      if (std::strlen(name) != length) t.fail("options", "an option's name holds a NUL byte");
+      const std::string key = "workload." + std::string(name, length);
+      constexpr lua_Integer kExact = lua_Integer(1) << 53;  // a double's integers are exact up to 2^53
       switch (lua_type(L, -1)) {
         case LUA_TNUMBER:
-          m.numbers.emplace_back(key, lua_tonumber(L, -1));
+          if (lua_isinteger(L, -1) && (lua_tointeger(L, -1) > kExact || lua_tointeger(L, -1) < -kExact))
+            m.text.emplace_back(key, std::to_string(lua_tointeger(L, -1)));
+          else m.numbers.emplace_back(key, lua_tonumber(L, -1));
           break;
         case LUA_TBOOLEAN:
           m.numbers.emplace_back(key, lua_toboolean(L, -1) ? 1.0 : 0.0);

@@ -143,6 +143,8 @@ ExperimentResult decode_result(const std::vector<char>& bytes) {
 
 ExperimentResult result_of_run(RunData run) {
   ExperimentResult r;
+  // A file written before the answers were attributes has them in its problems table only.
+  if (!run.metadata.find_number("mean_score")) add_problem_answers(run.metadata, run.problems);
   if (const std::string* label = run.metadata.find_text("label")) r.label = *label;
   if (const double* rate = run.metadata.find_number("problems_per_s")) r.problems_per_s = *rate;
   // Each engine's computed prefill tokens (not a table column) are kept as ENGINE.prefill_tokens.

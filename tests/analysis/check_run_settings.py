@@ -27,7 +27,7 @@ duet.sweep{grid = {setup = {"defaults", "ordered", "partly", "policies"}}, run =
     local cfg = run{arbiter = function(engines) return engines[1].has_work and 1 or 2 end}
     cfg.engines[1].policy = {order = Fifo, admit = function() return true end}
     cfg.workload.name = "mine"
-    cfg.workload.options = {n = 3, mode = "x", flag = true, problems = {{}}, solve = print}
+    cfg.workload.options = {n = 3, mode = "x", flag = true, problems = {{}}, solve = print, seed = math.maxinteger}
     return cfg
   end
   if p.setup == "partly" then return run{arbiter = "priority", arbiter_priority = {"prm"}, min_batch = 1} end
@@ -58,4 +58,6 @@ with h5py.File(h5, "r") as f:
     assert text(policies, "workload") == "mine" and text(policies, "workload.mode") == "x", dict(policies)
     assert policies["workload.n"] == 3 and policies["workload.flag"] == 1, dict(policies)
     assert "workload.problems" not in policies and "workload.solve" not in policies, dict(policies)
+    # An integer a double does not hold exactly is text: math.maxinteger and its neighbour differ.
+    assert text(policies, "workload.seed") == "9223372036854775807", dict(policies)
 print("run settings: ok")

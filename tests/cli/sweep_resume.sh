@@ -58,6 +58,18 @@ grep -q "6 kept from the file (--resume)" resumed.log || { cat resumed.log; fail
 diff <(grep "^point" summary.log) <(grep "^point" resumed.log) || fail "a resumed summary-level point's result differs"
 grep -q "^point 1: .* 4 problems, accuracy 1.0" resumed.log || { cat resumed.log; fail "summary: no problems"; }
 echo "summary level: the resumed points return the problems' answers"
+# A file written before accuracy and mean_score were attributes: they come from its problems table.
+cp whole.h5 new.h5 && cp whole.h5 old.h5
+"$python" - old.h5 <<'PY' || fail "cannot strip old.h5"
+import sys, h5py
+with h5py.File(sys.argv[1], "a") as f:
+    for point in f["sweeps/0000/points"].values():
+        del point.attrs["accuracy"], point.attrs["mean_score"]
+PY
+"$duet" run "$script" --threads 1 --out new.h5 --resume "${args[@]}" >new.log 2>&1 || fail "resume new.h5"
+"$duet" run "$script" --threads 1 --out old.h5 --resume "${args[@]}" >old.log 2>&1 || fail "resume old.h5"
+diff <(grep "^point" new.log) <(grep "^point" old.log) || fail "an older file's resumed points lost their answers"
+echo "an older file: the resumed points' answers come from its problems table"
 
 cp whole.h5 edited.h5
 expect_error() {  # REGEX COMMAND...

@@ -44,7 +44,11 @@ TEST(CsvTable, ErrorsNameTheFileAndLine) {
   TempDir dir;
   const std::string empty = write_text(dir, "");
   EXPECT_EQ(error_of([&] { CsvTable t(empty, "kernel table"); }),
-            empty + ":1: empty kernel table, expected a header");
+            empty + ": empty kernel table, expected a header");
+  // Blank lines before the header are skipped; a header column with no name is an error at its line.
+  const std::string comma = write_text(dir, "\n\nm,n,\n1,2,\n");
+  EXPECT_EQ(error_of([&] { CsvTable t(comma, "kernel table"); }),
+            comma + ":3: column 3 has no name (a comma too many?)");
   const std::string twice = write_text(dir, "m,n,m\n1,2,3\n");
   EXPECT_EQ(error_of([&] { CsvTable t(twice, "kernel table"); }), twice + ":1: column 'm' appears twice");
   const std::string short_row = write_text(dir, "m,n\n1,2\n\n3\n");

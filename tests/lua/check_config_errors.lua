@@ -30,6 +30,14 @@ expect_error({arbiter = "priority", arbiter_priority = {"gen"}}, "arbiter_priori
 expect_error({arbiter = "priority", arbiter_priority = {}}, "arbiter_priority: names no engine")
 expect_error({arbiter = "priority", arbiter_priority = {"prm", "llm", "prm"}},
              "arbiter_priority: entry 3 names engine 'prm' a second time")
+-- 'workload' names the workload's attributes in the run's file (workload.n): no engine may take it.
+expect_error({engines = {{name = "workload", model = "llama-3.2-1b", gpu_memory_utilization = 0.3}}},
+             "engines%[1%].name: 'workload' names the workload's attributes in the run's file")
+-- A workload's options: a table, and names without a NUL byte.
+expect_error({workload = {problems = {{}}, solve = function() return {score = 0} end, options = 5}},
+             "duet.run.workload.options: expected a table, got a number")
+expect_error({workload = {problems = {{}}, solve = function() return {score = 0} end, options = {["a\0b"] = 1}}},
+             "duet.run.workload.options: an option's name holds a NUL byte")
 -- Unknown names and impossible values name the field (and, through expect_error, the line).
 expect_error({gpu = "h1000"}, "duet.run.gpu: unknown GPU 'h1000'")
 expect_error({backend = "gpu"}, "duet.run.backend: unknown backend 'gpu' %(valid: sim, cpu")  -- cuda where built
