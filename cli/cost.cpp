@@ -146,8 +146,12 @@ int cost(int argc, char** argv) {
     const ChosenCostModel chosen = choose_cost_model(model_name_of(cost_arg), gpu, model, gpu_device_key(gpu),
                                                      source_dir() + "/profiles");
     const StepBreakdown b = chosen.model->by_operator(shape);
+    // A measured profile prices whole steps: its own report says where the step left its grid.
+    const std::string note = b.outside.empty() ? chosen.model->extrapolation_report() : "";
     if (json) {
-      std::printf("%s\n", to_json(b, model.name, gpu.name, chosen.model->describe()).dump(2).c_str());
+      nlohmann::json j = to_json(b, model.name, gpu.name, chosen.model->describe());
+      if (!note.empty()) j["outside_fitted_range"].push_back(note);
+      std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("%s on %s: %s\n", model.name.c_str(), gpu.name.c_str(), chosen.reason.c_str());
       std::printf(
@@ -173,9 +177,7 @@ int cost(int argc, char** argv) {
           stderr,
           "duet cost: warning: %s is beyond the tables the prior was fitted on; priced at their edge\n",
           o.c_str());
-    // A measured profile prices whole steps: its own report says where the step left its grid.
-    if (const std::string note = chosen.model->extrapolation_report(); b.outside.empty() && !note.empty())
-      std::fprintf(stderr, "duet cost: warning: %s\n", note.c_str());
+    if (!note.empty()) std::fprintf(stderr, "duet cost: warning: %s\n", note.c_str());
     return 0;
   });
 }

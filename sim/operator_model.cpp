@@ -250,6 +250,15 @@ double largest_group(const OperatorCurve& decode) {
   throw Error("the decode attention curve has no 'group' axis");
 }
 
+const std::vector<double>& axis_knots(const OperatorCurve& curve, const char* name) {
+  for (const CurveAxis& a : curve.axes)
+    if (a.name == name) return a.knots;
+  throw Error(std::string("an operator curve has no '") + name + "' axis");
+}
+
+// How far rows may be padded: past 64x the padding's own work outweighs any floor.
+constexpr double kMaxPadding = 64;
+
 }  // namespace
 
 // What an extrapolation warning calls a prefill chunk priced as decode (below): the decode curve's
@@ -270,11 +279,27 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
   const double chunk = double(s.prefill_tokens) / s.prefill_seqs;
   const double context = double(s.prefill_context_tokens) / s.prefill_seqs;
   StepBreakdown as_prefill, as_decode;
-  const double prefill = kernel(
-      OperatorClass::prefill_attention,
-      prefill_attention_point(gpu_, s.prefill_seqs, chunk, s.prefill_attention_keys,
-                              double(s.prefill_context_tokens), m.num_heads, m.num_kv_heads, m.head_dim),
-      eager, as_prefill, "attention");
+  // A kernel's query tiles are padded (FlashAttention's hold 64-128 rows), so a chunk never costs
+  // more than a longer one: the curve, fitted where a chunk starts from an empty cache, takes a
+  // few query rows' floor-bound slowdown to a roofline that long context reads dominate, and
+  // priced 49 tokens after 32,768 above 72. The chunk is priced at its own length and at the
+  // curve's query_len knots up to kMaxPadding times it, the FLOPs scaled to each, the cheapest kept.
+  const double keys_per_chunk = chunk * context + chunk * (chunk + 1) / 2;
+  double prefill = std::numeric_limits<double>::infinity();
+  auto price_as = [&](double query_len) {
+    StepBreakdown priced;
+    const double keys =
+        s.prefill_attention_keys * (query_len * context + query_len * (query_len + 1) / 2) / keys_per_chunk;
+    const double t = kernel(
+        OperatorClass::prefill_attention,
+        prefill_attention_point(gpu_, s.prefill_seqs, query_len, keys, double(s.prefill_context_tokens),
+                                m.num_heads, m.num_kv_heads, m.head_dim),
+        eager, priced, "attention");
+    if (t < prefill) prefill = t, as_prefill = std::move(priced);
+  };
+  price_as(chunk);
+  for (double knot : axis_knots(prior_.prefill_attention, "query_len"))
+    if (knot > chunk && knot <= kMaxPadding * chunk) price_as(knot);
   const double decode =
       context > 0 ? kernel(OperatorClass::decode_attention,
                            chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context,
@@ -284,7 +309,38 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
                   : prefill;
   const StepBreakdown& chosen = decode < prefill ? as_decode : as_prefill;
   b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());
+  // The prefill curve has no context coordinate to flag: a context longer than any the tables
+  // measured (the decode curve's longest) is flagged here, whichever kernel priced it.
+  const double longest = axis_knots(prior_.decode_attention, "context").back();
+  if (decode >= prefill && context + chunk > longest) {
+    char where[160];
+    std::snprintf(where, sizeof where,
+                  "attention (a chunk of %.0f tokens after %.0f cached, beyond the tables' longest context %.0f)",
+                  chunk, context, longest);
+    b.outside.push_back(where);
+  }
   return std::min(prefill, decode);
+}
+
+// A GEMM of m rows never costs more than one of more rows: cuBLAS pads m to its tiles. The curve,
+// smoothed through knots the tables lack (n = 32768 between their 16384 and 51200), priced
+// Llama-3.1-8B's gate_up_proj at m = 1 above m = 4 on the H100 (94 against 81 us), and a decode
+// step of one sequence 6% above three. So m is priced at itself and at the curve's m knots up to
+// kMaxPadding times it, the FLOPs those rows' own, and the cheapest kept.
+double OperatorCostModel::gemm(double rows, double n, double k, bool eager, StepBreakdown& b,
+                               const char* what) const {
+  double best = std::numeric_limits<double>::infinity();
+  StepBreakdown chosen;
+  auto price_as = [&](double m) {
+    StepBreakdown priced;
+    const double t = kernel(OperatorClass::gemm, gemm_point(gpu_, m, n, k), eager, priced, what);
+    if (t < best) best = t, chosen = std::move(priced);
+  };
+  price_as(rows);
+  for (double knot : axis_knots(prior_.gemm, "m"))
+    if (knot > rows && knot <= kMaxPadding * rows) price_as(knot);
+  b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());
+  return best;
 }
 
 double OperatorCostModel::elementwise(double bytes, bool eager) const {
@@ -311,12 +367,10 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
       std::copy(gemm_memo_.s.begin(), gemm_memo_.s.end(), l.begin() + kQkvProj);
     } else {
       const std::size_t warned = b.outside.size();
-      l[kQkvProj] =
-          kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, q + 2 * kv, h), eager, b, "qkv_proj");
-      l[kOProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, q), eager, b, "o_proj");
-      l[kGateUpProj] =
-          kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, 2 * inter, h), eager, b, "gate_up_proj");
-      l[kDownProj] = kernel(OperatorClass::gemm, gemm_point(gpu_, tokens, h, inter), eager, b, "down_proj");
+      l[kQkvProj] = gemm(tokens, q + 2 * kv, h, eager, b, "qkv_proj");
+      l[kOProj] = gemm(tokens, h, q, eager, b, "o_proj");
+      l[kGateUpProj] = gemm(tokens, 2 * inter, h, eager, b, "gate_up_proj");
+      l[kDownProj] = gemm(tokens, h, inter, eager, b, "down_proj");
       if (b.outside.size() == warned) {
         gemm_memo_ = {tokens, eager, {}};
         std::copy(l.begin() + kQkvProj, l.begin() + kDownProj + 1, gemm_memo_.s.begin());
@@ -345,15 +399,13 @@ StepBreakdown OperatorCostModel::by_operator(const BatchShape& logical) const {
     b.other_s += elementwise(2 * act * h, eager) + elementwise(add_norm_bytes, eager);  // embed, final norm
   }
   if (s.logit_rows > 0 && m.can_generate()) {
-    b.lm_head_s =
-        kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, m.vocab_size, h), eager, b, "lm_head");
+    b.lm_head_s = gemm(s.logit_rows, m.vocab_size, h, eager, b, "lm_head");
     b.sampling_s = elementwise(4.0 * s.logit_rows * m.vocab_size, eager);  // one pass over fp32 logits
   } else if (s.logit_rows > 0) {
     // A score head: a classifier's hidden layer is a GEMM (its bias and ReLU in the epilogue); the
     // last layer a reduction per row and output that reads its input rows and weights once.
     const double outputs = m.logits_width();
-    if (m.score_head == ScoreHead::Classifier)
-      b.lm_head_s = kernel(OperatorClass::gemm, gemm_point(gpu_, s.logit_rows, h, h), eager, b, "score_head");
+    if (m.score_head == ScoreHead::Classifier) b.lm_head_s = gemm(s.logit_rows, h, h, eager, b, "score_head");
     b.lm_head_s +=
         elementwise(kBf16 * (s.logit_rows * h + outputs * h) + 4.0 * s.logit_rows * outputs, eager);
     b.sampling_s = elementwise(4.0 * s.logit_rows * outputs, eager);  // the two columns' softmax

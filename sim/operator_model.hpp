@@ -120,6 +120,7 @@ class OperatorCostModel final : public CostModel {
   double kernel(OperatorClass c, const OperatorPoint& p, bool eager, StepBreakdown& b,
                 const char* what) const;
   double elementwise(double bytes, bool eager) const;
+  double gemm(double rows, double n, double k, bool eager, StepBreakdown& b, const char* what) const;
   double prefill_attention(const BatchShape& s, bool eager, StepBreakdown& b) const;
 
   GpuSpec gpu_;

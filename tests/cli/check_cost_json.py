@@ -49,3 +49,24 @@ for tokens, seqs in [(4096, 8), (800, 16), (64, 1)]:
         assert h200 <= h100 * (1 + 1e-9), (batch, h100, h200)
         cases += 1
 print("prefill attention: H200 no slower than H100 in", cases, "cases")
+
+# A measured profile prices whole steps: a batch beyond its fitted grid is in outside_fitted_range as
+# in the warning (the JSON said [] while stderr warned). The tiny Llama's CPU profile, its device
+# taken for an H100's (a profile prices only its own device), with 64 decode sequences its largest,
+# asked for 100.
+import os
+import tempfile
+source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+with open(os.path.join(source, "profiles", "cpu-amd-epyc", "duet-tiny-llama.json")) as f:
+    profile = json.load(f)
+profile["device"] = "h100-sxm"
+with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    json.dump(profile, f)
+run = subprocess.run([duet, "cost", "--model", os.path.join(source, "models", "tiny-llama", "config.json"),
+                      "--gpu", "h100", "--cost-model", "profile:" + f.name, "--decode-seqs", "100",
+                      "--decode-context", "1000", "--json"], capture_output=True, text=True)
+os.unlink(f.name)
+assert run.returncode == 0, run.stderr
+outside = json.loads(run.stdout)["outside_fitted_range"]
+assert any("beyond the profile's fitted maximum" in o for o in outside), (outside, run.stderr)
+print("profile: a batch beyond its grid is in outside_fitted_range")
