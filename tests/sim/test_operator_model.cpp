@@ -404,38 +404,51 @@ TEST(OperatorModel, AChunkAfterACachedContextCostsTheCheaperOfADecodeAndAPrefill
               std::max(gpu.kernel_launch_s, 3e-6 + 10 * as_prefill(16, 0).roofline_s), 1e-12);
 }
 
+// One chunk of `n` new tokens after `context` cached ones.
+BatchShape chunk_after(int n, int context) {
+  return {.prefill_tokens = n,
+          .prefill_seqs = 1,
+          .logit_rows = 1,
+          .prefill_context_tokens = context,
+          .prefill_attention_keys = double(n) * context + n * (n + 1) / 2.0,
+          .prefill_tokens_squared = double(n) * n};
+}
+
+// Each committed prior pricing Llama-3.1-8B on its GPU, named by the GPU.
+template <class F>
+void with_each_prior(F&& f) {
+  for (const auto& [gpu_name, device] :
+       {std::pair{"h100", "h100-sxm"}, {"h200", "h200"}, {"a100", "a100-80gb"}}) {
+    const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/" + device + "/operator-prior.json";
+    f(gpu_name, OperatorCostModel(gpu_by_name(gpu_name), model_by_name("llama-3.1-8b"), load_prior(path)));
+  }
+}
+
+// The index of the cheapest entry after i, and how many times it t[i] costs.
+std::pair<std::size_t, double> cheapest_after(const std::vector<double>& t, std::size_t i) {
+  const auto at = std::min_element(t.begin() + long(i) + 1, t.end());
+  return {std::size_t(at - t.begin()), t[i] / *at};
+}
+
 // A kernel pads a chunk's query rows to its tiles, so a chunk after a cached context never costs
 // (much) more than a longer one after the same context. The priors' prefill curves, fitted where
 // chunks start from an empty cache, priced 49 tokens after 32,768 on the H100 at 1.20x 72, 33 on
 // the H200 at 1.34x 52, and 9 after 1,024 on the A100 at 1.45x 45.
 TEST(OperatorModel, AChunkCostsNoMoreThanALongerOneAfterTheSameContext) {
-  const ModelSpec m = model_by_name("llama-3.1-8b");
-  for (const auto& [gpu_name, device] :
-       {std::pair{"h100", "h100-sxm"}, {"h200", "h200"}, {"a100", "a100-80gb"}}) {
-    const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/" + device + "/operator-prior.json";
-    const OperatorCostModel model(gpu_by_name(gpu_name), m, load_prior(path));
+  std::vector<int> chunks;
+  for (int n = 1; n <= 96; ++n) chunks.push_back(n);
+  for (int n : {128, 192, 256, 384, 512, 1024, 2048}) chunks.push_back(n);
+  with_each_prior([&](const char* gpu, const OperatorCostModel& model) {
     for (int context : {1024, 32768}) {
-      std::vector<int> chunks;
-      for (int n = 1; n <= 96; ++n) chunks.push_back(n);
-      for (int n : {128, 192, 256, 384, 512, 1024, 2048}) chunks.push_back(n);
       std::vector<double> t;
-      for (int n : chunks) {
-        const BatchShape s{.prefill_tokens = n,
-                           .prefill_seqs = 1,
-                           .logit_rows = 1,
-                           .prefill_context_tokens = context,
-                           .prefill_attention_keys = double(n) * context + n * (n + 1) / 2.0,
-                           .prefill_tokens_squared = double(n) * n};
-        t.push_back(model.by_operator(s).per_layer_s[kAttention]);
-      }
+      for (int n : chunks) t.push_back(model.by_operator(chunk_after(n, context)).per_layer_s[kAttention]);
       for (std::size_t i = 0; i + 1 < t.size(); ++i) {
-        const auto longer = std::min_element(t.begin() + long(i) + 1, t.end());
-        EXPECT_LE(t[i], 1.08 * *longer)
-            << gpu_name << ": " << chunks[i] << " tokens after " << context << " cost " << t[i] / *longer
-            << "x " << chunks[std::size_t(longer - t.begin())];
+        const auto [longer, ratio] = cheapest_after(t, i);
+        EXPECT_LE(ratio, 1.08) << gpu << ": " << chunks[i] << " tokens after " << context << " cost " << ratio
+                               << "x " << chunks[longer];
       }
     }
-  }
+  });
 }
 
 // The prefill curve has no context coordinate: a chunk after more cached tokens than the tables'
@@ -443,18 +456,9 @@ TEST(OperatorModel, AChunkCostsNoMoreThanALongerOneAfterTheSameContext) {
 TEST(OperatorModel, AChunkAfterAContextBeyondTheTablesIsFlagged) {
   const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/h100-sxm/operator-prior.json";
   const OperatorCostModel model(gpu_by_name("h100"), model_by_name("llama-3.1-8b"), load_prior(path));
-  auto flags = [&](int n, int context) {
-    const BatchShape s{.prefill_tokens = n,
-                       .prefill_seqs = 1,
-                       .logit_rows = 1,
-                       .prefill_context_tokens = context,
-                       .prefill_attention_keys = double(n) * context + n * (n + 1) / 2.0,
-                       .prefill_tokens_squared = double(n) * n};
-    return model.by_operator(s).outside;
-  };
   for (int n : {64, 512, 4096}) {
-    EXPECT_TRUE(flags(n, 100000).empty()) << n;
-    const std::vector<std::string> beyond = flags(n, 140000);
+    EXPECT_TRUE(model.by_operator(chunk_after(n, 100000)).outside.empty()) << n;
+    const std::vector<std::string> beyond = model.by_operator(chunk_after(n, 140000)).outside;
     ASSERT_EQ(beyond.size(), 1u) << n;
     EXPECT_TRUE(contains(beyond.front(), "beyond the tables' longest context 131072")) << beyond.front();
   }
@@ -464,11 +468,7 @@ TEST(OperatorModel, AChunkAfterAContextBeyondTheTablesIsFlagged) {
 // The H100 prior priced Llama-3.1-8B's gate_up_proj at m = 1 at 94 us against 81 at m = 4, and a
 // step of one sequence 6% above three.
 TEST(OperatorModel, ADecodeStepOfMoreSequencesCostsNoLess) {
-  const ModelSpec m = model_by_name("llama-3.1-8b");
-  for (const auto& [gpu_name, device] :
-       {std::pair{"h100", "h100-sxm"}, {"h200", "h200"}, {"a100", "a100-80gb"}}) {
-    const std::string path = std::string(DUET_SOURCE_DIR) + "/profiles/" + device + "/operator-prior.json";
-    const OperatorCostModel model(gpu_by_name(gpu_name), m, load_prior(path));
+  with_each_prior([](const char* gpu, const OperatorCostModel& model) {
     std::vector<double> t;
     for (int seqs = 1; seqs <= 300; ++seqs) {
       const BatchShape s{
@@ -476,11 +476,10 @@ TEST(OperatorModel, ADecodeStepOfMoreSequencesCostsNoLess) {
       t.push_back(model.by_operator(s).device_s());
     }
     for (std::size_t i = 0; i + 1 < t.size(); ++i) {
-      const auto more = std::min_element(t.begin() + long(i) + 1, t.end());
-      EXPECT_LE(t[i], 1.01 * *more) << gpu_name << ": " << i + 1 << " sequences cost " << t[i] / *more << "x "
-                                    << (more - t.begin()) + 1;
+      const auto [more, ratio] = cheapest_after(t, i);
+      EXPECT_LE(ratio, 1.01) << gpu << ": " << i + 1 << " sequences cost " << ratio << "x " << more + 1;
     }
-  }
+  });
 }
 
 TEST(OperatorModel, AHeadDimTheTablesLackIsPricedAndFlagged) {
