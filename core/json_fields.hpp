@@ -140,6 +140,22 @@ inline double require_number(const json& j, const char* field, const std::string
   return v.get<double>();
 }
 
+// A list of numbers, each entry checked: "field 'log_slowdown' entry 18 must be a number, got null".
+inline std::vector<double> require_numbers(const json& j, const char* field, const std::string& origin) {
+  const json& v = require(j, field, origin);
+  if (!v.is_array())
+    throw Error(origin + ": field '" + field + "' must be a list of numbers, got " + v.dump());
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number())
+      throw Error(origin + ": field '" + field + "' entry " + std::to_string(i + 1) +
+                  " must be a number, got " + v[i].dump());
+    out.push_back(v[i].get<double>());
+  }
+  return out;
+}
+
 template <typename T, typename F>
 T optional_field(const json& j, const char* field, T fallback, F get) {
   auto it = j.find(field);

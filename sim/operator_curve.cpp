@@ -100,14 +100,17 @@ OperatorCurve curve_from_json(const nlohmann::json& j, const std::string& what) 
   OperatorCurve c;
   // Only these keys: a misspelt one ("fixed_us") would leave the field it meant at its default.
   if (j.is_object()) json_fields::check_known_fields(j, {"fixed_s", "axes", "log_slowdown"}, what);
-  try {
-    c.fixed_s = j.at("fixed_s").get<double>();
-    for (const auto& a : j.at("axes"))
-      c.axes.push_back({a.at("name").get<std::string>(), a.at("knots").get<std::vector<double>>()});
-    c.log_slowdown = j.at("log_slowdown").get<std::vector<double>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(what + ": bad or missing field (" + e.what() + ")");
+  if (!j.is_object()) throw Error(what + ": expected an object, got " + j.dump());
+  c.fixed_s = json_fields::require_number(j, "fixed_s", what);
+  const nlohmann::json& axes = json_fields::require(j, "axes", what);
+  if (!axes.is_array()) throw Error(what + ": field 'axes' must be a list, got " + axes.dump());
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const std::string axis = what + ": axes[" + std::to_string(i + 1) + "]";
+    if (!axes[i].is_object()) throw Error(axis + ": expected an object {name, knots}, got " + axes[i].dump());
+    c.axes.push_back({json_fields::require_string(axes[i], "name", axis),
+                      json_fields::require_numbers(axes[i], "knots", axis)});
   }
+  c.log_slowdown = json_fields::require_numbers(j, "log_slowdown", what);
   c.validate(what);
   return c;
 }

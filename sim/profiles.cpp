@@ -54,6 +54,11 @@ std::string prior_path(const std::string& profile_dir, const std::string& device
 void check_profile(const CalibrationProfile& p, const ModelSpec& model, const std::string& device,
                    const std::string& origin) {
   const std::string shape = model_shape(model);
+  // Named as missing, not as the empty model or device they would compare as.
+  for (const auto& [field, value] : {std::pair{"model_shape", &p.model_shape}, {"device", &p.device}})
+    if (value->empty())
+      throw Error(origin + ": the profile has no field '" + field +
+                  "', which tells what it measured (a profile from `duet profile` or `duet fit` has it)");
   if (p.model_shape != shape)
     throw Error(origin + ": the profile is for model '" + p.model + "' (" + p.model_shape + "), not '" +
                 model.name + "' (" + shape + "); measure this one with `duet profile`");

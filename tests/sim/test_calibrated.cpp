@@ -381,6 +381,18 @@ TEST(Calibrated, ProfilesForAnotherModelOrDeviceAreRefused) {
                                            "cpu-intel-xeon", "");
                        }),
                        "measured on device 'cpu-amd-epyc', not 'cpu-intel-xeon'; measure this device with"));
+  // A profile without its device or model shape says the field is missing, not that it is ''.
+  for (const char* field : {"device", "model_shape"}) {
+    CalibrationProfile bare = p;
+    (std::string(field) == "device" ? bare.device : bare.model_shape).clear();
+    save_profile(bare, path);
+    EXPECT_TRUE(contains(error_of([&] {
+                           choose_cost_model("profile:" + path, h100, model_by_name("llama-3.2-1b"),
+                                             "cpu-amd-epyc", "");
+                         }),
+                         std::string("the profile has no field '") + field + "'"))
+        << field;
+  }
 }
 
 TEST(Calibrated, TheSimulatorFindsACommittedProfileByItself) {

@@ -603,6 +603,13 @@ TEST(OperatorPrior, NamesTheFieldOfAnEditedPrior) {
        "gemm: 'fixed_s' must be in [0, 0.001) seconds"},
       {[](nlohmann::json& e) { e["elementwise"]["fixed_s"] = 0.5; },
        "elementwise needs 0 <= fixed_s < 0.001"},
+      // A curve's fields of the wrong kind are named (nlohmann's type error named none).
+      {[](nlohmann::json& e) { e["gemm"]["fixed_s"] = "2us"; },
+       "gemm: field 'fixed_s' must be a number, got \"2us\""},
+      {[](nlohmann::json& e) { e["gemm"]["log_slowdown"][17] = nullptr; },
+       "gemm: field 'log_slowdown' entry 18 must be a number, got null"},
+      {[](nlohmann::json& e) { e["gemm"]["axes"][1].erase("knots"); },
+       "gemm: axes[2]: missing field 'knots'"},
       // A misspelt key of a curve, and knots moved under the slowdowns.
       {[](nlohmann::json& e) { e["decode_attention"]["fixed_us"] = 9.0; },
        "decode_attention: unknown field 'fixed_us'"},
