@@ -73,22 +73,29 @@ std::vector<std::string> builtin_gpu_names() {
 }
 
 // The floors below are far under any accelerator's figures: a value beneath one was given in a
-// larger unit (GiB, TB/s, TFLOP/s) than the field's.
+// larger unit (GiB, TB/s, TFLOP/s) than the field's. The ceilings are hundreds of times a B200's
+// (192 GB, 8 TB/s, 2.25 dense bf16 PFLOP/s): a value past one would price steps at nothing.
 void GpuSpec::validate() const {
   const std::string who = "GPU '" + name + "': ";
   if (std::none_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c); }))
     throw Error("a GPU's name needs a letter or digit, got '" + name + "'");
-  auto check = [&](const char* field, double v, double floor, const char* unit, const char* example) {
+  auto check = [&](const char* field, double v, double floor, double ceiling, const char* unit,
+                   const char* example) {
     if (!std::isfinite(v) || v <= 0)
       throw Error(who + field + " must be a positive number of " + unit + ", got " + std::to_string(v));
     if (v < floor)
       throw Error(who + field + " is in " + unit + " (" + example + "), got " + std::to_string(v) +
                   ": no GPU has that little");
+    if (v > ceiling)
+      throw Error(who + field + " is in " + unit + " (" + example + "), got " + std::to_string(v) +
+                  ": no GPU has that much");
   };
-  check("hbm_bytes", double(hbm_bytes), double(1LL << 30), "bytes", "80 GiB is 85899345920");
-  check("hbm_bandwidth", hbm_bandwidth, 1e9, "bytes/s", "3.35 TB/s is 3.35e12");
-  check("bf16_flops", bf16_flops, 1e9, "FLOP/s", "989 TFLOP/s is 9.89e14");
-  if (sm_count < 1) throw Error(who + "sm_count must be at least 1, got " + std::to_string(sm_count));
+  check("hbm_bytes", double(hbm_bytes), double(1LL << 30), double(1LL << 42), "bytes",
+        "80 GiB is 85899345920");
+  check("hbm_bandwidth", hbm_bandwidth, 1e9, 1e15, "bytes/s", "3.35 TB/s is 3.35e12");
+  check("bf16_flops", bf16_flops, 1e9, 1e18, "FLOP/s", "989 TFLOP/s is 9.89e14");
+  if (sm_count < 1 || sm_count > 100000)
+    throw Error(who + "sm_count must be in [1, 100000], got " + std::to_string(sm_count));
   if (!std::isfinite(kernel_launch_s) || kernel_launch_s < 0 || kernel_launch_s >= 1)
     throw Error(who + "kernel_launch_s must be in [0, 1) seconds, got " + std::to_string(kernel_launch_s));
 }

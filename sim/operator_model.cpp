@@ -317,7 +317,7 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
     std::snprintf(where, sizeof where,
                   "attention (a chunk of %.0f tokens after %.0f cached, beyond the tables' longest context %.0f)",
                   chunk, context, longest);
-    b.outside.push_back(where);
+    b.outside.emplace_back(where);
   }
   return std::min(prefill, decode);
 }

@@ -17,7 +17,7 @@ using test_support::error_of;
 using test_support::TempDir;
 
 std::string write_text(const TempDir& dir, const std::string& content) {
-  const std::string path = dir.file("t.csv");
+  std::string path = dir.file("t.csv");
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }
