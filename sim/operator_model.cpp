@@ -314,9 +314,10 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
   const double longest = axis_knots(prior_.decode_attention, "context").back();
   if (decode >= prefill && context + chunk > longest) {
     char where[160];
-    std::snprintf(where, sizeof where,
-                  "attention (a chunk of %.0f tokens after %.0f cached, beyond the tables' longest context %.0f)",
-                  chunk, context, longest);
+    std::snprintf(
+        where, sizeof where,
+        "attention (a chunk of %.0f tokens after %.0f cached, beyond the tables' longest context %.0f)",
+        chunk, context, longest);
     b.outside.emplace_back(where);
   }
   return std::min(prefill, decode);
