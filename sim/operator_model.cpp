@@ -259,6 +259,25 @@ const std::vector<double>& axis_knots(const OperatorCurve& curve, const char* na
 // How far rows may be padded: past 64x the padding's own work outweighs any floor.
 constexpr double kMaxPadding = 64;
 
+// Kernels pad rows to their tiles, so no shape costs more than one of more rows: the cheapest of
+// `price(r, out)` at `rows` and at each of the axis's `knots` above it, up to kMaxPadding times it.
+// The warnings of the one chosen go into `b`.
+template <class Price>
+double cheapest_padded(double rows, const std::vector<double>& knots, StepBreakdown& b, Price&& price) {
+  double best = std::numeric_limits<double>::infinity();
+  StepBreakdown chosen;
+  auto price_as = [&](double r) {
+    StepBreakdown priced;
+    const double t = price(r, priced);
+    if (t < best) best = t, chosen = std::move(priced);
+  };
+  price_as(rows);
+  for (double knot : knots)
+    if (knot > rows && knot <= kMaxPadding * rows) price_as(knot);
+  b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());
+  return best;
+}
+
 }  // namespace
 
 // What an extrapolation warning calls a prefill chunk priced as decode (below): the decode curve's
@@ -285,21 +304,17 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
   // priced 49 tokens after 32,768 above 72. The chunk is priced at its own length and at the
   // curve's query_len knots up to kMaxPadding times it, the FLOPs scaled to each, the cheapest kept.
   const double keys_per_chunk = chunk * context + chunk * (chunk + 1) / 2;
-  double prefill = std::numeric_limits<double>::infinity();
-  auto price_as = [&](double query_len) {
-    StepBreakdown priced;
-    const double keys =
-        s.prefill_attention_keys * (query_len * context + query_len * (query_len + 1) / 2) / keys_per_chunk;
-    const double t = kernel(
-        OperatorClass::prefill_attention,
-        prefill_attention_point(gpu_, s.prefill_seqs, query_len, keys, double(s.prefill_context_tokens),
-                                m.num_heads, m.num_kv_heads, m.head_dim),
-        eager, priced, "attention");
-    if (t < prefill) prefill = t, as_prefill = std::move(priced);
-  };
-  price_as(chunk);
-  for (double knot : axis_knots(prior_.prefill_attention, "query_len"))
-    if (knot > chunk && knot <= kMaxPadding * chunk) price_as(knot);
+  const double prefill = cheapest_padded(
+      chunk, axis_knots(prior_.prefill_attention, "query_len"), as_prefill,
+      [&](double query_len, StepBreakdown& priced) {
+        const double keys = s.prefill_attention_keys *
+                            (query_len * context + query_len * (query_len + 1) / 2) / keys_per_chunk;
+        return kernel(
+            OperatorClass::prefill_attention,
+            prefill_attention_point(gpu_, s.prefill_seqs, query_len, keys, double(s.prefill_context_tokens),
+                                    m.num_heads, m.num_kv_heads, m.head_dim),
+            eager, priced, "attention");
+      });
   const double decode =
       context > 0 ? kernel(OperatorClass::decode_attention,
                            chunk_on_context_point(gpu_, s.prefill_seqs, chunk, context,
@@ -330,18 +345,9 @@ double OperatorCostModel::prefill_attention(const BatchShape& s, bool eager, Ste
 // kMaxPadding times it, the FLOPs those rows' own, and the cheapest kept.
 double OperatorCostModel::gemm(double rows, double n, double k, bool eager, StepBreakdown& b,
                                const char* what) const {
-  double best = std::numeric_limits<double>::infinity();
-  StepBreakdown chosen;
-  auto price_as = [&](double m) {
-    StepBreakdown priced;
-    const double t = kernel(OperatorClass::gemm, gemm_point(gpu_, m, n, k), eager, priced, what);
-    if (t < best) best = t, chosen = std::move(priced);
-  };
-  price_as(rows);
-  for (double knot : axis_knots(prior_.gemm, "m"))
-    if (knot > rows && knot <= kMaxPadding * rows) price_as(knot);
-  b.outside.insert(b.outside.end(), chosen.outside.begin(), chosen.outside.end());
-  return best;
+  return cheapest_padded(rows, axis_knots(prior_.gemm, "m"), b, [&](double m, StepBreakdown& priced) {
+    return kernel(OperatorClass::gemm, gemm_point(gpu_, m, n, k), eager, priced, what);
+  });
 }
 
 double OperatorCostModel::elementwise(double bytes, bool eager) const {
