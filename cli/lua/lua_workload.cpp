@@ -106,19 +106,17 @@ int pairs_engines(lua_State* L) {
 RunMetadata describe_workload(lua_State* L, int index) {
   RunMetadata m;
   TableReader t(L, index, "duet.run.workload");
-  if (const auto name = t.string("name")) m.text.emplace_back("workload", *name);
-  if (t.push("options") == LUA_TNIL) {
-    lua_pop(L, 1);
-    return m;
-  }
-  if (!lua_istable(L, -1)) t.fail("options", std::string("expected a table, got a ") + luaL_typename(L, -1));
-  const int options = lua_gettop(L);
-  for (lua_pushnil(L); lua_next(L, options) != 0;) {
-    if (lua_type(L, -2) == LUA_TSTRING) {
+  const std::optional<std::string> name = t.string("name");
+  if (t.push("options") != LUA_TNIL) {
+    if (!lua_istable(L, -1))
+      t.fail("options", std::string("expected a table, got a ") + luaL_typename(L, -1));
+    const int options = lua_gettop(L);
+    for (lua_pushnil(L); lua_next(L, options) != 0; lua_pop(L, 1)) {
+      if (lua_type(L, -2) != LUA_TSTRING) continue;
       std::size_t length = 0;
-      const char* name = lua_tolstring(L, -2, &length);
-      if (std::strlen(name) != length) t.fail("options", "an option's name holds a NUL byte");
-      const std::string key = "workload." + std::string(name, length);
+      const char* option = lua_tolstring(L, -2, &length);
+      if (std::strlen(option) != length) t.fail("options", "an option's name holds a NUL byte");
+      const std::string key = "workload." + std::string(option, length);
       constexpr lua_Integer kExact = lua_Integer(1) << 53;  // a double's integers are exact up to 2^53
       switch (lua_type(L, -1)) {
         case LUA_TNUMBER:
@@ -136,12 +134,12 @@ RunMetadata describe_workload(lua_State* L, int index) {
           break;
       }
     }
-    lua_pop(L, 1);
   }
   lua_pop(L, 1);
-  // pairs() follows per-process string hashes: the file lists them by name.
-  std::sort(m.text.begin() + (m.text.empty() || m.text.front().first != "workload" ? 0 : 1), m.text.end());
+  // pairs() follows per-process string hashes: the file lists them by name, after the workload's.
+  std::sort(m.text.begin(), m.text.end());
   std::sort(m.numbers.begin(), m.numbers.end());
+  if (name) m.text.insert(m.text.begin(), {"workload", *name});
   return m;
 }
 
